@@ -1,0 +1,51 @@
+# The two commands in the README: `make run` and `make test`. Both set up everything
+# they need on a Debian machine with Python 3.11: system packages, the virtualenv, the
+# database. Each step is skipped when it is already done.
+
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+# Vulkan on Mesa's llvmpipe for kernel replays on CPU (the OpenGL fallback uses EGL).
+RUN_PACKAGES := mesa-vulkan-drivers libvulkan1 libegl1 libgl1-mesa-dri
+# Real-browser tests drive Debian's Chromium.
+TEST_PACKAGES := $(RUN_PACKAGES) chromium
+
+.PHONY: run test lint system-packages
+
+system-packages:
+	@missing=""; \
+	for package in $(PACKAGES); do dpkg -s $$package >/dev/null 2>&1 || missing="$$missing $$package"; done; \
+	$(PYTHON) -c "import ensurepip" 2>/dev/null || missing="$$missing python3-venv python3.11-venv"; \
+	if [ -n "$$missing" ]; then \
+		echo "Installing Debian packages:$$missing"; \
+		sudo=""; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \
+		$$sudo apt-get update -q && \
+		DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -q --no-install-recommends $$missing; \
+	fi
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e ".[dev]"
+	touch $@
+
+run:
+	@$(MAKE) --no-print-directory system-packages PACKAGES="$(RUN_PACKAGES)"
+	@$(MAKE) --no-print-directory $(BIN)/.installed
+	$(BIN)/python manage.py migrate --noinput
+	$(BIN)/python manage.py load_showcase
+	ALLOWED_HOSTS="$${ALLOWED_HOSTS:-127.0.0.1,localhost,[::1],$(HOST)}" \
+		$(BIN)/python manage.py runserver $(HOST):$(PORT) --noreload
+
+test:
+	@$(MAKE) --no-print-directory system-packages PACKAGES="$(TEST_PACKAGES)"
+	@$(MAKE) --no-print-directory $(BIN)/.installed
+	$(BIN)/python manage.py makemigrations --check --dry-run
+	$(BIN)/pytest
+
+lint: $(BIN)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .

@@ -1,0 +1,151 @@
+from __future__ import annotations
+
+import hashlib
+
+from django.db import models
+from django.db.models import Q
+from django.urls import reverse
+from django.utils import timezone
+
+from kernels.outcomes import Status
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class Kernel(models.Model):
+    session = models.ForeignKey(
+        "tutoring_sessions.Session", on_delete=models.CASCADE, related_name="kernels"
+    )
+    name = models.SlugField(max_length=60)
+    title = models.CharField(max_length=200, blank=True)
+    # The harness spec (kernels/harness.py). Empty: the kernel is only compiled.
+    harness = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["session", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["session", "name"], name="kernel_name_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.session.slug}/{self.name}"
+
+    def get_absolute_url(self) -> str:
+        return reverse("kernels:timeline", args=[self.session.slug, self.name])
+
+
+class KernelVersion(models.Model):
+    kernel = models.ForeignKey(Kernel, on_delete=models.CASCADE, related_name="versions")
+    number = models.PositiveIntegerField()
+    source = models.TextField()
+    sha256 = models.CharField(max_length=64, editable=False)
+    turn = models.ForeignKey(
+        "tutoring_sessions.Turn",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="introduced_versions",
+        help_text="The turn that introduced this version.",
+    )
+    harness_override = models.JSONField(
+        null=True, blank=True, help_text="Replaces the kernel's harness for this version only."
+    )
+    note = models.CharField(max_length=200, blank=True)
+    # For curated sessions: the status a replay must end in, so tests prove the bug
+    # still reproduces and the fix still passes.
+    expected_status = models.CharField(
+        max_length=20, blank=True, choices=[(s.value, s.label) for s in Status]
+    )
+    # Where an imported version came from (file path, tool call, how it was rebuilt).
+    meta = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["kernel", "number"]
+        constraints = [
+            models.UniqueConstraint(fields=["kernel", "number"], name="version_number_unique"),
+            models.CheckConstraint(condition=Q(number__gte=1), name="version_number_from_one"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kernel} v{self.number}"
+
+    @property
+    def harness(self) -> dict:
+        return self.harness_override if self.harness_override is not None else self.kernel.harness
+
+    def previous(self) -> KernelVersion | None:
+        return self.kernel.versions.filter(number__lt=self.number).order_by("-number").first()
+
+    def next(self) -> KernelVersion | None:
+        return self.kernel.versions.filter(number__gt=self.number).order_by("number").first()
+
+    def save(self, *args, **kwargs) -> None:
+        self.sha256 = sha256_text(self.source)
+        super().save(*args, **kwargs)
+
+
+class RunQuerySet(models.QuerySet):
+    def for_key(self, source_sha256: str, harness_digest: str, environment_id: str):
+        return self.filter(
+            source_sha256=source_sha256,
+            harness_digest=harness_digest,
+            environment_id=environment_id,
+        )
+
+    def cached(self, source_sha256: str, harness_digest: str, environment_id: str):
+        """The newest finished run that may stand in for a new one, or None."""
+        runs = self.for_key(source_sha256, harness_digest, environment_id)
+        return runs.filter(state=Run.State.DONE, cacheable=True).order_by("-finished").first()
+
+
+class Run(models.Model):
+    """One execution of kernel sources under a harness on one environment.
+
+    Runs are keyed by content, not by version: the same source under the same harness
+    on the same adapter is the same run, whichever session it appears in.
+    """
+
+    class State(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        DONE = "done"
+
+    # sha256 over every kernel source the harness's passes use (kernels.replay.sources_digest).
+    source_sha256 = models.CharField(max_length=64)
+    harness_digest = models.CharField(max_length=64)
+    environment_id = models.CharField(max_length=64)
+    state = models.CharField(max_length=10, choices=State.choices, default=State.QUEUED)
+    status = models.CharField(max_length=20, blank=True, choices=[(s.value, s.label) for s in Status])
+    cacheable = models.BooleanField(default=False)
+    outcome = models.JSONField(default=dict, blank=True)
+    adapter = models.CharField(max_length=200, blank=True)
+    created = models.DateTimeField(default=timezone.now)
+    started = models.DateTimeField(null=True, blank=True)
+    finished = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveSmallIntegerField(default=0)
+
+    objects = RunQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            # Identical concurrent requests share one run: at most one unfinished run
+            # per key. A second request that hits this joins the first.
+            models.UniqueConstraint(
+                fields=["source_sha256", "harness_digest", "environment_id"],
+                condition=~Q(state="done"),
+                name="run_one_in_flight_per_key",
+            ),
+        ]
+        indexes = [
+            # The cache lookup on every replay (RunQuerySet.cached).
+            models.Index(
+                fields=["source_sha256", "harness_digest", "environment_id", "-finished"],
+                name="run_cache_lookup",
+                condition=Q(state="done", cacheable=True),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"run {self.pk} {self.state} {self.status}"

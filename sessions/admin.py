@@ -1,0 +1,81 @@
+from __future__ import annotations
+
+from django.contrib import admin, messages
+from django.db.models import Count, QuerySet
+from django.http import HttpRequest
+
+from sessions.models import Session, Tag, Turn
+
+
+class TurnInline(admin.StackedInline):
+    model = Turn
+    extra = 0
+    fields = ("number", "role", "content", "kernel_version", "timestamp", "meta")
+    raw_id_fields = ("kernel_version",)
+    show_change_link = True
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Session | None = None):
+        # Embeds and permalinks point at published turn numbers.
+        return ("number",) if obj and obj.is_published else ()
+
+    def has_delete_permission(self, request: HttpRequest, obj: Session | None = None) -> bool:
+        return not (obj and obj.is_published) and super().has_delete_permission(request, obj)
+
+
+@admin.register(Session)
+class SessionAdmin(admin.ModelAdmin):
+    list_display = ("title", "slug", "visibility", "source", "turn_count", "created", "published_at")
+    list_filter = ("visibility", "source", "tags")
+    search_fields = ("title", "slug", "summary", "source_key")
+    prepopulated_fields = {"slug": ("title",)}
+    filter_horizontal = ("tags",)
+    readonly_fields = ("published_at", "updated")
+    raw_id_fields = ("owner",)
+    actions = ("publish_public", "publish_unlisted", "unpublish")
+    inlines = (TurnInline,)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        return super().get_queryset(request).annotate(turn_count=Count("turns"))
+
+    @admin.display(ordering="turn_count", description="turns")
+    def turn_count(self, session: Session) -> int:
+        return session.turn_count
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Session | None = None):
+        fields = super().get_readonly_fields(request, obj)
+        return (*fields, "slug") if obj and obj.is_published else fields
+
+    @admin.action(description="Publish as public")
+    def publish_public(self, request: HttpRequest, queryset: QuerySet) -> None:
+        for session in queryset:
+            session.publish(Session.Visibility.PUBLIC)
+        self.message_user(request, f"Published {queryset.count()} session(s).", messages.SUCCESS)
+
+    @admin.action(description="Publish as unlisted (link only)")
+    def publish_unlisted(self, request: HttpRequest, queryset: QuerySet) -> None:
+        for session in queryset:
+            session.publish(Session.Visibility.UNLISTED)
+        self.message_user(request, f"Published {queryset.count()} session(s) as unlisted.")
+
+    @admin.action(description="Unpublish (make private)")
+    def unpublish(self, request: HttpRequest, queryset: QuerySet) -> None:
+        for session in queryset:
+            session.unpublish()
+        self.message_user(request, f"{queryset.count()} session(s) are private now.")
+
+
+@admin.register(Turn)
+class TurnAdmin(admin.ModelAdmin):
+    list_display = ("session", "number", "role", "kernel_version")
+    list_filter = ("role",)
+    search_fields = ("session__slug", "content")
+    raw_id_fields = ("session", "kernel_version")
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Turn | None = None):
+        return ("number", "session") if obj and obj.session.is_published else ()
+
+
+@admin.register(Tag)
+class TagAdmin(admin.ModelAdmin):
+    list_display = ("name", "slug")
+    prepopulated_fields = {"slug": ("name",)}

@@ -1,0 +1,23 @@
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from sessions.exchange import ImportProblem, import_session, read_export
+from sessions.models import Session
+
+
+class Command(BaseCommand):
+    help = "Load (or refresh) the showcase sessions shipped in fixtures/showcase/."
+
+    def handle(self, *args, **options) -> None:
+        paths = sorted((settings.FIXTURES_DIR / "showcase").glob("*.json"))
+        if not paths:
+            raise CommandError("No showcase files in fixtures/showcase/.")
+        for path in paths:
+            try:
+                with path.open("rb") as stream:
+                    report = import_session(read_export(stream), source=Session.Source.FIXTURE)
+            except ImportProblem as problem:
+                raise CommandError(f"{path.name}: {problem}") from None
+            self.stdout.write(report.summary())

@@ -1,0 +1,182 @@
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import models
+from django.db.models import Q
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.safestring import SafeString, mark_safe
+
+from sessions.markdown import render_markdown
+
+
+class Tag(models.Model):
+    name = models.CharField(max_length=40, unique=True)
+    slug = models.SlugField(max_length=40, unique=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class SessionQuerySet(models.QuerySet):
+    def listed(self) -> SessionQuerySet:
+        """What may appear in lists and search: public sessions only, never unlisted."""
+        return self.filter(visibility=Session.Visibility.PUBLIC)
+
+    def viewable_by(self, user) -> SessionQuerySet:
+        """What a URL may open: public and unlisted, and private ones to their owner and staff."""
+        if user.is_authenticated and user.is_staff:
+            return self
+        shared = ~Q(visibility=Session.Visibility.PRIVATE)
+        if user.is_authenticated:
+            return self.filter(shared | Q(owner=user))
+        return self.filter(shared)
+
+    def search(self, query: str) -> SessionQuerySet:
+        matches = Q(title__icontains=query) | Q(summary__icontains=query)
+        in_turns = Turn.objects.filter(content__icontains=query).values("session_id")
+        return self.filter(matches | Q(id__in=in_turns))
+
+
+class Session(models.Model):
+    class Source(models.TextChoices):
+        FIXTURE = "fixture"
+        IMPORTED = "imported"
+        LIVE = "live"
+
+    class Visibility(models.TextChoices):
+        PUBLIC = "public"
+        UNLISTED = "unlisted", "Unlisted (anyone with the link)"
+        PRIVATE = "private"
+
+    slug = models.SlugField(max_length=80, unique=True)
+    title = models.CharField(max_length=200)
+    summary = models.TextField(blank=True)
+    learner = models.CharField(max_length=100, blank=True)
+    tutor_model = models.CharField(max_length=100, blank=True)
+    source = models.CharField(max_length=10, choices=Source.choices, default=Source.IMPORTED)
+    # Identity of the recording this session came from (a Claude Code sessionId), so a
+    # second import of the same recording updates it instead of making a copy.
+    source_key = models.CharField(max_length=200, blank=True)
+    visibility = models.CharField(
+        max_length=10, choices=Visibility.choices, default=Visibility.PRIVATE
+    )
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    tags = models.ManyToManyField(Tag, blank=True, related_name="sessions")
+    created = models.DateTimeField(default=timezone.now)
+    updated = models.DateTimeField(auto_now=True)
+    # Set the first time the session is made public or unlisted. From then on its turn
+    # numbers are frozen: embeds and permalinks in the wild point at them.
+    published_at = models.DateTimeField(null=True, blank=True)
+
+    objects = SessionQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["source_key"],
+                condition=~Q(source_key=""),
+                name="session_one_per_source_key",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.title
+
+    def get_absolute_url(self) -> str:
+        return reverse("sessions:detail", args=[self.slug])
+
+    @property
+    def is_published(self) -> bool:
+        return self.published_at is not None
+
+    def publish(self, visibility: str = Visibility.PUBLIC) -> None:
+        if visibility == self.Visibility.PRIVATE:
+            raise ValueError("publishing makes a session public or unlisted")
+        self.visibility = visibility
+        if self.published_at is None:
+            self.published_at = timezone.now()
+        self.save(update_fields=["visibility", "published_at", "updated"])
+
+    def unpublish(self) -> None:
+        # published_at stays: numbers handed out once remain frozen.
+        self.visibility = self.Visibility.PRIVATE
+        self.save(update_fields=["visibility", "updated"])
+
+    def save(self, *args, **kwargs) -> None:
+        if self.visibility != self.Visibility.PRIVATE and self.published_at is None:
+            self.published_at = timezone.now()
+            if "update_fields" in kwargs:
+                kwargs["update_fields"] = {*kwargs["update_fields"], "published_at"}
+        super().save(*args, **kwargs)
+
+    def is_viewable_by(self, user) -> bool:
+        return Session.objects.viewable_by(user).filter(pk=self.pk).exists()
+
+
+class Turn(models.Model):
+    class Role(models.TextChoices):
+        LEARNER = "learner"
+        TUTOR = "tutor"
+        TOOL = "tool"
+        SYSTEM = "system"
+
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="turns")
+    number = models.PositiveIntegerField()
+    role = models.CharField(max_length=10, choices=Role.choices)
+    content = models.TextField(help_text="Markdown source.")
+    # Rendered once from content on save; the only HTML we ever mark safe.
+    html = models.TextField(editable=False)
+    timestamp = models.DateTimeField(null=True, blank=True)
+    # Tool name, token counts, model, source uuid, kind (thinking, tool_call, …).
+    meta = models.JSONField(default=dict, blank=True)
+    kernel_version = models.ForeignKey(
+        "kernels.KernelVersion",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="turns",
+        help_text="The kernel version this turn submitted or reviewed.",
+    )
+
+    class Meta:
+        ordering = ["session", "number"]
+        constraints = [
+            models.UniqueConstraint(fields=["session", "number"], name="turn_number_unique"),
+            models.CheckConstraint(condition=Q(number__gte=1), name="turn_number_from_one"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.session.slug} #{self.number} ({self.role})"
+
+    def get_absolute_url(self) -> str:
+        return f"{self.session.get_absolute_url()}#turn-{self.number}"
+
+    @property
+    def body_html(self) -> SafeString:
+        # Produced by render_markdown at save time, which sanitises last.
+        return mark_safe(self.html)  # noqa: S308
+
+    @property
+    def kind(self) -> str:
+        return self.meta.get("kind", "")
+
+    def clean(self) -> None:
+        if self.pk and self.session.is_published:
+            stored = Turn.objects.filter(pk=self.pk).values_list("number", flat=True).first()
+            if stored is not None and stored != self.number:
+                raise ValidationError({"number": "Turn numbers are frozen once published."})
+
+    def save(self, *args, **kwargs) -> None:
+        self.clean()
+        self.html = render_markdown(self.content)
+        if "update_fields" in kwargs and "content" in kwargs["update_fields"]:
+            kwargs["update_fields"] = {*kwargs["update_fields"], "html"}
+        super().save(*args, **kwargs)

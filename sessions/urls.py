@@ -1,0 +1,13 @@
+from django.urls import path
+
+from sessions import views
+
+app_name = "sessions"
+urlpatterns = [
+    path("", views.index, name="index"),
+    path("oembed/", views.oembed, name="oembed"),
+    path("s/<slug:slug>/", views.detail, name="detail"),
+    path("s/<slug:slug>/embed/", views.embed, name="embed"),
+    path("s/<slug:slug>/export.json", views.export_json, name="export_json"),
+    path("s/<slug:slug>/export.md", views.export_md, name="export_md"),
+]

@@ -1,0 +1,276 @@
+from __future__ import annotations
+
+import json
+import re
+from urllib.parse import urlencode, urlsplit
+
+from django.conf import settings
+from django.core.paginator import Paginator
+from django.db.models import Count, QuerySet
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, QueryDict
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import Resolver404, resolve, reverse
+from django.utils.html import format_html
+from django.views.decorators.clickjacking import xframe_options_exempt
+from django.views.decorators.http import require_GET
+
+from config.context_processors import site_origin
+from csp.decorators import csp_replace
+from sessions.exchange import export_markdown, export_session
+from sessions.models import Session, Tag
+
+EMBED_MAX_TURNS = 50
+EMBED_THEMES = ("auto", "light", "dark")
+OEMBED_WIDTH = 640
+OEMBED_MAX_HEIGHT = 900
+
+
+def _get_session_for_user(request: HttpRequest, slug: str) -> Session:
+    """The session at this slug if this user may open it; 404 otherwise, private or not."""
+    return get_object_or_404(Session.objects.viewable_by(request.user), slug=slug)
+
+
+def _get_embeddable_session(slug: str) -> Session:
+    # Embeds are public by nature: never private, whoever asks (and they carry no cookies).
+    shared = Session.objects.exclude(visibility=Session.Visibility.PRIVATE)
+    return get_object_or_404(shared, slug=slug)
+
+
+def embed_url(origin: str, session: Session, first: int, last: int) -> str:
+    path = reverse("sessions:embed", args=[session.slug])
+    return f"{origin}{path}?{urlencode({'from': first, 'to': last})}"
+
+
+def iframe_code(origin: str, session: Session, first: int, last: int, width: int, height: int) -> str:
+    return format_html(
+        '<iframe src="{}" width="{}" height="{}" title="{}" frameborder="0" loading="lazy">'
+        "</iframe>",
+        embed_url(origin, session, first, last),
+        width,
+        height,
+        f"{session.title}, turns {first} to {last} (Kernelbin)",
+    )
+
+
+@require_GET
+def index(request: HttpRequest) -> HttpResponse:
+    sessions = Session.objects.listed().annotate(turn_count=Count("turns")).order_by("-created")
+    query = request.GET.get("q", "").strip()[:200]
+    if query:
+        sessions = sessions.search(query)
+    tag = None
+    if tag_slug := request.GET.get("tag"):
+        tag = get_object_or_404(Tag, slug=tag_slug)
+        sessions = sessions.filter(tags=tag)
+    page = Paginator(sessions.prefetch_related("tags"), 20).get_page(request.GET.get("page"))
+    tags = Tag.objects.filter(sessions__visibility=Session.Visibility.PUBLIC).distinct()
+    return render(
+        request,
+        "sessions/index.html",
+        {"page": page, "query": query, "tag": tag, "tags": tags},
+    )
+
+
+def _turn_page_number(turns: QuerySet, number: int, per_page: int) -> int:
+    return turns.filter(number__lt=number).count() // per_page + 1
+
+
+@require_GET
+def detail(request: HttpRequest, slug: str) -> HttpResponse:
+    session = _get_session_for_user(request, slug)
+    turns = session.turns.select_related("kernel_version__kernel")
+    per_page = settings.TURNS_PER_PAGE
+
+    # "Go to turn N" and permalinks to turns beyond the first page land on the right page.
+    if "turn" in request.GET:
+        try:
+            number = int(request.GET["turn"])
+        except ValueError:
+            number = 0
+        if not turns.filter(number=number).exists():
+            raise Http404(f"This session has no turn {request.GET['turn'][:20]}.")
+        page_number = _turn_page_number(turns, number, per_page)
+        query = f"?page={page_number}" if page_number > 1 else ""
+        return redirect(f"{session.get_absolute_url()}{query}#turn-{number}")
+
+    paginator = Paginator(turns, per_page)
+    page = paginator.get_page(request.GET.get("page"))
+    shown = list(page.object_list)
+    first = shown[0].number if shown else 1
+    origin = site_origin(request)
+    context = {
+        "session": session,
+        "page": page,
+        "turns": shown,
+        "page_last": shown[-1].number if shown else 0,
+        "paginated": paginator.num_pages > 1,
+        "turn_count": paginator.count,
+        "kernels": session.kernels.annotate(version_count=Count("versions")),
+        "embed_first": first,
+        "embed_last": min(paginator.count, first + 4),
+        "embed_base": origin + reverse("sessions:embed", args=[session.slug]),
+        "oembed_href": _oembed_href(origin, session),
+        "can_embed": session.visibility != Session.Visibility.PRIVATE,
+    }
+    return render(request, "sessions/detail.html", context)
+
+
+def _oembed_href(origin: str, session: Session) -> str:
+    target = f"{origin}{session.get_absolute_url()}"
+    return f"{origin}{reverse('sessions:oembed')}?{urlencode({'url': target, 'format': 'json'})}"
+
+
+class BadRange(ValueError):
+    pass
+
+
+def _parse_turn_bound(value: str | None, name: str) -> int:
+    if value is None or value == "":
+        raise BadRange(f"The '{name}' parameter is required: a turn number like {name}=3.")
+    if not re.fullmatch(r"\d{1,9}", value):
+        raise BadRange(f"'{name}' must be a whole turn number, not {value[:40]!r}.")
+    return int(value)
+
+
+def parse_range(params, last_turn: int) -> tuple[int, int]:
+    """from/to as 1-based inclusive turn numbers, checked against the session."""
+    first = _parse_turn_bound(params.get("from"), "from")
+    last = _parse_turn_bound(params.get("to"), "to")
+    if first < 1:
+        raise BadRange("Turn numbers start at 1.")
+    if first > last:
+        raise BadRange(f"'from' ({first}) is after 'to' ({last}): swap them.")
+    if last > last_turn:
+        raise BadRange(f"This session has {last_turn} turns; 'to' ({last}) is past the end.")
+    if last - first + 1 > EMBED_MAX_TURNS:
+        raise BadRange(f"An embed shows at most {EMBED_MAX_TURNS} turns; this asks for more.")
+    return first, last
+
+
+def _embed_error(request: HttpRequest, message: str, status: int = 400) -> HttpResponse:
+    return render(request, "embed/error.html", {"message": message}, status=status)
+
+
+@require_GET
+@xframe_options_exempt
+@csp_replace({"frame-ancestors": ["*"]})
+def embed(request: HttpRequest, slug: str) -> HttpResponse:
+    try:
+        session = _get_embeddable_session(slug)
+    except Http404:
+        return _embed_error(request, "There is no public session at this address.", 404)
+    last_turn = session.turns.order_by("-number").values_list("number", flat=True).first() or 0
+    theme = request.GET.get("theme", "auto")
+    try:
+        if theme not in EMBED_THEMES:
+            raise BadRange(f"theme must be one of {', '.join(EMBED_THEMES)}.")
+        first, last = parse_range(request.GET, last_turn)
+    except BadRange as error:
+        return _embed_error(request, str(error))
+    turns = session.turns.filter(number__gte=first, number__lte=last).select_related(
+        "kernel_version__kernel"
+    )
+    link = f"{site_origin(request)}{session.get_absolute_url()}"
+    context = {
+        "session": session,
+        "turns": turns,
+        "first": first,
+        "last": last,
+        "theme": theme,
+        "session_link": link,
+        "turn_link": f"{link}?turn={first}",
+    }
+    return render(request, "embed/session.html", context)
+
+
+def _oembed_target(url: str, request: HttpRequest) -> tuple[Session, int, int]:
+    """Which session and turn range an oEmbed url points at; Http404 for anything else."""
+    parts = urlsplit(url)
+    ours = {urlsplit(site_origin(request)).netloc, request.get_host()}
+    if parts.scheme not in ("http", "https") or parts.netloc not in ours:
+        raise Http404("Not a Kernelbin URL.")
+    try:
+        match = resolve(parts.path)
+    except Resolver404:
+        raise Http404("Not a Kernelbin session URL.") from None
+    if match.view_name not in ("sessions:detail", "sessions:embed"):
+        raise Http404("Not a Kernelbin session URL.")
+    session = _get_embeddable_session(match.kwargs["slug"])
+    last_turn = session.turns.order_by("-number").values_list("number", flat=True).first() or 0
+    if not last_turn:
+        raise Http404("This session has no turns to embed.")
+    params = QueryDict(parts.query)
+    fragment = re.fullmatch(r"turn-(\d{1,9})", parts.fragment)
+    if "from" in params or "to" in params:
+        first, last = parse_range(params, last_turn)
+    elif fragment and 1 <= int(fragment[1]) <= last_turn:
+        first = last = int(fragment[1])
+    else:
+        first, last = 1, min(last_turn, 5)
+    return session, first, last
+
+
+def _positive_int(request: HttpRequest, name: str) -> int | None:
+    value = request.GET.get(name)
+    if value in (None, ""):
+        return None
+    if not re.fullmatch(r"\d{1,6}", value) or int(value) < 1:
+        raise BadRange(f"{name} must be a positive whole number of pixels.")
+    return int(value)
+
+
+@require_GET
+def oembed(request: HttpRequest) -> HttpResponse:
+    fmt = request.GET.get("format", "json")
+    if fmt != "json":
+        return JsonResponse({"error": "Only format=json is supported."}, status=501)
+    url = request.GET.get("url", "")
+    if not url:
+        return JsonResponse({"error": "The url parameter is required."}, status=400)
+    try:
+        maxwidth = _positive_int(request, "maxwidth")
+        maxheight = _positive_int(request, "maxheight")
+        session, first, last = _oembed_target(url, request)
+    except BadRange as error:
+        return JsonResponse({"error": str(error)}, status=400)
+    except Http404 as error:
+        return JsonResponse({"error": str(error)}, status=404)
+
+    width = min(OEMBED_WIDTH, maxwidth or OEMBED_WIDTH)
+    # A first guess; the embed then reports its real height to the page (postMessage).
+    height = min(OEMBED_MAX_HEIGHT, 120 + 180 * (last - first + 1), maxheight or OEMBED_MAX_HEIGHT)
+    document = {
+        "type": "rich",
+        "version": "1.0",
+        "title": f"{session.title} · turns {first}–{last}" if first != last else session.title,
+        "provider_name": "Kernelbin",
+        "provider_url": site_origin(request),
+        "cache_age": 3600,
+        "html": iframe_code(site_origin(request), session, first, last, width, height),
+        "width": width,
+        "height": height,
+    }
+    if session.learner:
+        document["author_name"] = session.learner
+    return JsonResponse(document)
+
+
+def _export_filename(session: Session, extension: str) -> str:
+    return f'inline; filename="{session.slug}.{extension}"'
+
+
+@require_GET
+def export_json(request: HttpRequest, slug: str) -> HttpResponse:
+    session = _get_session_for_user(request, slug)
+    body = json.dumps(export_session(session), indent=2, ensure_ascii=False)
+    response = HttpResponse(body, content_type="application/json; charset=utf-8")
+    response["Content-Disposition"] = _export_filename(session, "json")
+    return response
+
+
+@require_GET
+def export_md(request: HttpRequest, slug: str) -> HttpResponse:
+    session = _get_session_for_user(request, slug)
+    response = HttpResponse(export_markdown(session), content_type="text/markdown; charset=utf-8")
+    response["Content-Disposition"] = _export_filename(session, "md")
+    return response

@@ -1,0 +1,76 @@
+from django.test import override_settings
+
+from tests.base import BaseTestCase, add_kernel, make_session
+
+
+class DetailTestCase(BaseTestCase):
+    def setUp(self) -> None:
+        super().setUp()
+        self.session = make_session("demo", turns=4, summary="A short summary")
+
+    def test_it_shows_every_turn_with_a_permalink_anchor(self) -> None:
+        r = self.client.get("/s/demo/")
+        self.assertEqual(r.status_code, 200)
+        for number in range(1, 5):
+            self.assertContains(r, f'id="turn-{number}"')
+            self.assertContains(r, f"Turn {number} text")
+
+    def test_it_carries_oembed_discovery_and_open_graph(self) -> None:
+        r = self.client.get("/s/demo/")
+        self.assertContains(r, 'type="application/json+oembed"')
+        self.assertContains(r, "/oembed/?url=http%3A%2F%2Ftestserver%2Fs%2Fdemo%2F&amp;format=json")
+        self.assertContains(r, '<meta property="og:title" content="Session demo">', html=False)
+        self.assertContains(r, '<meta property="og:description" content="A short summary">', html=False)
+
+    def test_it_offers_embed_codes_per_turn(self) -> None:
+        r = self.client.get("/s/demo/")
+        self.assertContains(r, 'class="copy-embed" data-from="3" data-to="3"')
+        self.assertContains(r, "http://testserver/s/demo/embed/?from=1&amp;amp;to=4")
+
+    def test_it_is_not_frameable(self) -> None:
+        r = self.client.get("/s/demo/")
+        self.assertEqual(r["X-Frame-Options"], "DENY")
+        self.assertIn("frame-ancestors 'none'", r["Content-Security-Policy"])
+
+    def test_reviewed_turns_link_to_their_replay(self) -> None:
+        add_kernel(self.session, turn=2)
+        r = self.client.get("/s/demo/")
+        self.assertContains(r, 'href="http://testserver/s/demo/turns/2/replay/"')
+        self.assertContains(r, "add v1")
+
+    def test_unknown_session_is_404(self) -> None:
+        self.assertEqual(self.client.get("/s/nope/").status_code, 404)
+
+    @override_settings(TURNS_PER_PAGE=10)
+    def test_long_sessions_are_paginated(self) -> None:
+        make_session("long", turns=25)
+        r = self.client.get("/s/long/")
+        self.assertContains(r, 'id="turn-10"')
+        self.assertNotContains(r, 'id="turn-11"')
+        self.assertContains(r, "Later turns")
+        r = self.client.get("/s/long/", {"page": 3})
+        self.assertContains(r, 'id="turn-25"')
+        self.assertNotContains(r, 'id="turn-20"')
+
+    @override_settings(TURNS_PER_PAGE=10)
+    def test_go_to_turn_lands_on_its_page(self) -> None:
+        make_session("long", turns=25)
+        r = self.client.get("/s/long/", {"turn": 17})
+        self.assertRedirects(r, "/s/long/?page=2#turn-17", fetch_redirect_response=False)
+        r = self.client.get("/s/long/", {"turn": 3})
+        self.assertRedirects(r, "/s/long/#turn-3", fetch_redirect_response=False)
+
+    def test_go_to_a_missing_turn_says_so(self) -> None:
+        for value in ("99", "0", "abc", "-1"):
+            r = self.client.get("/s/demo/", {"turn": value})
+            self.assertEqual(r.status_code, 404, value)
+            self.assertContains(r, "This session has no turn", status_code=404)
+
+    def test_tool_and_thinking_turns_are_collapsed(self) -> None:
+        turn = self.session.turns.get(number=2)
+        turn.role = "tool"
+        turn.meta = {"tool": "Bash", "summary": "ran the tests"}
+        turn.save()
+        r = self.client.get("/s/demo/")
+        self.assertContains(r, '<details class="turn-body collapsible">')
+        self.assertContains(r, "<summary>ran the tests</summary>", html=False)

@@ -1,0 +1,81 @@
+from tests.base import BaseTestCase, make_session
+
+
+class EmbedTestCase(BaseTestCase):
+    def setUp(self) -> None:
+        super().setUp()
+        self.session = make_session("demo", turns=6)
+
+    def get(self, **params):
+        return self.client.get("/s/demo/embed/", params)
+
+    def test_it_shows_the_range_inclusive(self) -> None:
+        r = self.get(**{"from": 2, "to": 4})
+        self.assertEqual(r.status_code, 200)
+        for number in (2, 3, 4):
+            self.assertContains(r, f'id="turn-{number}"')
+        for number in (1, 5):
+            self.assertNotContains(r, f'id="turn-{number}"')
+
+    def test_it_links_back_to_the_full_session(self) -> None:
+        r = self.get(**{"from": 2, "to": 3})
+        self.assertContains(r, 'href="http://testserver/s/demo/?turn=2"')
+        self.assertContains(r, "Read the whole session on Kernelbin")
+
+    def test_it_is_frameable_by_any_site(self) -> None:
+        r = self.get(**{"from": 1, "to": 1})
+        self.assertNotIn("X-Frame-Options", r)
+        self.assertIn("frame-ancestors *", r["Content-Security-Policy"])
+        self.assertNotIn("'none'", r["Content-Security-Policy"].split("frame-ancestors")[1].split(";")[0])
+
+    def test_it_is_self_contained_and_sets_no_cookie(self) -> None:
+        r = self.get(**{"from": 1, "to": 2})
+        body = r.content.decode()
+        self.assertNotIn("<link", body)
+        self.assertNotIn("<script src", body)
+        self.assertIn("postMessage", body)
+        nonce = r.context["CSP_NONCE"] if "CSP_NONCE" in r.context else None
+        self.assertTrue(nonce)
+        self.assertIn(f'<script nonce="{nonce}">', body)
+        self.assertIn(f"'nonce-{nonce}'", r["Content-Security-Policy"])
+        self.assertEqual(r.cookies, {})
+
+    def test_themes(self) -> None:
+        self.assertContains(self.get(**{"from": 1, "to": 1, "theme": "dark"}), 'data-theme="dark"')
+        self.assertContains(self.get(**{"from": 1, "to": 1}), 'data-theme="auto"')
+
+    def test_bad_bounds_say_what_is_wrong(self) -> None:
+        cases = [
+            ({"to": 2}, "The &#x27;from&#x27; parameter is required"),
+            ({"from": 2}, "The &#x27;to&#x27; parameter is required"),
+            ({"from": "two", "to": 3}, "must be a whole turn number"),
+            ({"from": "1.5", "to": 3}, "must be a whole turn number"),
+            ({"from": 4, "to": 2}, "is after"),
+            ({"from": 0, "to": 2}, "Turn numbers start at 1"),
+            ({"from": 1, "to": 7}, "This session has 6 turns"),
+            ({"from": 1, "to": 99999999999}, "must be a whole turn number"),
+            ({"from": 1, "to": 2, "theme": "neon"}, "theme must be one of"),
+        ]
+        for params, message in cases:
+            with self.subTest(params=params):
+                r = self.get(**params)
+                self.assertEqual(r.status_code, 400)
+                self.assertContains(r, message, status_code=400)
+                self.assertNotIn("X-Frame-Options", r)
+
+    def test_too_many_turns(self) -> None:
+        make_session("long", turns=60)
+        r = self.client.get("/s/long/embed/", {"from": 1, "to": 60})
+        self.assertContains(r, "at most 50 turns", status_code=400)
+
+    def test_unknown_and_private_sessions_are_404(self) -> None:
+        make_session("mine", visibility="private", owner=self.alice)
+        self.client.login(username="alice", password="password")
+        for slug in ("nope", "mine"):
+            r = self.client.get(f"/s/{slug}/embed/", {"from": 1, "to": 1})
+            self.assertEqual(r.status_code, 404, slug)
+            self.assertContains(r, "no public session", status_code=404)
+
+    def test_unlisted_sessions_embed(self) -> None:
+        make_session("by-link", visibility="unlisted")
+        self.assertEqual(self.client.get("/s/by-link/embed/", {"from": 1, "to": 1}).status_code, 200)
