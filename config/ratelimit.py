@@ -18,7 +18,9 @@ def client_ip(request: HttpRequest) -> str:
     """The client's address, trusting only the hops our own proxies append."""
     hops = settings.TRUSTED_PROXY_HOPS
     if hops:
-        forwarded = [part.strip() for part in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",")]
+        forwarded = [
+            part.strip() for part in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",")
+        ]
         forwarded = [part for part in forwarded if part]
         if len(forwarded) >= hops:
             return forwarded[-hops]

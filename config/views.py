@@ -19,7 +19,11 @@ def _database_health() -> dict:
             cursor.fetchone()
     except DatabaseError as error:
         return {"ok": False, "error": str(error).splitlines()[0][:200]}
-    return {"ok": True, "vendor": connection.vendor, "ms": round(1000 * (time.perf_counter() - started), 2)}
+    return {
+        "ok": True,
+        "vendor": connection.vendor,
+        "ms": round(1000 * (time.perf_counter() - started), 2),
+    }
 
 
 @require_GET

@@ -35,6 +35,10 @@ class Kernel(models.Model):
     def get_absolute_url(self) -> str:
         return reverse("kernels:timeline", args=[self.session.slug, self.name])
 
+    def save(self, *args, **kwargs) -> None:
+        super().save(*args, **kwargs)
+        self.session.touch()
+
 
 class KernelVersion(models.Model):
     kernel = models.ForeignKey(Kernel, on_delete=models.CASCADE, related_name="versions")
@@ -84,6 +88,7 @@ class KernelVersion(models.Model):
     def save(self, *args, **kwargs) -> None:
         self.sha256 = sha256_text(self.source)
         super().save(*args, **kwargs)
+        self.kernel.session.touch()
 
 
 class RunQuerySet(models.QuerySet):
@@ -117,7 +122,9 @@ class Run(models.Model):
     harness_digest = models.CharField(max_length=64)
     environment_id = models.CharField(max_length=64)
     state = models.CharField(max_length=10, choices=State.choices, default=State.QUEUED)
-    status = models.CharField(max_length=20, blank=True, choices=[(s.value, s.label) for s in Status])
+    status = models.CharField(
+        max_length=20, blank=True, choices=[(s.value, s.label) for s in Status]
+    )
     cacheable = models.BooleanField(default=False)
     outcome = models.JSONField(default=dict, blank=True)
     adapter = models.CharField(max_length=200, blank=True)

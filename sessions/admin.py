@@ -24,7 +24,15 @@ class TurnInline(admin.StackedInline):
 
 @admin.register(Session)
 class SessionAdmin(admin.ModelAdmin):
-    list_display = ("title", "slug", "visibility", "source", "turn_count", "created", "published_at")
+    list_display = (
+        "title",
+        "slug",
+        "visibility",
+        "source",
+        "turn_count",
+        "created",
+        "published_at",
+    )
     list_filter = ("visibility", "source", "tags")
     search_fields = ("title", "slug", "summary", "source_key")
     prepopulated_fields = {"slug": ("title",)}
@@ -44,6 +52,10 @@ class SessionAdmin(admin.ModelAdmin):
     def get_readonly_fields(self, request: HttpRequest, obj: Session | None = None):
         fields = super().get_readonly_fields(request, obj)
         return (*fields, "slug") if obj and obj.is_published else fields
+
+    def get_prepopulated_fields(self, request: HttpRequest, obj: Session | None = None):
+        # A published slug is read-only: embeds in the wild use it.
+        return {} if obj and obj.is_published else self.prepopulated_fields
 
     @admin.action(description="Publish as public")
     def publish_public(self, request: HttpRequest, queryset: QuerySet) -> None:

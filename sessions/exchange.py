@@ -41,7 +41,11 @@ class ImportReport:
         verb = "Created" if self.created else "Updated"
         counts = ", ".join(
             f"{n} {word}{'' if n == 1 else 's'}"
-            for n, word in ((self.turns, "turn"), (self.kernels, "kernel"), (self.versions, "kernel version"))
+            for n, word in (
+                (self.turns, "turn"),
+                (self.kernels, "kernel"),
+                (self.versions, "kernel version"),
+            )
         )
         return f"{verb} session '{self.session.slug}': {counts}."
 
@@ -412,6 +416,7 @@ def import_session(
                 turn.kernel_version = versions[spec["kernel"]]
                 linked.append(turn)
         Turn.objects.bulk_update(linked, ["kernel_version"])
+        session.touch()
 
     return ImportReport(
         session=session,

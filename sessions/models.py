@@ -117,8 +117,15 @@ class Session(models.Model):
                 kwargs["update_fields"] = {*kwargs["update_fields"], "published_at"}
         super().save(*args, **kwargs)
 
-    def is_viewable_by(self, user) -> bool:
-        return Session.objects.viewable_by(user).filter(pk=self.pk).exists()
+    def touch(self) -> None:
+        """Mark the session changed: rendered pages are cached under `updated`."""
+        self.updated = timezone.now()
+        Session.objects.filter(pk=self.pk).update(updated=self.updated)
+
+    def cache_key(self, *parts: object) -> str:
+        return ":".join(
+            str(part) for part in ("session", self.pk, self.updated.isoformat(), *parts)
+        )
 
 
 class Turn(models.Model):
@@ -180,3 +187,9 @@ class Turn(models.Model):
         if "update_fields" in kwargs and "content" in kwargs["update_fields"]:
             kwargs["update_fields"] = {*kwargs["update_fields"], "html"}
         super().save(*args, **kwargs)
+        self.session.touch()
+
+    def delete(self, *args, **kwargs):
+        result = super().delete(*args, **kwargs)
+        self.session.touch()
+        return result

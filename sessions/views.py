@@ -4,22 +4,33 @@ import json
 import re
 from urllib.parse import urlencode, urlsplit
 
+from csp.decorators import csp_replace
 from django.conf import settings
-from django.core.paginator import Paginator
+from django.core.cache import cache
+from django.core.paginator import EmptyPage, PageNotAnInteger, Paginator
 from django.db.models import Count, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
+from django.template.loader import render_to_string
 from django.urls import Resolver404, resolve, reverse
 from django.utils.html import format_html
 from django.views.decorators.clickjacking import xframe_options_exempt
 from django.views.decorators.http import require_GET
 
 from config.context_processors import site_origin
-from csp.decorators import csp_replace
 from sessions.exchange import export_markdown, export_session
 from sessions.models import Session, Tag
+from sessions.templatetags.kernelbin import inline_hash
 
 EMBED_MAX_TURNS = 50
+EMBED_STYLES = ("css/theme.css", "css/turns.css", "css/embed.css")
+EMBED_SCRIPT = "js/embed.js"
+# Embeds may be framed by any site, and run only the CSS and JS we inline into them.
+EMBED_CSP = {
+    "frame-ancestors": ["*"],
+    "script-src": [inline_hash(EMBED_SCRIPT)],
+    "style-src": [inline_hash(*EMBED_STYLES)],
+}
 EMBED_THEMES = ("auto", "light", "dark")
 OEMBED_WIDTH = 640
 OEMBED_MAX_HEIGHT = 900
@@ -41,7 +52,9 @@ def embed_url(origin: str, session: Session, first: int, last: int) -> str:
     return f"{origin}{path}?{urlencode({'from': first, 'to': last})}"
 
 
-def iframe_code(origin: str, session: Session, first: int, last: int, width: int, height: int) -> str:
+def iframe_code(
+    origin: str, session: Session, first: int, last: int, width: int, height: int
+) -> str:
     return format_html(
         '<iframe src="{}" width="{}" height="{}" title="{}" frameborder="0" loading="lazy">'
         "</iframe>",
@@ -71,6 +84,16 @@ def index(request: HttpRequest) -> HttpResponse:
     )
 
 
+def _page_number(paginator: Paginator, raw: str | None) -> int:
+    """The page asked for; the first for nonsense, the last for past the end."""
+    try:
+        return paginator.validate_number(raw or 1)
+    except PageNotAnInteger:
+        return 1
+    except EmptyPage:
+        return paginator.num_pages
+
+
 def _turn_page_number(turns: QuerySet, number: int, per_page: int) -> int:
     return turns.filter(number__lt=number).count() // per_page + 1
 
@@ -93,15 +116,44 @@ def detail(request: HttpRequest, slug: str) -> HttpResponse:
         query = f"?page={page_number}" if page_number > 1 else ""
         return redirect(f"{session.get_absolute_url()}{query}#turn-{number}")
 
+    origin = site_origin(request)
+    # A reader without cookies gets the same bytes as every other such reader.
+    anonymous = not request.user.is_authenticated and not request.COOKIES
+    page_key = session.cache_key("page", request.GET.get("page", "")[:12], per_page, origin)
+    if anonymous and (html := cache.get(page_key)) is not None:
+        return HttpResponse(html)
+
     paginator = Paginator(turns, per_page)
-    page = paginator.get_page(request.GET.get("page"))
+    page_number = _page_number(paginator, request.GET.get("page"))
+    # The body depends only on the session, the page and our origin, never on the reader.
+    body_key = session.cache_key("body", page_number, per_page, origin)
+    body = cache.get(body_key)
+    if body is None:
+        body = _render_session_body(session, paginator, page_number, origin)
+        cache.set(body_key, body, timeout=settings.PAGE_CACHE_SECONDS)
+    context = {
+        "session": session,
+        "body": body,
+        "oembed_href": _oembed_href(origin, session),
+        "can_embed": session.visibility != Session.Visibility.PRIVATE,
+    }
+    response = render(request, "sessions/detail.html", context)
+    if anonymous:
+        cache.set(page_key, response.content, timeout=settings.PAGE_CACHE_SECONDS)
+    return response
+
+
+def _render_session_body(
+    session: Session, paginator: Paginator, page_number: int, origin: str
+) -> str:
+    page = paginator.page(page_number)
     shown = list(page.object_list)
     first = shown[0].number if shown else 1
-    origin = site_origin(request)
     context = {
         "session": session,
         "page": page,
         "turns": shown,
+        "page_first": first,
         "page_last": shown[-1].number if shown else 0,
         "paginated": paginator.num_pages > 1,
         "turn_count": paginator.count,
@@ -109,10 +161,10 @@ def detail(request: HttpRequest, slug: str) -> HttpResponse:
         "embed_first": first,
         "embed_last": min(paginator.count, first + 4),
         "embed_base": origin + reverse("sessions:embed", args=[session.slug]),
-        "oembed_href": _oembed_href(origin, session),
         "can_embed": session.visibility != Session.Visibility.PRIVATE,
+        "site_url": origin,
     }
-    return render(request, "sessions/detail.html", context)
+    return render_to_string("sessions/_session_body.html", context)
 
 
 def _oembed_href(origin: str, session: Session) -> str:
@@ -153,34 +205,41 @@ def _embed_error(request: HttpRequest, message: str, status: int = 400) -> HttpR
 
 @require_GET
 @xframe_options_exempt
-@csp_replace({"frame-ancestors": ["*"]})
+@csp_replace(EMBED_CSP)
 def embed(request: HttpRequest, slug: str) -> HttpResponse:
     try:
         session = _get_embeddable_session(slug)
     except Http404:
         return _embed_error(request, "There is no public session at this address.", 404)
-    last_turn = session.turns.order_by("-number").values_list("number", flat=True).first() or 0
+    origin = site_origin(request)
     theme = request.GET.get("theme", "auto")
-    try:
-        if theme not in EMBED_THEMES:
-            raise BadRange(f"theme must be one of {', '.join(EMBED_THEMES)}.")
-        first, last = parse_range(request.GET, last_turn)
-    except BadRange as error:
-        return _embed_error(request, str(error))
-    turns = session.turns.filter(number__gte=first, number__lte=last).select_related(
-        "kernel_version__kernel"
-    )
-    link = f"{site_origin(request)}{session.get_absolute_url()}"
-    context = {
-        "session": session,
-        "turns": turns,
-        "first": first,
-        "last": last,
-        "theme": theme,
-        "session_link": link,
-        "turn_link": f"{link}?turn={first}",
-    }
-    return render(request, "embed/session.html", context)
+    params = (request.GET.get("from", "")[:12], request.GET.get("to", "")[:12], theme[:12])
+    # Only a valid range is ever cached, so a hit needs no bounds check.
+    key = session.cache_key("embed", *params, origin)
+    page = cache.get(key)
+    if page is None:
+        last_turn = session.turns.order_by("-number").values_list("number", flat=True).first()
+        try:
+            if theme not in EMBED_THEMES:
+                raise BadRange(f"theme must be one of {', '.join(EMBED_THEMES)}.")
+            first, last = parse_range(request.GET, last_turn or 0)
+        except BadRange as error:
+            return _embed_error(request, str(error))
+        turns = session.turns.filter(number__gte=first, number__lte=last)
+        link = f"{origin}{session.get_absolute_url()}"
+        context = {
+            "session": session,
+            "turns": turns.select_related("kernel_version__kernel"),
+            "first": first,
+            "last": last,
+            "theme": theme,
+            "session_link": link,
+            "turn_link": f"{link}?turn={first}",
+            "site_url": origin,
+        }
+        page = render_to_string("embed/session.html", context)
+        cache.set(key, page, timeout=settings.PAGE_CACHE_SECONDS)
+    return HttpResponse(page)
 
 
 def _oembed_target(url: str, request: HttpRequest) -> tuple[Session, int, int]:

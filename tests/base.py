@@ -21,8 +21,18 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>) {
 ADD_HARNESS = {
     "entry_point": "main",
     "buffers": {
-        "a": {"usage": "read", "dtype": "f32", "shape": [128], "random": {"seed": 1, "low": -1, "high": 1}},
-        "b": {"usage": "read", "dtype": "f32", "shape": [128], "random": {"seed": 2, "low": -1, "high": 1}},
+        "a": {
+            "usage": "read",
+            "dtype": "f32",
+            "shape": [128],
+            "random": {"seed": 1, "low": -1, "high": 1},
+        },
+        "b": {
+            "usage": "read",
+            "dtype": "f32",
+            "shape": [128],
+            "random": {"seed": 2, "low": -1, "high": 1},
+        },
         "out": {"usage": "read_write", "dtype": "f32", "shape": [128], "output": True},
     },
     "passes": [{"kernel": "self", "bind": {"0": "a", "1": "b", "2": "out"}, "dispatch": [2, 1, 1]}],
@@ -37,13 +47,19 @@ def make_session(slug: str = "demo", turns: int = 3, **fields) -> Session:
     session = Session.objects.create(slug=slug, **fields)
     for number in range(1, turns + 1):
         role = Turn.Role.LEARNER if number % 2 else Turn.Role.TUTOR
-        Turn.objects.create(session=session, number=number, role=role, content=f"Turn {number} text")
+        Turn.objects.create(
+            session=session, number=number, role=role, content=f"Turn {number} text"
+        )
     return session
 
 
-def add_kernel(session: Session, source: str = ADD_SOURCE, harness: dict | None = None, turn: int = 1) -> KernelVersion:
+def add_kernel(
+    session: Session, source: str = ADD_SOURCE, harness: dict | None = None, turn: int = 1
+) -> KernelVersion:
     """A kernel with one version, reviewed by the given turn."""
-    kernel = Kernel.objects.create(session=session, name="add", harness=ADD_HARNESS if harness is None else harness)
+    kernel = Kernel.objects.create(
+        session=session, name="add", harness=ADD_HARNESS if harness is None else harness
+    )
     reviewed = session.turns.get(number=turn)
     version = KernelVersion.objects.create(kernel=kernel, number=1, source=source, turn=reviewed)
     reviewed.kernel_version = version
@@ -60,4 +76,6 @@ class BaseTestCase(TestCase):
         # Bob is another signed-in user: he must not see Alice's private work.
         self.bob = User.objects.create_user("bob", "bob@example.org", "password")
         # Charlie is staff: curators see everything.
-        self.charlie = User.objects.create_user("charlie", "charlie@example.org", "password", is_staff=True)
+        self.charlie = User.objects.create_user(
+            "charlie", "charlie@example.org", "password", is_staff=True
+        )

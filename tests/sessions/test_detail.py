@@ -20,7 +20,9 @@ class DetailTestCase(BaseTestCase):
         self.assertContains(r, 'type="application/json+oembed"')
         self.assertContains(r, "/oembed/?url=http%3A%2F%2Ftestserver%2Fs%2Fdemo%2F&amp;format=json")
         self.assertContains(r, '<meta property="og:title" content="Session demo">', html=False)
-        self.assertContains(r, '<meta property="og:description" content="A short summary">', html=False)
+        self.assertContains(
+            r, '<meta property="og:description" content="A short summary">', html=False
+        )
 
     def test_it_offers_embed_codes_per_turn(self) -> None:
         r = self.client.get("/s/demo/")

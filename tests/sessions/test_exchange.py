@@ -41,7 +41,9 @@ class ExportTestCase(BaseTestCase):
         self.assertIn("```wgsl\n@group(0)", text)
 
     def test_markdown_fences_survive_backticks_in_sources(self) -> None:
-        KernelVersion.objects.create(kernel=Kernel.objects.get(), number=2, source="// ```` tricky\n")
+        KernelVersion.objects.create(
+            kernel=Kernel.objects.get(), number=2, source="// ```` tricky\n"
+        )
         text = self.client.get("/s/demo/export.md").content.decode()
         self.assertIn("`````wgsl\n// ```` tricky\n`````", text)
 
@@ -124,25 +126,52 @@ class ImportTestCase(BaseTestCase):
 
         bad_harness = {"buffers": {}, "passes": [], "bogus": 1}
         cases = [
-            ("{ not json", "Not valid JSON: Expecting property name enclosed in double quotes at line 1, column 3"),
+            (
+                "{ not json",
+                "Not valid JSON: Expecting property name enclosed in double quotes at line 1, column 3",
+            ),
             ("", "The file is empty"),
             ("[1, 2]", "must hold a JSON object"),
             (variant(format="kernelbin/2"), "Unknown format 'kernelbin/2'"),
             (variant(format=None), "Unknown format None"),
             (variant(session__title=None), "session.title: expected str, got NoneType"),
             ({k: v for k, v in good.items() if k != "turns"}, "file: the field 'turns' is missing"),
-            (variant(turns=[{"number": 1, "role": "learner"}]), "turns[0]: the field 'content' is missing"),
+            (
+                variant(turns=[{"number": 1, "role": "learner"}]),
+                "turns[0]: the field 'content' is missing",
+            ),
             (
                 variant(turns=[{"number": 1, "role": "learner", "content": "a"}] * 2),
                 "turns[1].number: turn 1 appears more than once",
             ),
-            (variant(turns=[{"number": 0, "role": "learner", "content": "a"}]), "turn numbers start at 1"),
-            (variant(turns=[{"number": "1", "role": "learner", "content": "a"}]), "expected int, got str"),
-            (variant(turns=[{"number": True, "role": "learner", "content": "a"}]), "expected int, got bool"),
-            (variant(turns=[{"number": 1, "role": "wizard", "content": "a"}]), "'wizard' is not one of"),
+            (
+                variant(turns=[{"number": 0, "role": "learner", "content": "a"}]),
+                "turn numbers start at 1",
+            ),
+            (
+                variant(turns=[{"number": "1", "role": "learner", "content": "a"}]),
+                "expected int, got str",
+            ),
+            (
+                variant(turns=[{"number": True, "role": "learner", "content": "a"}]),
+                "expected int, got bool",
+            ),
+            (
+                variant(turns=[{"number": 1, "role": "wizard", "content": "a"}]),
+                "'wizard' is not one of",
+            ),
             (variant(session__slug="no spaces!"), "is not a valid slug"),
             (
-                variant(turns=[{"number": 1, "role": "learner", "content": "a", "kernel": {"name": "k", "version": 1}}]),
+                variant(
+                    turns=[
+                        {
+                            "number": 1,
+                            "role": "learner",
+                            "content": "a",
+                            "kernel": {"name": "k", "version": 1},
+                        }
+                    ]
+                ),
                 "refers to kernel 'k' version 1, which is not in the file",
             ),
             (
@@ -150,7 +179,9 @@ class ImportTestCase(BaseTestCase):
                 "kernels[0].harness:",
             ),
             (
-                variant(kernels=[{"name": "k", "versions": [{"number": 1, "source": "x", "turn": 5}]}]),
+                variant(
+                    kernels=[{"name": "k", "versions": [{"number": 1, "source": "x", "turn": 5}]}]
+                ),
                 "there is no turn 5",
             ),
         ]
@@ -188,6 +219,14 @@ class ImportTestCase(BaseTestCase):
         import tempfile
 
         with tempfile.TemporaryDirectory() as tmp:
-            self.import_file(self.write(Path(tmp), data), "--slug", "copy", "--title", "Copy", "--visibility", "unlisted")
+            self.import_file(
+                self.write(Path(tmp), data),
+                "--slug",
+                "copy",
+                "--title",
+                "Copy",
+                "--visibility",
+                "unlisted",
+            )
         copy = Session.objects.get(slug="copy")
         self.assertEqual((copy.title, copy.visibility), ("Copy", "unlisted"))

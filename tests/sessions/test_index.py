@@ -10,10 +10,14 @@ class IndexTestCase(BaseTestCase):
     def setUp(self) -> None:
         super().setUp()
         now = timezone.now()
-        self.old = make_session("old-one", title="Reductions the hard way", created=now - timedelta(days=2))
+        self.old = make_session(
+            "old-one", title="Reductions the hard way", created=now - timedelta(days=2)
+        )
         self.new = make_session("new-one", title="Softmax that overflows", created=now)
         self.unlisted = make_session("secret-link", title="Unlisted matmul", visibility="unlisted")
-        self.private = make_session("private-one", title="Private matmul", visibility="private", owner=self.alice)
+        self.private = make_session(
+            "private-one", title="Private matmul", visibility="private", owner=self.alice
+        )
 
     def test_it_lists_public_sessions_newest_first(self) -> None:
         r = self.client.get("/")
@@ -33,7 +37,9 @@ class IndexTestCase(BaseTestCase):
         self.assertNotContains(r, "Reductions the hard way")
 
     def test_it_searches_turn_text(self) -> None:
-        Turn.objects.create(session=self.old, number=4, role="tutor", content="Use workgroupBarrier() here")
+        Turn.objects.create(
+            session=self.old, number=4, role="tutor", content="Use workgroupBarrier() here"
+        )
         r = self.client.get("/", {"q": "workgroupbarrier"})
         self.assertContains(r, "Reductions the hard way")
         self.assertNotContains(r, "Softmax that overflows")
@@ -41,7 +47,9 @@ class IndexTestCase(BaseTestCase):
 
     def test_search_does_not_reveal_unlisted_or_private_turns(self) -> None:
         for session in (self.unlisted, self.private):
-            Turn.objects.create(session=session, number=9, role="tutor", content="needle-in-haystack")
+            Turn.objects.create(
+                session=session, number=9, role="tutor", content="needle-in-haystack"
+            )
         r = self.client.get("/", {"q": "needle-in-haystack"})
         self.assertContains(r, "0 sessions matching")
 

@@ -8,7 +8,10 @@ from sessions.markdown import render_markdown, render_source
 class RenderTestCase(SimpleTestCase):
     def test_it_highlights_wgsl_python_js_and_diffs(self) -> None:
         cases = {
-            "wgsl": ("@compute @workgroup_size(64)\nfn main() {}", '<span class="nd">@compute</span>'),
+            "wgsl": (
+                "@compute @workgroup_size(64)\nfn main() {}",
+                '<span class="nd">@compute</span>',
+            ),
             "python": ("def f(): pass", '<span class="k">def</span>'),
             "js": ("const x = 1;", '<span class="kd">const</span>'),
             "diff": ("-old\n+new", '<span class="gi">+new</span>'),
@@ -35,7 +38,9 @@ class RenderTestCase(SimpleTestCase):
 
     def test_links_are_nofollow_and_images_become_links(self) -> None:
         html = render_markdown("[site](https://example.org) ![chart](https://example.org/c.png)")
-        self.assertIn('<a href="https://example.org" rel="nofollow noopener noreferrer">site</a>', html)
+        self.assertIn(
+            '<a href="https://example.org" rel="nofollow noopener noreferrer">site</a>', html
+        )
         self.assertIn("image: chart", html)
         self.assertNotIn("<img", html)
 

@@ -72,7 +72,9 @@ class OEmbedTestCase(BaseTestCase):
             self.assertEqual(r.status_code, 400, value)
 
     def test_xml_is_not_implemented(self) -> None:
-        self.assertEqual(self.oembed(url="http://testserver/s/demo/", format="xml").status_code, 501)
+        self.assertEqual(
+            self.oembed(url="http://testserver/s/demo/", format="xml").status_code, 501
+        )
 
     def test_urls_that_are_not_ours_or_not_sessions_are_404(self) -> None:
         for url in (

@@ -7,7 +7,9 @@ from tests.base import BaseTestCase, add_kernel, make_session
 class PrivacyTestCase(BaseTestCase):
     def setUp(self) -> None:
         super().setUp()
-        self.session = make_session("alices", turns=2, title="Alice's draft", visibility="private", owner=self.alice)
+        self.session = make_session(
+            "alices", turns=2, title="Alice's draft", visibility="private", owner=self.alice
+        )
         Turn.objects.filter(session=self.session, number=1).update(content="private-needle")
         add_kernel(self.session, turn=1)
 
@@ -46,12 +48,19 @@ class PrivacyTestCase(BaseTestCase):
     def test_the_owner_and_staff_see_it_but_never_in_lists_or_embeds(self) -> None:
         for user in ("alice", "charlie"):
             self.client.login(username=user, password="password")
-            for url in ("/s/alices/", "/s/alices/export.json", "/s/alices/export.md", "/s/alices/kernels/add/"):
+            for url in (
+                "/s/alices/",
+                "/s/alices/export.json",
+                "/s/alices/export.md",
+                "/s/alices/kernels/add/",
+            ):
                 with self.subTest(user=user, url=url):
                     self.assertEqual(self.client.get(url).status_code, 200)
             for url in self.PUBLIC_ONLY_VIEWS:
                 self.assertEqual(self.client.get(url).status_code, 404)
-            self.assertNotContains(self.client.get("/", {"q": "private-needle"}), "Alice&#x27;s draft")
+            self.assertNotContains(
+                self.client.get("/", {"q": "private-needle"}), "Alice&#x27;s draft"
+            )
 
     def test_private_pages_offer_no_embed_code_or_oembed_link(self) -> None:
         self.client.login(username="alice", password="password")

@@ -1,0 +1,81 @@
+"""Where replay jobs run. A backend takes a queued Run and its job, and sees it finished.
+
+LocalBackend: a pool of worker processes inside this (web) process.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+from concurrent.futures import Future
+from concurrent.futures import wait as wait_futures
+
+from django.conf import settings
+from django.db import close_old_connections, connection
+
+from kernels import replay
+from kernels.models import Run
+from kernels.pool import Busy, Pool
+
+
+class LocalBackend:
+    def __init__(self) -> None:
+        self._pool: Pool | None = None
+        self._lock = threading.Lock()
+        self._futures: dict[int, Future] = {}
+
+    def pool(self) -> Pool:
+        with self._lock:
+            if self._pool is None:
+                self._pool = Pool(
+                    size=settings.REPLAY_WORKERS,
+                    deadline=settings.REPLAY_DEADLINE,
+                    max_queue=settings.REPLAY_QUEUE,
+                    backend=settings.REPLAY_WGPU_BACKEND,
+                    cwd=str(settings.BASE_DIR),
+                )
+                atexit.register(self._pool.close)
+            return self._pool
+
+    def environment_id(self, wait: bool) -> str | None:
+        """The id of the adapter our workers run on; without wait, None until one said."""
+        if self._pool is None and not wait:
+            return None
+        try:
+            return self.pool().environment(timeout=60.0 if wait else 0.0)["id"]
+        except Exception:
+            if wait:
+                raise
+            return None
+
+    def start(self, run: Run, job: replay.Job) -> None:
+        try:
+            future = self.pool().submit(job.key(run.environment_id), job.payload)
+        except Busy as busy:
+            raise replay.ReplayUnavailable(
+                "Every replay worker is busy. Try again in a few seconds.", busy.retry_after
+            ) from None
+        replay.mark_running(run.pk)
+        self._futures[run.pk] = future
+        future.add_done_callback(lambda done: self._store(run.pk, done))
+
+    def _store(self, run_id: int, future: Future) -> None:
+        # Runs on a pool thread: it needs, and must give back, its own connection.
+        close_old_connections()
+        try:
+            replay.finish(run_id, future.result())
+        finally:
+            self._futures.pop(run_id, None)
+            connection.close()
+
+    def wait(self, run: Run, timeout: float) -> None:
+        future = self._futures.get(run.pk)
+        if future is not None and wait_futures([future], timeout=timeout).done:
+            # The done-callback may not have stored it yet; storing twice is harmless.
+            replay.finish(run.pk, future.result())
+
+    def health(self) -> dict:
+        if self._pool is None:
+            return {"ok": True, "backend": "local", "started": False}
+        status = self.pool().status()
+        return {"ok": status["alive"] > 0, "backend": "local", "started": True, **status}
