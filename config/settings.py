@@ -201,10 +201,6 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": os.getenv("LOG_LEVEL", "INFO")},
-    "loggers": {
-        # wgpu logs every validation error it also raises; the outcome already carries it.
-        "wgpu": {"level": "ERROR"},
-    },
 }
 
 if PRODUCTION:

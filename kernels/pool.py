@@ -1,0 +1,529 @@
+"""A pool of replay worker processes (kernels/worker.py), each holding one warm device.
+
+Used by the web process and by task workers. It never imports Django or wgpu, and it
+never hangs its caller: every job's future is resolved, with the kernel's outcome or
+with one the pool writes itself (timeout, crashed, infra_error). A job past its deadline
+is killed with its worker's process group, since wgpu-py waits forever on a busy queue
+and nothing in-process can cancel a dispatch.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import itertools
+import json
+import logging
+import math
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kernels.outcomes import Status
+from kernels.runner import NoAdapter
+from kernels.worker import HEADER, MAX_FRAME
+
+log = logging.getLogger("kernels.pool")
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+START_TIMEOUT = 60.0
+STOP_GRACE = 2.0
+STDERR_LINES = 40
+
+
+class Busy(Exception):
+    """The queue is full; ask again after retry_after seconds."""
+
+    def __init__(self, retry_after: int) -> None:
+        super().__init__(f"All replay workers are busy; retry in {retry_after} s.")
+        self.retry_after = retry_after
+
+
+class _Deadline(Exception):
+    pass
+
+
+@dataclass
+class _Job:
+    key: str
+    id: str
+    payload: bytes
+    future: Future = field(default_factory=Future)
+
+
+class _Worker:
+    """One worker process, and the tail of what it wrote to stderr."""
+
+    def __init__(self, process: subprocess.Popen) -> None:
+        self.process = process
+        self.pid = process.pid
+        self.jobs = 0
+        self.hello: dict = {}
+        self.stderr: collections.deque[str] = collections.deque(maxlen=STDERR_LINES)
+        self.stdout = process.stdout.fileno()  # type: ignore[union-attr]
+        self.stdin = process.stdin.fileno()  # type: ignore[union-attr]
+        os.set_blocking(self.stdin, False)
+        self.drain = threading.Thread(target=self._drain, name=f"replay-stderr-{self.pid}")
+        self.drain.daemon = True
+        self.drain.start()
+
+    def _drain(self) -> None:
+        for raw in self.process.stderr:  # type: ignore[union-attr]
+            line = raw.decode(errors="replace").rstrip()[:500]
+            if line:
+                self.stderr.append(line)
+                log.debug("worker %s: %s", self.pid, line)
+
+    @property
+    def environment(self) -> dict:
+        return self.hello.get("environment") or {}
+
+    def send(self, data: bytes, deadline: float | None) -> None:
+        view = memoryview(data)
+        while view:
+            _wait(self.stdin, select.POLLOUT, deadline)
+            try:
+                written = os.write(self.stdin, view)
+            except BlockingIOError:
+                continue
+            view = view[written:]
+
+    def receive(self, deadline: float | None) -> dict:
+        (length,) = HEADER.unpack(self._read(HEADER.size, deadline))
+        if length > MAX_FRAME:
+            raise ValueError(f"worker sent a frame of {length} bytes")
+        return json.loads(self._read(length, deadline))
+
+    def _read(self, size: int, deadline: float | None) -> bytes:
+        chunks = []
+        while size:
+            _wait(self.stdout, select.POLLIN, deadline)
+            chunk = os.read(self.stdout, min(size, 1 << 20))
+            if not chunk:
+                raise EOFError("the worker closed its output")
+            chunks.append(chunk)
+            size -= len(chunk)
+        return b"".join(chunks)
+
+    def kill(self) -> None:
+        # The worker leads its own session, so this also ends anything it started.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signal.SIGKILL)
+        self.reap()
+
+    def stop(self) -> None:
+        """Ask the worker to exit (it does at end of input); kill it if it does not."""
+        with contextlib.suppress(OSError):
+            self.process.stdin.close()  # type: ignore[union-attr]
+        try:
+            self.process.wait(timeout=STOP_GRACE)
+        except subprocess.TimeoutExpired:
+            self.kill()
+        self.reap()
+
+    def reap(self) -> None:
+        try:
+            self.process.wait(timeout=STOP_GRACE)
+        except subprocess.TimeoutExpired:
+            log.error("worker %s did not exit after SIGKILL", self.pid)
+        # The stderr tail is complete once the pipe reaches end of file.
+        self.drain.join(timeout=1.0)
+        for pipe in (self.process.stdin, self.process.stdout, self.process.stderr):
+            with contextlib.suppress(OSError):
+                pipe.close()  # type: ignore[union-attr]
+
+    def exit_description(self) -> str:
+        code = self.process.poll()
+        if code is None:
+            return "still running"
+        if code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            return f"killed by {name}"
+        return f"exited with status {code}"
+
+
+def _wait(fd: int, event: int, deadline: float | None) -> None:
+    # poll, not select: a busy web process can hold file descriptors above 1024.
+    poller = select.poll()
+    poller.register(fd, event)
+    while True:
+        timeout = None
+        if deadline is not None:
+            timeout = deadline - time.monotonic()
+            if timeout <= 0:
+                raise _Deadline
+        if poller.poll(None if timeout is None else max(1, math.ceil(timeout * 1000))):
+            return
+
+
+@dataclass
+class _Slot:
+    number: int
+    worker: _Worker | None = None
+    job: _Job | None = None
+    start_error: str = ""
+    thread: threading.Thread | None = None
+
+
+class Pool:
+    def __init__(
+        self,
+        size: int = 2,
+        deadline: float = 10.0,
+        max_queue: int = 16,
+        backend: str = "",
+        max_jobs_per_worker: int = 500,
+        python: str = sys.executable,
+        cwd: str | Path = REPO_ROOT,
+        env_overrides: dict[str, str] | None = None,
+    ) -> None:
+        if size < 1 or max_queue < 1 or deadline <= 0 or max_jobs_per_worker < 1:
+            raise ValueError("size, max_queue, deadline and max_jobs_per_worker must be positive")
+        self.size = size
+        self.deadline = float(deadline)
+        self.max_queue = max_queue
+        self.backend = backend
+        self.max_jobs_per_worker = max_jobs_per_worker
+        self.python = python
+        self.cwd = str(cwd)
+        self.env_overrides = dict(env_overrides or {})
+
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._queue: collections.deque[_Job] = collections.deque()
+        self._in_flight: dict[str, Future] = {}
+        self._ids = itertools.count(1)
+        self._closed = False
+        self._environment: dict | None = None
+        self._unavailable = ""
+        self._average_s = 1.0
+        self._counts = {"completed": 0, "timeouts": 0, "crashes": 0, "respawns": 0}
+        self._slots = [_Slot(number) for number in range(size)]
+        for slot in self._slots:
+            # Each slot spawns its own workers from its own thread: Linux ties a
+            # worker's parent-death signal to the thread that started it.
+            slot.thread = threading.Thread(
+                target=self._serve, args=(slot,), name=f"replay-slot-{slot.number}"
+            )
+            slot.thread.daemon = True
+            slot.thread.start()
+
+    # -- the caller's side -----------------------------------------------------------
+
+    def submit(self, key: str, job: dict) -> Future:
+        """Queue a job; a job with the same key already queued or running shares its future.
+
+        Raises Busy at once when the queue is full. The job is encoded here, so a job that
+        is not JSON raises in the caller rather than in a pool thread.
+        """
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the replay pool is closed")
+            shared = self._in_flight.get(key)
+            if shared is not None:
+                return shared
+            if len(self._queue) >= self.max_queue:
+                raise Busy(self._retry_after())
+            job_id = f"{os.getpid()}-{next(self._ids)}"
+            message = {"type": "job", "id": job_id, **job}
+            if "fixtures_dir" in message:
+                message["fixtures_dir"] = str(message["fixtures_dir"])
+            body = json.dumps(message, allow_nan=False).encode()
+            queued = _Job(key=key, id=job_id, payload=HEADER.pack(len(body)) + body)
+            self._queue.append(queued)
+            self._in_flight[key] = queued.future
+            self._changed.notify_all()
+            return queued.future
+
+    def run(self, key: str, job: dict) -> dict:
+        return self.submit(key, job).result()
+
+    def environment(self, timeout: float = 30.0) -> dict:
+        """The environment a worker reported when it started; NoAdapter if it had none."""
+        end = time.monotonic() + timeout
+        with self._changed:
+            while self._environment is None and not self._unavailable:
+                remaining = end - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(f"no replay worker has started within {timeout} s")
+                self._changed.wait(remaining)
+            if self._environment is None:
+                raise NoAdapter(self._unavailable)
+            return dict(self._environment)
+
+    def status(self) -> dict:
+        with self._lock:
+            workers = [s.worker for s in self._slots if s.worker is not None]
+            live = [w for w in workers if w.process.poll() is None]
+            return {
+                "size": self.size,
+                "alive": len(live),
+                "busy": sum(1 for s in self._slots if s.job is not None),
+                "queued": len(self._queue),
+                "max_queue": self.max_queue,
+                "deadline": self.deadline,
+                **self._counts,
+                "environment": self._environment["label"] if self._environment else None,
+                "error": None if self._environment else self._unavailable or None,
+                "worker_pids": [w.pid for w in live],
+                "busy_pids": [
+                    s.worker.pid for s in self._slots if s.job is not None and s.worker is not None
+                ],
+            }
+
+    def close(self) -> None:
+        """Stop taking jobs, answer the queued ones, and end every worker."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            abandoned = list(self._queue)
+            self._queue.clear()
+            # Busy workers, and workers still starting: neither would notice the close.
+            doomed = [
+                s.worker
+                for s in self._slots
+                if s.worker is not None and (s.job is not None or not s.worker.hello)
+            ]
+            self._changed.notify_all()
+        for job in abandoned:
+            self._resolve(job, self._closed_outcome(), elapsed=None)
+        for worker in doomed:
+            worker.kill()
+        for slot in self._slots:
+            if slot.thread is not None:
+                slot.thread.join(timeout=START_TIMEOUT)
+
+    def __enter__(self) -> Pool:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _retry_after(self) -> int:
+        busy = sum(1 for s in self._slots if s.job is not None)
+        waiting = len(self._queue) + busy + 1
+        return max(1, math.ceil(waiting / self.size * self._average_s))
+
+    # -- the slot threads ----------------------------------------------------------------
+
+    def _serve(self, slot: _Slot) -> None:
+        while True:
+            if slot.worker is None and not self._closed:
+                self._start(slot)
+            job = self._take(slot)
+            if job is None:
+                break
+            started = time.monotonic()
+            try:
+                outcome = self._run(slot, job)
+            except Exception as e:
+                # A bug here must still answer the caller.
+                log.exception("replay slot %s failed", slot.number)
+                if slot.worker is not None:
+                    slot.worker.kill()
+                    slot.worker = None
+                outcome = _pool_outcome(Status.CRASHED, f"The replay pool failed: {e}", repr(e))
+            with self._lock:
+                slot.job = None
+            self._resolve(job, outcome, elapsed=time.monotonic() - started)
+        if slot.worker is not None:
+            slot.worker.stop()
+            slot.worker = None
+
+    def _take(self, slot: _Slot) -> _Job | None:
+        with self._changed:
+            while True:
+                while not self._queue and not self._closed:
+                    self._changed.wait()
+                if self._closed:
+                    return None
+                job = self._queue.popleft()
+                if job.future.set_running_or_notify_cancel():
+                    slot.job = job
+                    return job
+                # Cancelled while it waited.
+                self._in_flight.pop(job.key, None)
+
+    def _start(self, slot: _Slot) -> None:
+        env = {
+            # One BLAS thread for the float64 reference: idle OpenBLAS threads spin, and
+            # on a CPU adapter they take the cores llvmpipe runs the kernel on (measured:
+            # a 1000x784x128 matmul replay went from 1.45x to 1.1x a bare dispatch).
+            "OPENBLAS_NUM_THREADS": "1",
+            **os.environ,
+            **self.env_overrides,
+            "KERNELBIN_WGPU_BACKEND": self.backend,
+            "KERNELBIN_PARENT_PID": str(os.getpid()),
+        }
+        try:
+            # Our own module under the configured interpreter; no shell, no user input.
+            process = subprocess.Popen(  # noqa: S603
+                [self.python, "-m", "kernels.worker"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=self.cwd,
+                env=env,
+                start_new_session=True,
+            )
+        except OSError as e:
+            self._failed_start(slot, f"could not start a replay worker: {e}")
+            return
+        worker = _Worker(process)
+        with self._lock:
+            slot.worker = worker
+        try:
+            hello = worker.receive(time.monotonic() + START_TIMEOUT)
+        except (_Deadline, EOFError, OSError, ValueError) as e:
+            worker.kill()
+            with self._lock:
+                slot.worker = None
+            if self._closed:
+                return
+            reason = "did not start in time" if isinstance(e, _Deadline) else "failed to start"
+            tail = "\n".join(worker.stderr)
+            self._failed_start(
+                slot,
+                f"the replay worker {reason} ({worker.exit_description()})"
+                + (f":\n{tail}" if tail else ""),
+            )
+            return
+        worker.hello = hello
+        slot.start_error = ""
+        with self._changed:
+            if hello.get("environment"):
+                self._environment = hello["environment"]
+            else:
+                self._unavailable = str(hello.get("error") or "the worker reported no adapter")
+            self._changed.notify_all()
+        log.info(
+            "replay worker %s up: %s",
+            worker.pid,
+            worker.environment.get("label") or hello.get("error"),
+        )
+
+    def _failed_start(self, slot: _Slot, reason: str) -> None:
+        log.error("%s", reason)
+        slot.start_error = reason
+        with self._changed:
+            self._unavailable = reason
+            self._changed.notify_all()
+
+    def _run(self, slot: _Slot, job: _Job) -> dict:
+        worker = slot.worker
+        if worker is None:
+            return _pool_outcome(
+                Status.INFRA_ERROR,
+                "No replay worker could be started.",
+                slot.start_error or "no worker",
+            )
+        started = time.monotonic()
+        deadline = started + self.deadline
+        try:
+            worker.send(job.payload, deadline)
+            while True:
+                reply = worker.receive(deadline)
+                if reply.get("type") == "result" and reply.get("id") == job.id:
+                    break
+        except _Deadline:
+            worker.kill()
+            outcome = self._timeout_outcome(worker, started)
+            return self._retire(slot, "timeouts", outcome)
+        except (EOFError, OSError, ValueError) as e:
+            worker.kill()
+            if self._closed:
+                return self._retire(slot, None, self._closed_outcome())
+            return self._retire(slot, "crashes", self._crash_outcome(worker, e))
+
+        worker.jobs += 1
+        if worker.jobs >= self.max_jobs_per_worker:
+            log.info("recycling replay worker %s after %s jobs", worker.pid, worker.jobs)
+            worker.stop()
+            with self._lock:
+                slot.worker = None
+                self._counts["respawns"] += 1
+        outcome = reply["outcome"]
+        outcome.setdefault("timings", {})["wall_ms"] = _ms_since(started)
+        return outcome
+
+    def _retire(self, slot: _Slot, count: str | None, outcome: dict) -> dict:
+        """Forget the slot's (dead) worker; the slot thread starts a fresh one."""
+        with self._lock:
+            slot.worker = None
+            if count is not None:
+                self._counts[count] += 1
+                self._counts["respawns"] += 1
+        return outcome
+
+    def _resolve(self, job: _Job, outcome: dict, elapsed: float | None) -> None:
+        with self._lock:
+            if self._in_flight.get(job.key) is job.future:
+                del self._in_flight[job.key]
+            if elapsed is not None:
+                self._counts["completed"] += 1
+                self._average_s = 0.8 * self._average_s + 0.2 * elapsed
+        if not job.future.done():
+            job.future.set_result(outcome)
+
+    # -- outcomes the pool writes itself -------------------------------------------------
+
+    def _timeout_outcome(self, worker: _Worker, started: float) -> dict:
+        log.warning("replay job on worker %s passed its %.1f s deadline", worker.pid, self.deadline)
+        return _pool_outcome(
+            Status.TIMEOUT,
+            f"Stopped after {self.deadline:.1f} s: the kernel did not finish within the "
+            "replay deadline.",
+            f"The deadline is {self.deadline:.1f} s of wall-clock time per replay; the worker "
+            "was killed and replaced.",
+            environment=worker.environment,
+            wall_ms=_ms_since(started),
+        )
+
+    def _crash_outcome(self, worker: _Worker, error: Exception) -> dict:
+        exit = worker.exit_description()
+        log.warning("replay worker %s died mid-job (%s): %s", worker.pid, exit, error)
+        stderr = "\n".join(worker.stderr) or "(nothing)"
+        return _pool_outcome(
+            Status.CRASHED,
+            f"The replay worker stopped mid-job ({exit}).",
+            f"Worker {worker.pid} {exit}. Last lines of its stderr:\n{stderr}",
+            environment=worker.environment,
+        )
+
+    def _closed_outcome(self) -> dict:
+        return _pool_outcome(
+            Status.INFRA_ERROR, "The replay pool was shut down before this job ran.", "closed"
+        )
+
+
+def _pool_outcome(
+    status: Status,
+    message: str,
+    error: str,
+    environment: dict | None = None,
+    wall_ms: float | None = None,
+) -> dict:
+    return {
+        "status": str(status),
+        "message": message,
+        "error": error,
+        "environment": environment or {},
+        "timings": {"compile_ms": None, "run_ms": None, "wall_ms": wall_ms},
+        "warnings": [],
+        "outputs": [],
+    }
+
+
+def _ms_since(started: float) -> float:
+    return round((time.monotonic() - started) * 1000, 2)

@@ -1,0 +1,228 @@
+"""A replay worker process: one warm wgpu device, jobs in, outcomes out.
+
+Started by kernels.pool as `python -m kernels.worker` with the repository root as cwd;
+never imports Django. Messages both ways are framed as a 4-byte big-endian length and
+UTF-8 JSON:
+
+    worker -> pool   {"type": "hello", "environment": {...}, "pid": n}
+                     or {"type": "hello", "error": "...", "pid": n} when no adapter opens
+    pool -> worker   {"type": "job", "id": str, "sources": {...}, "harness": {...} | null,
+                      "fixtures_dir": str, "limits": {...}}   (limits optional)
+    worker -> pool   {"type": "result", "id": str, "outcome": {...}}
+
+A worker without an adapter stays up and answers every job with an infra_error outcome
+that gives the reason, so the pool needs no special path for it and recycles it like
+any other. The worker exits cleanly when its stdin closes. A job that never ends is the
+pool's to kill: nothing in-process can cancel a dispatch.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import logging
+import os
+import resource
+import signal
+import stat
+import struct
+import sys
+import tempfile
+import traceback
+from collections import OrderedDict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, BinaryIO
+
+import numpy as np
+
+from kernels.outcomes import Status
+
+if TYPE_CHECKING:
+    from kernels.runner import Environment
+
+HEADER = struct.Struct(">I")
+MAX_FRAME = 256 * 1024 * 1024
+MAX_FILE_BYTES = 16 * 1024 * 1024
+FIXTURE_CACHE_BYTES = 512 * 1024 * 1024
+PR_SET_PDEATHSIG = 1
+
+log = logging.getLogger("kernels.worker")
+
+
+def read_frame(stream: BinaryIO) -> dict | None:
+    """The next message, or None at a clean end of input."""
+    header = stream.read(HEADER.size)
+    if not header:
+        return None
+    if len(header) < HEADER.size:
+        raise EOFError("input ended inside a frame header")
+    (length,) = HEADER.unpack(header)
+    if length > MAX_FRAME:
+        raise ValueError(f"frame of {length} bytes is over the {MAX_FRAME} byte cap")
+    body = stream.read(length)
+    if len(body) < length:
+        raise EOFError("input ended inside a frame")
+    return json.loads(body)
+
+
+def encode_frame(message: dict) -> bytes:
+    body = json.dumps(message, allow_nan=False).encode()
+    return HEADER.pack(len(body)) + body
+
+
+class FixtureCache:
+    """np.load per fixture path, kept read-only so no job can change another's input.
+
+    Keyed by modification time and size as well, so an updated fixture is read again.
+    """
+
+    def __init__(self, max_bytes: int = FIXTURE_CACHE_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self.arrays: OrderedDict[tuple[str, int, int], np.ndarray] = OrderedDict()
+
+    def __call__(self, path: Path) -> np.ndarray:
+        stat = path.stat()
+        key = (str(path), stat.st_mtime_ns, stat.st_size)
+        if key in self.arrays:
+            self.arrays.move_to_end(key)
+            return self.arrays[key]
+        array = np.load(path, allow_pickle=False)
+        array.setflags(write=False)
+        self.arrays[key] = array
+        while sum(a.nbytes for a in self.arrays.values()) > self.max_bytes and len(self.arrays) > 1:
+            self.arrays.popitem(last=False)
+        return array
+
+
+def run_job(device: Any, env: Environment, job: dict, load_array: FixtureCache) -> dict:
+    """One job's outcome. A bug in the runner becomes a "crashed" outcome, not an exit."""
+    from kernels.runner import Limits, execute
+
+    try:
+        limits = Limits.from_dict(job.get("limits") or {})
+    except ValueError as e:
+        return infra_outcome(Status.REJECTED, f"The job's limits are invalid: {e}", str(e), env)
+    try:
+        return execute(
+            device,
+            env,
+            job["sources"],
+            job.get("harness"),
+            Path(job["fixtures_dir"]),
+            limits,
+            load_array=load_array,
+        )
+    except Exception as e:
+        log.exception("runner failed")
+        detail = traceback.format_exception_only(e)[-1].strip()
+        return infra_outcome(
+            Status.CRASHED, f"The replay runner failed: {detail}", traceback.format_exc(), env
+        )
+
+
+def infra_outcome(status: Status, message: str, error: str, env: Environment | None) -> dict:
+    return {
+        "status": str(status),
+        "message": message,
+        "error": error,
+        "environment": env.as_dict() if env is not None else {},
+        "timings": {"compile_ms": None, "run_ms": None},
+        "warnings": [],
+        "outputs": [],
+    }
+
+
+def protect_protocol() -> BinaryIO:
+    """The protocol channel, on a private copy of stdout.
+
+    fd 1 is then pointed at stderr, so whatever native code prints (Mesa, LLVM) lands in
+    the log instead of in the middle of a frame.
+    """
+    channel = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return channel
+
+
+def limit_resources() -> None:
+    # No RLIMIT_AS: lavapipe reserves well over 1 GiB of address space for a device.
+    for limit, value in ((resource.RLIMIT_FSIZE, MAX_FILE_BYTES), (resource.RLIMIT_CORE, 0)):
+        _, hard = resource.getrlimit(limit)
+        capped = value if hard == resource.RLIM_INFINITY else min(value, hard)
+        resource.setrlimit(limit, (capped, capped))
+
+
+def die_with_parent() -> None:
+    """Ask Linux to kill this worker if the pool's process dies without closing it.
+
+    Otherwise a kernel still running when the web process is killed keeps a core busy
+    until it ends on its own.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    parent = os.environ.get("KERNELBIN_PARENT_PID")
+    if parent and os.getppid() != int(parent):
+        # The parent died before prctl took effect.
+        sys.exit(1)
+
+
+def private_runtime_dir() -> str:
+    """A directory only this user can use, shared by all workers so respawns leave no litter.
+
+    A fresh one when the shared path is not ours (someone else made it first).
+    """
+    path = Path(tempfile.gettempdir()) / f"kernelbin-xdg-{os.getuid()}"
+    try:
+        path.mkdir(mode=0o700, exist_ok=True)
+        info = path.lstat()
+        private = stat.S_IMODE(info.st_mode) == 0o700 and info.st_uid == os.getuid()
+        if stat.S_ISDIR(info.st_mode) and private:
+            return str(path)
+    except OSError:
+        pass
+    return tempfile.mkdtemp(prefix="kernelbin-xdg-")
+
+
+def main() -> int:
+    channel = protect_protocol()
+    limit_resources()
+    die_with_parent()
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    if not os.environ.get("XDG_RUNTIME_DIR"):
+        # Mesa complains on every start when it is unset.
+        os.environ["XDG_RUNTIME_DIR"] = private_runtime_dir()
+
+    from kernels.runner import NoAdapter, open_device
+
+    device = env = None
+    try:
+        device, env = open_device(os.environ.get("KERNELBIN_WGPU_BACKEND", ""))
+        hello: dict = {"type": "hello", "environment": env.as_dict(), "pid": os.getpid()}
+        no_adapter = ""
+    except (NoAdapter, ValueError) as e:
+        no_adapter = str(e)
+        hello = {"type": "hello", "error": no_adapter, "pid": os.getpid()}
+    channel.write(encode_frame(hello))
+    channel.flush()
+
+    cache = FixtureCache()
+    stdin = sys.stdin.buffer
+    while True:
+        message = read_frame(stdin)
+        if message is None:
+            return 0
+        if message.get("type") != "job":
+            log.warning("ignoring a %r message", message.get("type"))
+            continue
+        if no_adapter:
+            outcome = infra_outcome(Status.INFRA_ERROR, no_adapter, no_adapter, None)
+        else:
+            outcome = run_job(device, env, message, cache)
+        channel.write(encode_frame({"type": "result", "id": message.get("id"), "outcome": outcome}))
+        channel.flush()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,228 @@
+"""kernels.pool: worker processes, deadlines, crashes and back-pressure. No database."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from kernels.pool import Busy, Pool
+from kernels.runner import NoAdapter
+
+NO_VULKAN = {"VK_ICD_FILENAMES": "/nonexistent.json"}
+
+ADD = """@group(0) @binding(0) var<storage, read> a: array<f32>;
+@group(0) @binding(1) var<storage, read> b: array<f32>;
+@group(0) @binding(2) var<storage, read_write> c: array<f32>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    if (gid.x < arrayLength(&c)) {
+        c[gid.x] = a[gid.x] + b[gid.x];
+    }
+}
+"""
+
+# llvmpipe stops loops at 65,535 iterations, so this is long by sheer work: about a
+# million invocations of 60,000 iterations each, well over 15 s on two cores.
+HOSTILE = """@group(0) @binding(0) var<storage, read_write> out: array<f32>;
+
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    var acc = 0.0;
+    for (var i = 0u; i < 60000u; i++) {
+        acc = acc * 0.999 + sin(f32(i) + out[gid.x % 16u]);
+    }
+    out[gid.x] = acc;
+}
+"""
+
+
+def add_job(seed: int = 1) -> dict:
+    def rand(s: int) -> dict:
+        return {
+            "usage": "read",
+            "dtype": "f32",
+            "shape": [256],
+            "random": {"seed": s, "low": -1, "high": 1},
+        }
+
+    return {
+        "sources": {"self": ADD},
+        "harness": {
+            "buffers": {
+                "a": rand(seed),
+                "b": rand(seed + 1),
+                "c": {"usage": "read_write", "dtype": "f32", "shape": [256], "output": True},
+            },
+            "passes": [{"bind": {"0": "a", "1": "b", "2": "c"}, "dispatch": [4]}],
+            "reference": {"name": "add", "args": ["a", "b"]},
+        },
+        "fixtures_dir": "fixtures",
+    }
+
+
+def hostile_job() -> dict:
+    return {
+        "sources": {"self": HOSTILE},
+        "harness": {
+            "buffers": {
+                "out": {"usage": "read_write", "dtype": "f32", "shape": [4096 * 256], "zeros": True}
+            },
+            "passes": [{"bind": {"0": "out"}, "dispatch": [4096]}],
+        },
+        "fixtures_dir": "fixtures",
+    }
+
+
+def wait_for(condition: Callable[[], object], timeout: float = 20.0) -> object:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError("condition not met in time")
+
+
+def busy_pid(pool: Pool) -> int:
+    pids = wait_for(lambda: pool.status()["busy_pids"])
+    return pids[0]  # type: ignore[index]
+
+
+@pytest.fixture(scope="module")
+def pool() -> Iterator[Pool]:
+    with Pool(size=2, deadline=2.0) as pool:
+        yield pool
+
+
+@pytest.fixture(scope="module")
+def single() -> Iterator[Pool]:
+    with Pool(size=1, deadline=30.0, max_queue=1) as pool:
+        yield pool
+
+
+def test_it_runs_a_job(pool: Pool) -> None:
+    outcome = pool.run("add-1", add_job())
+
+    assert outcome["status"] == "passed", outcome["message"]
+    assert outcome["timings"]["wall_ms"] > 0
+    assert outcome["environment"] == pool.environment()
+    status = pool.status()
+    assert status["alive"] == 2 and status["environment"] == outcome["environment"]["label"]
+
+
+def test_identical_keys_share_one_run(pool: Pool) -> None:
+    first = pool.submit("shared", add_job())
+    second = pool.submit("shared", add_job())
+
+    assert first is second
+    assert first.result(timeout=30)["status"] == "passed"
+    again = pool.submit("shared", add_job())
+    assert again is not first
+    assert again.result(timeout=30)["status"] == "passed"
+
+
+def test_it_stops_a_job_past_its_deadline_and_keeps_serving(pool: Pool) -> None:
+    started = time.monotonic()
+    hostile = pool.submit("hostile", hostile_job())
+    victim = busy_pid(pool)
+    others = [pool.submit(f"meanwhile-{i}", add_job(seed=i)) for i in range(3)]
+
+    # The other worker answers while the hostile job runs and is killed.
+    assert [f.result(timeout=30)["status"] for f in others] == ["passed"] * 3
+    outcome = hostile.result(timeout=30)
+    elapsed = time.monotonic() - started
+
+    assert outcome["status"] == "timeout"
+    assert outcome["message"].startswith("Stopped after 2.0 s")
+    assert outcome["environment"]["label"] and outcome["outputs"] == []
+    assert elapsed < pool.deadline + 5
+    wait_for(lambda: pool.status()["alive"] == 2 and victim not in pool.status()["worker_pids"])
+    assert pool.run("after-timeout", add_job(seed=9))["status"] == "passed"
+    assert pool.status()["timeouts"] == 1 and pool.status()["respawns"] >= 1
+
+
+def test_it_reports_a_worker_killed_mid_job(single: Pool) -> None:
+    future = single.submit("to-be-killed", hostile_job())
+    pid = busy_pid(single)
+
+    os.kill(pid, signal.SIGKILL)
+    outcome = future.result(timeout=30)
+
+    assert outcome["status"] == "crashed"
+    assert "killed by SIGKILL" in outcome["message"]
+    assert "Last lines of its stderr" in outcome["error"]
+    assert single.run("after-crash", add_job())["status"] == "passed"
+    assert pid not in single.status()["worker_pids"]
+    assert single.status()["crashes"] >= 1
+
+
+def test_it_refuses_work_when_the_queue_is_full(single: Pool) -> None:
+    running = single.submit("long", hostile_job())
+    pid = busy_pid(single)
+    queued = single.submit("queued", add_job())
+
+    with pytest.raises(Busy) as refused:
+        single.submit("one-too-many", add_job())
+
+    assert refused.value.retry_after >= 1
+    # A job already queued is shared, even with the queue full.
+    assert single.submit("queued", add_job()) is queued
+    os.kill(pid, signal.SIGKILL)
+    assert running.result(timeout=30)["status"] == "crashed"
+    assert queued.result(timeout=30)["status"] == "passed"
+
+
+def test_it_falls_back_to_opengl_and_recycles_workers() -> None:
+    with Pool(size=1, max_jobs_per_worker=1, env_overrides=NO_VULKAN) as pool:
+        first = pool.run("gl-1", add_job())
+        pid = wait_for(lambda: pool.status()["worker_pids"])
+        second = pool.run("gl-2", add_job(seed=5))
+
+        assert first["status"] == second["status"] == "passed"
+        assert first["environment"]["backend"] == "OpenGL"
+        assert "via OpenGL" in pool.environment()["label"]
+        assert pool.status()["respawns"] >= 1
+        assert pid != wait_for(lambda: pool.status()["worker_pids"])
+
+
+def test_it_answers_infra_error_without_an_adapter() -> None:
+    with Pool(size=1, backend="vulkan", env_overrides=NO_VULKAN) as pool:
+        outcome = pool.run("no-adapter", add_job())
+
+        assert outcome["status"] == "infra_error"
+        assert "No vulkan adapter found" in outcome["message"]
+        with pytest.raises(NoAdapter):
+            pool.environment(timeout=10)
+        assert pool.status()["environment"] is None
+
+
+def test_it_answers_when_no_worker_starts(tmp_path: Path) -> None:
+    # From an empty folder "-m kernels.worker" cannot be imported: the worker dies at once.
+    with Pool(size=1, python=sys.executable, cwd=tmp_path) as pool:
+        outcome = pool.run("nowhere", add_job())
+
+        assert outcome["status"] == "infra_error"
+        assert "No module named 'kernels'" in outcome["error"]
+        with pytest.raises(NoAdapter):
+            pool.environment(timeout=10)
+
+
+def test_closing_answers_queued_jobs() -> None:
+    pool = Pool(size=1, deadline=30.0)
+    running = pool.submit("long", hostile_job())
+    busy_pid(pool)
+    queued = pool.submit("waiting", add_job())
+
+    pool.close()
+
+    assert queued.result(timeout=1)["status"] == "infra_error"
+    assert running.result(timeout=10)["status"] == "infra_error"
+    with pytest.raises(RuntimeError):
+        pool.submit("late", add_job())

@@ -1,0 +1,504 @@
+"""kernels.runner on a real wgpu device (llvmpipe here). No database."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kernels.runner import Environment, Limits, execute, open_device, status_grid
+
+ADD = """@group(0) @binding(0) var<storage, read> a: array<f32>;
+@group(0) @binding(1) var<storage, read> b: array<f32>;
+@group(0) @binding(2) var<storage, read_write> c: array<f32>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = gid.x;
+    if (i < arrayLength(&c)) {
+        c[i] = a[i] + b[i];
+    }
+}
+"""
+
+MATMUL = """struct Dims { m: u32, n: u32, k: u32, pad: u32 }
+@group(0) @binding(0) var<uniform> dims: Dims;
+@group(0) @binding(1) var<storage, read> a: array<f32>;
+@group(0) @binding(2) var<storage, read> b: array<f32>;
+@group(0) @binding(3) var<storage, read_write> c: array<f32>;
+
+@compute @workgroup_size(8, 8)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let row = gid.y;
+    let col = gid.x;
+    if (row >= dims.m || col >= dims.n) {
+        return;
+    }
+    var acc = 0.0;
+    for (var i = 0u; i < dims.k; i++) {
+        acc += a[row * dims.k + i] * b[i * dims.n + col];
+    }
+    c[row * dims.n + col] = acc;
+}
+"""
+
+MATMUL_BIAS = MATMUL.replace(
+    "@group(0) @binding(3) var<storage, read_write> c: array<f32>;",
+    "@group(0) @binding(3) var<storage, read_write> c: array<f32>;\n"
+    "@group(0) @binding(4) var<storage, read> bias: array<f32>;",
+).replace("c[row * dims.n + col] = acc;", "c[row * dims.n + col] = acc + bias[col];")
+
+RELU = """@group(0) @binding(0) var<storage, read_write> h: array<f32>;
+
+@compute @workgroup_size(64)
+fn apply(@builtin(global_invocation_id) gid: vec3<u32>) {
+    if (gid.x < arrayLength(&h)) {
+        h[gid.x] = max(h[gid.x], 0.0);
+    }
+}
+"""
+
+NAIVE_SOFTMAX = """@group(0) @binding(0) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read_write> y: array<f32>;
+const COLS: u32 = 16u;
+
+@compute @workgroup_size(1)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let row = gid.x;
+    var total = 0.0;
+    for (var j = 0u; j < COLS; j++) {
+        total += exp(x[row * COLS + j]);
+    }
+    for (var j = 0u; j < COLS; j++) {
+        y[row * COLS + j] = exp(x[row * COLS + j]) / total;
+    }
+}
+"""
+
+COPY = """@group(0) @binding(0) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read_write> y: array<f32>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    if (gid.x < arrayLength(&y)) {
+        y[gid.x] = x[gid.x];
+    }
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def gpu() -> tuple[object, Environment]:
+    return open_device()
+
+
+@pytest.fixture
+def run(gpu: tuple[object, Environment], tmp_path: Path):
+    device, env = gpu
+
+    def run(sources: str | dict, harness: dict | None, **kwargs: object) -> dict:
+        if isinstance(sources, str):
+            sources = {"self": sources}
+        outcome = execute(device, env, sources, harness, kwargs.pop("fixtures", tmp_path), **kwargs)
+        # Every outcome must survive strict JSON: no NaN or infinities anywhere.
+        json.dumps(outcome, allow_nan=False)
+        return outcome
+
+    return run
+
+
+def rand(shape: list[int], seed: int, low: float = -1.0, high: float = 1.0) -> dict:
+    return {
+        "usage": "read",
+        "dtype": "f32",
+        "shape": shape,
+        "random": {"seed": seed, "low": low, "high": high},
+    }
+
+
+def add_harness(n: int = 1000, dispatch: int = 16) -> dict:
+    return {
+        "buffers": {
+            "a": rand([n], 1),
+            "b": rand([n], 2),
+            "c": {"usage": "read_write", "dtype": "f32", "shape": [n], "output": True},
+        },
+        "passes": [{"bind": {"0": "a", "1": "b", "2": "c"}, "dispatch": [dispatch]}],
+        "reference": {"name": "add", "args": ["a", "b"]},
+    }
+
+
+def matmul_harness(m: int, n: int, k: int) -> dict:
+    return {
+        "buffers": {
+            "dims": {"usage": "uniform", "dtype": "u32", "shape": [4], "data": [m, n, k, 0]},
+            "a": rand([m, k], 1),
+            "b": rand([k, n], 2),
+            "c": {"usage": "read_write", "dtype": "f32", "shape": [m, n], "output": True},
+        },
+        "passes": [
+            {
+                "bind": {"0": "dims", "1": "a", "2": "b", "3": "c"},
+                "dispatch": [(n + 7) // 8, (m + 7) // 8],
+            }
+        ],
+        "reference": {"name": "matmul", "args": ["a", "b"]},
+        "tolerance": {"atol": 1e-4, "rtol": 1e-4},
+    }
+
+
+def test_it_passes_a_correct_add(run) -> None:
+    outcome = run(ADD, add_harness())
+
+    assert outcome["status"] == "passed", outcome["message"]
+    assert outcome["message"].startswith("All 1,000 cells match the reference")
+    (out,) = outcome["outputs"]
+    assert out["bad"] == 0 and out["unwritten"] == 0 and out["count"] == 1000
+    assert out["max_abs_err"] < 1e-6
+    assert set(out["grid"]["cells"]) == {"."}
+    assert len(out["got"]) == len(out["expected"]) == 1000
+    assert outcome["timings"]["compile_ms"] > 0 and outcome["timings"]["run_ms"] > 0
+
+
+def test_it_passes_a_correct_matmul(run) -> None:
+    outcome = run(MATMUL, matmul_harness(33, 29, 17))
+
+    assert outcome["status"] == "passed", outcome["message"]
+    assert outcome["outputs"][0]["shape"] == [33, 29]
+
+
+def test_it_reports_the_environment(run, gpu) -> None:
+    outcome = run(ADD, add_harness())
+
+    env = outcome["environment"]
+    assert "via Vulkan" in env["label"]
+    assert env["backend"] == "Vulkan" and env["wgpu"].startswith("0.32")
+    assert env["id"] == gpu[1].id and len(env["id"]) == 64
+    if env["software"]:
+        assert any("Out-of-bounds writes" in w for w in outcome["warnings"])
+        assert not any("65,535" in w for w in outcome["warnings"])
+
+
+def test_it_warns_about_the_llvmpipe_loop_cap(run, gpu) -> None:
+    if not gpu[1].software:
+        pytest.skip("only llvmpipe caps loops")
+
+    outcome = run(MATMUL, matmul_harness(8, 8, 8))
+
+    assert any("65,535 iterations" in w for w in outcome["warnings"])
+
+
+def test_it_reports_a_type_error_with_line_and_column(run) -> None:
+    source = ADD.replace("let i = gid.x;", "let i = gid.x;\n    let x: f32 = gid.y;")
+
+    outcome = run(source, add_harness())
+
+    assert outcome["status"] == "compile_error"
+    info = outcome["compile"]
+    assert (info["kernel"], info["line"], info["column"]) == ("self", 8, 9)
+    assert info["message"] == "the type of `x` is expected to be `f32`, but got `u32`"
+    assert info["label"] == "definition of `x`"
+    assert "wgsl:8:9" in info["text"] and "Validation Error" not in info["text"]
+    assert "line 8, column 9" in outcome["message"]
+    assert outcome["error"] == info["text"]
+
+
+def test_it_reports_a_parse_error(run) -> None:
+    source = ADD.replace("c[i] = a[i] + b[i];", "c[i] = a[i] + b[i]\n        let z = 1;")
+
+    outcome = run(source, add_harness())
+
+    info = outcome["compile"]
+    assert outcome["status"] == "compile_error"
+    assert (info["line"], info["column"]) == (10, 9)
+    assert info["message"] == 'expected `;`, found "let"'
+    assert info["label"] == "expected `;`"
+
+
+def test_it_reports_a_validation_error(run) -> None:
+    source = ADD.replace("c[i] = a[i] + b[i];", "a[i] = b[i];")
+
+    outcome = run(source, add_harness())
+
+    info = outcome["compile"]
+    assert outcome["status"] == "compile_error"
+    assert (info["line"], info["column"]) == (9, 9)
+    assert info["label"] == "writing to this location is not permitted"
+    assert info["notes"] and "valid destination for a store" in info["notes"][0]
+
+
+def test_it_reports_a_uniform_smaller_than_its_struct(run) -> None:
+    source = """struct Params { n: u32, scale: f32, offset: f32, pad: f32 }
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(1) var<storage, read_write> y: array<f32>;
+
+@compute @workgroup_size(1)
+fn main() {
+    y[0] = params.scale;
+}
+"""
+    harness = {
+        "buffers": {
+            "params": {"usage": "uniform", "dtype": "u32", "shape": [3], "data": [1, 2, 3]},
+            "y": {"usage": "read_write", "dtype": "f32", "shape": [1], "output": True},
+        },
+        "passes": [{"bind": {"0": "params", "1": "y"}, "dispatch": [1]}],
+    }
+
+    outcome = run(source, harness)
+
+    assert outcome["status"] == "pipeline_error"
+    assert "Binding size 12 of Buffer 'params' is less than minimum 16" in outcome["message"]
+    assert "Caused by" not in outcome["error"]
+
+
+def test_it_reports_a_binding_the_harness_does_not_provide(run) -> None:
+    harness = add_harness()
+    harness["passes"][0]["bind"] = {"0": "a", "1": "b"}
+    harness["buffers"]["c"].pop("output")
+    del harness["reference"]
+
+    outcome = run(ADD, harness)
+
+    assert outcome["status"] == "pipeline_error"
+    assert "the kernel uses 3 bindings but the harness binds 2" in outcome["message"]
+    assert "@binding(2) c" in outcome["message"]
+
+
+def test_it_drops_a_binding_the_kernel_does_not_use(run) -> None:
+    harness = add_harness()
+    harness["buffers"]["extra"] = rand([4], 3)
+    harness["passes"][0]["bind"]["5"] = "extra"
+
+    outcome = run(ADD, harness)
+
+    assert outcome["status"] == "passed", outcome["message"]
+    assert any("@binding(5)" in w and "does not use" in w for w in outcome["warnings"])
+
+
+def test_it_reports_a_pipeline_error_for_a_missing_entry_point(run) -> None:
+    harness = add_harness()
+    harness["entry_point"] = "nope"
+
+    outcome = run(ADD, harness)
+
+    assert outcome["status"] == "pipeline_error"
+    assert "Unable to find entry point 'nope'" in outcome["message"]
+
+
+def test_it_shows_where_a_swapped_matmul_goes_wrong(run) -> None:
+    source = MATMUL.replace("c[row * dims.n + col] = acc;", "c[col * dims.n + row] = acc;")
+    harness = matmul_harness(16, 16, 8)
+
+    outcome = run(source, harness)
+
+    assert outcome["status"] == "mismatch"
+    (out,) = outcome["outputs"]
+    assert out["unwritten"] == 0 and out["nonfinite"] == 0
+    assert out["bad"] == 16 * 16 - 16  # only the diagonal survives a transpose
+    first = out["first_bad"][0]
+    assert first["index"] == [0, 1] and first["kind"] == "wrong"
+    a = np.array(out["got"]).reshape(16, 16)
+    assert first["got"] == pytest.approx(a[0, 1])
+    assert first["expected"] == pytest.approx(out["expected"][1])
+    assert len(out["first_bad"]) == 10
+    assert "x" in out["grid"]["cells"] and out["grid"]["rows"] == 16
+    assert outcome["message"].startswith("240 of 256 cells wrong; worst error")
+
+
+def test_it_counts_cells_never_written(run) -> None:
+    outcome = run(ADD, add_harness(n=1000, dispatch=8))
+
+    assert outcome["status"] == "mismatch"
+    (out,) = outcome["outputs"]
+    assert out["unwritten"] == 1000 - 8 * 64
+    assert out["bad"] == out["unwritten"]
+    assert out["first_bad"][0] == {
+        "index": [512],
+        "expected": out["expected"][512],
+        "got": None,
+        "kind": "unwritten",
+    }
+    assert out["got"][511] is not None and out["got"][512] is None
+    grid = out["grid"]
+    assert (grid["rows"], grid["cols"], grid["block"]) == (1, 63, [1, 16])
+    assert grid["cells"] == "." * 32 + "u" * 31
+    assert "(488 never written)" in outcome["message"]
+
+
+def test_it_calls_overflowing_softmax_nonfinite(run) -> None:
+    harness = {
+        "buffers": {
+            "x": rand([4, 16], 7, low=100.0, high=1000.0),
+            "y": {"usage": "read_write", "dtype": "f32", "shape": [4, 16], "output": True},
+        },
+        "passes": [{"bind": {"0": "x", "1": "y"}, "dispatch": [4]}],
+        "reference": {"name": "softmax", "args": ["x"]},
+    }
+
+    outcome = run(NAIVE_SOFTMAX, harness)
+
+    assert outcome["status"] == "nonfinite", outcome["message"]
+    (out,) = outcome["outputs"]
+    assert out["nonfinite"] == out["bad"] == 64
+    assert set(out["grid"]["cells"]) == {"n"}
+    assert out["first_bad"][0]["got"] == "NaN"
+    assert "NaN or infinite" in outcome["message"]
+
+
+def test_it_runs_passes_in_order_on_shared_buffers(run) -> None:
+    m, n, k = 8, 12, 16
+    harness = {
+        "buffers": {
+            "dims": {"usage": "uniform", "dtype": "u32", "shape": [4], "data": [m, n, k, 0]},
+            "x": rand([m, k], 1),
+            "w": rand([k, n], 2),
+            "b": rand([n], 3),
+            "h": {"usage": "read_write", "dtype": "f32", "shape": [m, n], "output": True},
+        },
+        "passes": [
+            {"bind": {"0": "dims", "1": "x", "2": "w", "3": "h", "4": "b"}, "dispatch": [2, 1]},
+            {"kernel": "relu", "entry_point": "apply", "bind": {"0": "h"}, "dispatch": [2]},
+        ],
+        "reference": {"name": "mlp_hidden", "args": ["x", "w", "b"]},
+        "tolerance": {"atol": 1e-4, "rtol": 1e-4},
+    }
+
+    outcome = run({"self": MATMUL_BIAS, "relu": RELU}, harness)
+
+    assert outcome["status"] == "passed", outcome["message"]
+    assert min(outcome["outputs"][0]["got"]) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("change", "fragment"),
+    [
+        ({"dispatch": [65535, 65535, 65535]}, "the number of invocations"),
+        ({"dispatch": [70000]}, "pass 1's dispatch in x is 70,000"),
+        ({"shape": [1073741824]}, "buffer c is 4,294,967,296 bytes (4 GiB)"),
+    ],
+)
+def test_it_rejects_runs_over_the_limits(run, change: dict, fragment: str) -> None:
+    harness = add_harness()
+    if "dispatch" in change:
+        harness["passes"][0]["dispatch"] = change["dispatch"]
+    else:
+        harness["buffers"]["c"]["shape"] = change["shape"]
+
+    outcome = run(ADD, harness)
+
+    assert outcome["status"] == "rejected"
+    assert fragment in outcome["message"] and "over the limit of" in outcome["message"]
+    assert outcome["timings"]["compile_ms"] is None
+
+
+def test_it_leaves_the_device_limit_to_the_device(run) -> None:
+    harness = add_harness()
+    harness["passes"][0]["dispatch"] = [70000]
+
+    outcome = run(ADD, harness, limits=Limits(max_workgroups_per_dim=100_000))
+
+    assert outcome["status"] == "pipeline_error"
+    assert "must be less or equal to 65535" in outcome["message"]
+
+
+def test_it_rejects_an_invalid_harness(run) -> None:
+    harness = add_harness()
+    harness["buffers"]["a"]["dtype"] = "f64"
+
+    outcome = run(ADD, harness)
+
+    assert outcome["status"] == "rejected"
+    assert outcome["error"].startswith("buffers.a.dtype: must be one of")
+
+
+def test_it_loads_fixture_files(run, tmp_path: Path) -> None:
+    np.save(tmp_path / "a.npy", np.arange(100, dtype=np.float64))
+    harness = add_harness(n=100, dispatch=2)
+    harness["buffers"]["a"] = {"usage": "read", "dtype": "f32", "shape": [100], "file": "a.npy"}
+
+    assert run(ADD, harness)["status"] == "passed"
+
+    harness["buffers"]["a"]["shape"] = [10, 10]
+    outcome = run(ADD, harness)
+    assert outcome["status"] == "rejected" and "holds shape [100]" in outcome["message"]
+
+
+def test_it_rejects_fixture_files_outside_the_folder(run, tmp_path: Path) -> None:
+    fixtures = tmp_path / "fixtures"
+    fixtures.mkdir()
+    np.save(tmp_path / "secret.npy", np.zeros(100))
+    os.symlink(tmp_path / "secret.npy", fixtures / "link.npy")
+    harness = add_harness(n=100, dispatch=2)
+    harness["buffers"]["a"] = {"usage": "read", "dtype": "f32", "shape": [100], "file": "link.npy"}
+
+    outcome = run(ADD, harness, fixtures=fixtures)
+
+    assert outcome["status"] == "rejected"
+    assert "buffers.a.file: resolves outside the fixtures folder" in outcome["error"]
+
+    harness["buffers"]["a"]["file"] = "missing.npy"
+    outcome = run(ADD, harness, fixtures=fixtures)
+    assert outcome["status"] == "rejected" and "does not exist" in outcome["message"]
+
+
+def test_it_shows_outputs_without_a_reference(run) -> None:
+    harness = add_harness(n=100, dispatch=1)
+    del harness["reference"]
+
+    outcome = run(ADD, harness)
+
+    assert outcome["status"] == "no_reference"
+    (out,) = outcome["outputs"]
+    assert out["unwritten"] == 36 and out["bad"] is None and "expected" not in out
+    assert out["grid"]["cells"].count("u") == 18
+    assert "36 never written" in outcome["message"]
+
+
+def test_it_only_compiles_without_a_harness(run) -> None:
+    assert run(ADD, None)["status"] == "no_reference"
+    assert run(ADD.replace("let i", "let i i"), None)["status"] == "compile_error"
+
+
+def test_it_reports_a_classification(run) -> None:
+    logits = [[0.1, 2.0, 0.3], [3.0, 0.0, 0.0], [0.0, 0.0, 5.0], [1.0, 2.0, 0.0]]
+    harness = {
+        "buffers": {
+            "x": {"usage": "read", "dtype": "f32", "shape": [4, 3], "data": logits},
+            "probs": {"usage": "read_write", "dtype": "f32", "shape": [4, 3], "output": True},
+            "labels": {"usage": "read", "dtype": "u32", "shape": [4], "data": [1, 0, 1, 1]},
+        },
+        "passes": [{"bind": {"0": "x", "1": "probs"}, "dispatch": [1]}],
+        # The kernel copies logits instead of taking their softmax: wrong, but the
+        # argmax (and so the report) is the same.
+        "reference": {"name": "softmax", "args": ["x"]},
+        "report": {"kind": "classification", "probabilities": "probs", "labels": "labels"},
+    }
+
+    outcome = run(COPY, harness)
+
+    assert outcome["status"] == "mismatch"
+    assert outcome["report"] == {
+        "kind": "classification",
+        "count": 4,
+        "accuracy": 0.75,
+        "predictions": [1, 0, 2, 1],
+        "confusion": [[1, 0, 0], [0, 2, 1], [0, 0, 0]],
+        "labels_count": [1, 3, 0],
+    }
+
+
+def test_it_downsamples_the_grid_to_64_blocks() -> None:
+    codes = np.zeros(200 * 130, dtype=np.int8)
+    codes[-1] = 1
+    codes[0] = 3
+
+    grid = status_grid(codes, (2, 100, 130))
+
+    assert (grid["rows"], grid["cols"], grid["block"]) == (50, 44, [4, 3])
+    assert len(grid["cells"]) == 50 * 44
+    assert grid["cells"][0] == "u" and grid["cells"][-1] == "x"
+    assert set(grid["cells"][1:-1]) == {"."}
