@@ -108,6 +108,9 @@ DATABASES = {
             "transaction_mode": "IMMEDIATE",
             "timeout": 20,
         },
+        # A file, not memory: replay results are stored from pool threads, which need
+        # their own connections to see what the test committed.
+        "TEST": {"NAME": os.getenv("SQLITE_TEST_PATH", str(BASE_DIR / ".test-db.sqlite3"))},
         # Reuse connections across requests instead of opening one per request.
         "CONN_MAX_AGE": envint("CONN_MAX_AGE", 600),
         "CONN_HEALTH_CHECKS": True,
