@@ -19,7 +19,7 @@ def _clean_harness(value: dict | None) -> dict | None:
 class KernelForm(forms.ModelForm):
     class Meta:
         model = Kernel
-        fields = "__all__"
+        fields = ["session", "name", "title", "harness"]
 
     def clean_harness(self) -> dict:
         return _clean_harness(self.cleaned_data["harness"]) or {}
@@ -28,7 +28,7 @@ class KernelForm(forms.ModelForm):
 class KernelVersionForm(forms.ModelForm):
     class Meta:
         model = KernelVersion
-        fields = "__all__"
+        fields = ["number", "note", "expected_status", "turn", "source", "harness_override"]
 
     def clean_harness_override(self) -> dict | None:
         return _clean_harness(self.cleaned_data["harness_override"])

@@ -32,12 +32,12 @@ class Kernel(models.Model):
     def __str__(self) -> str:
         return f"{self.session.slug}/{self.name}"
 
-    def get_absolute_url(self) -> str:
-        return reverse("kernels:timeline", args=[self.session.slug, self.name])
-
     def save(self, *args, **kwargs) -> None:
         super().save(*args, **kwargs)
         self.session.touch()
+
+    def get_absolute_url(self) -> str:
+        return reverse("kernels:timeline", args=[self.session.slug, self.name])
 
 
 class KernelVersion(models.Model):
@@ -75,6 +75,11 @@ class KernelVersion(models.Model):
     def __str__(self) -> str:
         return f"{self.kernel} v{self.number}"
 
+    def save(self, *args, **kwargs) -> None:
+        self.sha256 = sha256_text(self.source)
+        super().save(*args, **kwargs)
+        self.kernel.session.touch()
+
     @property
     def harness(self) -> dict:
         return self.harness_override if self.harness_override is not None else self.kernel.harness
@@ -84,11 +89,6 @@ class KernelVersion(models.Model):
 
     def next(self) -> KernelVersion | None:
         return self.kernel.versions.filter(number__gt=self.number).order_by("number").first()
-
-    def save(self, *args, **kwargs) -> None:
-        self.sha256 = sha256_text(self.source)
-        super().save(*args, **kwargs)
-        self.kernel.session.touch()
 
 
 class RunQuerySet(models.QuerySet):

@@ -1,198 +1,213 @@
-"""Server-rendered pictures of a replay outcome: heatmaps, status maps and bars, as SVG.
+"""Server-rendered pictures of a replay outcome, as SVG: bars for short vectors,
+expected / got / error heatmaps for small matrices, a status map for anything larger,
+and a confusion matrix for classifiers.
 
-Only numbers from the outcome and our own labels go into the markup, and every label
-is escaped, so the result is safe to put in a page as is.
+Only numbers from the outcome and escaped labels go into the markup, so the result is
+safe to put in a page as is.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from html import escape
 
 from django.utils.safestring import SafeString, mark_safe
 
-CELL = 14  # px per cell when a matrix is small enough to draw whole
-MAX_DRAWN = 64  # rows or columns drawn cell by cell
-STATUS_COLOURS = {
-    ".": ("#8fd19e", "written and within tolerance"),
+CELL = 14  # px per cell of a heatmap
+MAX_SIDE = 64  # rows or columns drawn cell by cell
+STATUS = {
+    ".": ("#8fd19e", "right"),
     "x": ("#e5484d", "wrong"),
     "u": ("#6b6b70", "never written"),
     "n": ("#b54fd8", "NaN or infinity"),
-    "?": ("#9ab8e8", "written (no reference)"),
 }
+UNWRITTEN, NONFINITE = "#6b6b70", "#b54fd8"
 
 
-def _number(value) -> float | None:
-    """Outcome numbers are floats, or the strings NaN / Infinity / -Infinity."""
-    if isinstance(value, int | float):
-        return float(value)
-    return {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}.get(value)
+def _value(raw) -> float | None:
+    """Outcome values: numbers, "NaN" / "Infinity" / "-Infinity", or None (never written)."""
+    if isinstance(raw, int | float):
+        return float(raw)
+    return {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}.get(raw)
 
 
-def _diverging(value: float | None, scale: float) -> str:
-    if value is None or math.isnan(value):
-        return "#6b6b70"
-    if math.isinf(value):
-        return "#b54fd8"
-    t = max(-1.0, min(1.0, value / scale)) if scale else 0.0
-    # white at zero, red for positive, blue for negative
-    if t >= 0:
-        return f"rgb(255,{int(255 - 175 * t)},{int(255 - 200 * t)})"
-    t = -t
-    return f"rgb({int(255 - 200 * t)},{int(255 - 140 * t)},255)"
+def _finite(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)
 
 
-def _sequential(value: float, scale: float) -> str:
-    t = max(0.0, min(1.0, value / scale)) if scale else 0.0
-    return f"rgb(255,{int(250 - 200 * t)},{int(235 - 215 * t)})"
-
-
-def _svg(width: int, height: int, body: list[str], label: str) -> SafeString:
+def _svg(width: float, height: float, body: list[str], label: str) -> SafeString:
     markup = (
-        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
-        f'width="{width}" height="{height}" role="img" aria-label="{escape(label)}">'
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width:.0f} {height:.0f}" '
+        f'width="{width:.0f}" height="{height:.0f}" role="img" aria-label="{escape(label)}">'
         + "".join(body)
         + "</svg>"
     )
     return mark_safe(markup)  # noqa: S308 (numbers and escaped labels only)
 
 
-def _matrix_view(output: dict) -> tuple[int, int]:
-    shape = output["shape"]
-    cols = shape[-1]
-    rows = math.prod(shape[:-1]) if len(shape) > 1 else 1
-    return rows, cols
+def _rect(x: float, y: float, w: float, h: float, fill: str, extra: str = "") -> str:
+    return f'<rect x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="{h:.1f}" fill="{fill}"{extra}/>'
 
 
-def _heatmap(values: list, rows: int, cols: int, colour, marks: str, label: str) -> SafeString:
+def _text(x: float, y: float, text: object, anchor: str = "middle") -> str:
+    return (
+        f'<text x="{x:.1f}" y="{y:.1f}" font-size="11" text-anchor="{anchor}" '
+        f'fill="currentColor">{escape(str(text))}</text>'
+    )
+
+
+def diverging(value: float | None, scale: float) -> str:
+    """White at zero, red for positive, blue for negative; grey unwritten, purple NaN/inf."""
+    if value is None:
+        return UNWRITTEN
+    if not math.isfinite(value):
+        return NONFINITE
+    t = max(-1.0, min(1.0, value / scale))
+    if t >= 0:
+        return f"rgb(255,{255 - int(175 * t)},{255 - int(200 * t)})"
+    return f"rgb({255 + int(200 * t)},{255 + int(140 * t)},255)"
+
+
+def sequential(value: float | None, scale: float) -> str:
+    if value is None:
+        return UNWRITTEN
+    if not math.isfinite(value):
+        return NONFINITE
+    t = max(0.0, min(1.0, value / scale))
+    return f"rgb(255,{250 - int(200 * t)},{235 - int(215 * t)})"
+
+
+def heatmap(
+    values: list[float | None], rows: int, cols: int, colour: Callable, marks: str, label: str
+) -> SafeString:
+    """One cell per value; wrong and non-finite cells outlined, unwritten ones struck."""
     body = []
-    for r in range(rows):
-        for c in range(cols):
-            i = r * cols + c
-            fill = colour(values[i])
+    for index, value in enumerate(values):
+        x, y = (index % cols) * CELL, (index // cols) * CELL
+        body.append(_rect(x, y, CELL, CELL, colour(value)))
+        mark = marks[index] if marks else "."
+        if mark in "xn":
             body.append(
-                f'<rect x="{c * CELL}" y="{r * CELL}" width="{CELL}" height="{CELL}" fill="{fill}"/>'
+                _rect(x + 1, y + 1, CELL - 2, CELL - 2, "none", ' stroke="#111" stroke-width="2"')
             )
-            mark = marks[i] if marks else "."
-            if mark in "xn":
-                body.append(
-                    f'<rect x="{c * CELL + 1}" y="{r * CELL + 1}" width="{CELL - 2}" '
-                    f'height="{CELL - 2}" fill="none" stroke="#111" stroke-width="2"/>'
-                )
-            elif mark == "u":
-                body.append(
-                    f'<path d="M{c * CELL} {(r + 1) * CELL}l{CELL} -{CELL}" stroke="#ddd" stroke-width="1.5"/>'
-                )
+        elif mark == "u":
+            body.append(
+                f'<path d="M{x} {y + CELL}l{CELL} -{CELL}" stroke="#ddd" stroke-width="1.5"/>'
+            )
     return _svg(cols * CELL, rows * CELL, body, label)
 
 
 def status_map(output: dict) -> SafeString:
+    """Every cell (or block of cells) coloured by its status; long vectors wrap into rows."""
     grid = output["grid"]
     rows, cols, cells = grid["rows"], grid["cols"], grid["cells"]
-    size = max(4, min(CELL, 640 // max(cols, 1)))
-    body = []
-    for r in range(rows):
-        for c in range(cols):
-            fill = STATUS_COLOURS.get(cells[r * cols + c], STATUS_COLOURS["."])[0]
-            body.append(
-                f'<rect x="{c * size}" y="{r * size}" width="{size}" height="{size}" fill="{fill}"/>'
-            )
-    return _svg(cols * size, rows * size, body, f"Status of each cell of {output['name']}")
+    if rows == 1 and cols > MAX_SIDE:
+        rows, cols = math.ceil(cols / MAX_SIDE), MAX_SIDE
+    size = max(4, min(CELL, 640 // cols))
+    body = [
+        _rect((i % cols) * size, (i // cols) * size, size, size, STATUS.get(cell, STATUS["."])[0])
+        for i, cell in enumerate(cells)
+    ]
+    return _svg(cols * size, rows * size, body, f"status of each cell of {output['name']}")
 
 
-def bars(output: dict, expected: list, got: list) -> SafeString:
-    count = len(got)
-    values = [_number(v) for v in expected + got]
-    finite = [abs(v) for v in values if v is not None and math.isfinite(v)]
-    scale = max(finite, default=1.0) or 1.0
-    width, height, pad = max(240, count * 26), 150, 20
-    mid = (
-        height - pad
-        if min((v for v in values if v is not None and math.isfinite(v)), default=0) >= 0
-        else height / 2
-    )
-    span = mid - 6
-    body = [f'<line x1="0" y1="{mid}" x2="{width}" y2="{mid}" stroke="#999" stroke-width="1"/>']
-    step = width / count
+def bars(name: str, expected: list[float | None] | None, got: list[float | None]) -> SafeString:
+    """Side by side bars per index: expected (light) and got (dark)."""
+    values = [v for v in (expected or []) + got if _finite(v)]
+    scale = max((abs(v) for v in values), default=1.0) or 1.0
+    count, height, label_space = len(got), 160, 16
+    step = max(22.0, 560 / count)
+    width = count * step
+    baseline = height - label_space if min(values, default=0.0) >= 0 else (height - label_space) / 2
+    reach = baseline - 4
+    series = [(got, "#7a3ee0")] if expected is None else [(expected, "#9ab8e8"), (got, "#7a3ee0")]
+    bar = (step - 6) / len(series)
+    body = [f'<line x1="0" y1="{baseline}" x2="{width}" y2="{baseline}" stroke="#999"/>']
     for i in range(count):
-        for k, (value, fill) in enumerate(((values[i], "#9ab8e8"), (values[count + i], "#7a3ee0"))):
-            x = i * step + 3 + k * (step - 6) / 2
-            w = (step - 6) / 2 - 1
-            if value is None or not math.isfinite(value):
-                body.append(
-                    f'<text x="{x + w / 2}" y="{mid - 4}" font-size="10" text-anchor="middle" fill="#b54fd8">!</text>'
-                )
+        for k, (data, fill) in enumerate(series):
+            x, value = i * step + 3 + k * bar, data[i]
+            if not _finite(value):
+                colour = UNWRITTEN if value is None else NONFINITE
+                body.append(_rect(x, baseline - reach, bar - 1, reach, colour, ' opacity="0.5"'))
                 continue
-            h = span * abs(value) / scale
-            y = mid - h if value >= 0 else mid
-            body.append(
-                f'<rect x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="{h:.1f}" fill="{fill}"/>'
-            )
-        body.append(
-            f'<text x="{i * step + step / 2:.1f}" y="{height - 4}" font-size="10" text-anchor="middle" fill="currentColor">{i}</text>'
-        )
-    return _svg(
-        width, height, body, f"Expected (light) and computed (dark) values of {output['name']}"
+            h = reach * abs(value) / scale
+            body.append(_rect(x, baseline - h if value >= 0 else baseline, bar - 1, h, fill))
+        body.append(_text(i * step + step / 2, height - 3, i))
+    return _svg(width, height, body, f"expected and computed values of {name}")
+
+
+def confusion_matrix(report: dict) -> SafeString:
+    """Rows: true label; columns: predicted. Diagonal green, mistakes red, by count."""
+    matrix = report["confusion"]
+    size, pad = 34, 22
+    classes = len(matrix)
+    worst_miss = max(
+        (matrix[r][c] for r in range(classes) for c in range(classes) if r != c), default=0
     )
+    best_hit = max((matrix[r][r] for r in range(classes)), default=0)
+    body = []
+    for r in range(classes):
+        body.append(_text(pad - 6, pad + r * size + 21, r, anchor="end"))
+        body.append(_text(pad + r * size + 17, pad - 7, r))
+        for c in range(classes):
+            count = matrix[r][c]
+            if r == c:
+                fill = f"rgba(26,127,55,{0.15 + 0.85 * count / (best_hit or 1):.2f})"
+            elif count:
+                fill = f"rgba(229,72,77,{0.25 + 0.75 * count / (worst_miss or 1):.2f})"
+            else:
+                fill = "transparent"
+            x, y = pad + c * size, pad + r * size
+            body.append(_rect(x, y, size - 2, size - 2, fill, ' stroke="#8884"'))
+            if count:
+                body.append(_text(x + 16, y + 21, count))
+    side = pad + classes * size
+    return _svg(side, side, body, "confusion matrix: rows are true digits, columns predicted")
+
+
+def _matrix_shape(output: dict) -> tuple[int, int]:
+    shape = output["shape"]
+    return (math.prod(shape[:-1]) if len(shape) > 1 else 1), shape[-1]
 
 
 def figures(outcome: dict) -> list[dict]:
-    """The pictures for each output: what the page shows under the outcome."""
+    """The pictures of an outcome, each {"title", "svg"} or {"title", "panels": [(label, svg)]}."""
     result = []
     for output in outcome.get("outputs", []):
-        name = output["name"]
-        expected, got = output.get("expected"), output.get("got")
-        rows, cols = _matrix_view(output)
-        if got is not None and expected is not None and rows == 1 and cols <= 64:
-            result.append({"title": f"{name}: expected vs got", "svg": bars(output, expected, got)})
-        elif got is not None and expected is not None and rows <= MAX_DRAWN and cols <= MAX_DRAWN:
-            e = [_number(v) for v in expected]
-            g = [_number(v) for v in got]
-            finite = [abs(v) for v in e + g if v is not None and math.isfinite(v)]
-            scale = max(finite, default=1.0) or 1.0
-            marks = output["grid"]["cells"] if output["grid"]["block"] == [1, 1] else ""
+        name, rows, cols = output["name"], *_matrix_shape(output)
+        got = [_value(v) for v in output["got"]] if output.get("got") is not None else None
+        expected = (
+            [_value(v) for v in output["expected"]] if output.get("expected") is not None else None
+        )
+        if got is not None and rows == 1 and cols <= MAX_SIDE:
+            title = f"{name}: expected (light) and got (dark)" if expected else f"{name}: values"
+            result.append({"title": title, "svg": bars(name, expected, got)})
+        elif got is not None and expected is not None and rows <= MAX_SIDE and cols <= MAX_SIDE:
+            scale = max((abs(v) for v in expected + got if _finite(v)), default=1.0) or 1.0
             errors = [
-                abs(a - b) if a is not None and b is not None and math.isfinite(a - b) else math.inf
-                for a, b in zip(e, g, strict=True)
+                None if g is None else abs(g - e) if _finite(g) and _finite(e) else math.inf
+                for e, g in zip(expected, got, strict=True)
             ]
-            worst = max((v for v in errors if math.isfinite(v)), default=0.0) or 1.0
+            worst = max((v for v in errors if _finite(v)), default=0.0) or 1.0
+            marks = output["grid"]["cells"]
 
-            def err_colour(v, worst=worst):
-                return _sequential(v, worst) if math.isfinite(v) else "#b54fd8"
+            def values_colour(v, scale=scale):
+                return diverging(v, scale)
 
-            result.append(
-                {
-                    "title": f"{name}: expected · got · |error|",
-                    "panels": [
-                        (
-                            "expected",
-                            _heatmap(
-                                e,
-                                rows,
-                                cols,
-                                lambda v: _diverging(v, scale),
-                                "",
-                                f"expected {name}",
-                            ),
-                        ),
-                        (
-                            "got",
-                            _heatmap(
-                                g,
-                                rows,
-                                cols,
-                                lambda v: _diverging(v, scale),
-                                marks,
-                                f"computed {name}",
-                            ),
-                        ),
-                        (
-                            "|error|",
-                            _heatmap(errors, rows, cols, err_colour, marks, f"error of {name}"),
-                        ),
-                    ],
-                }
-            )
+            def error_colour(v, worst=worst):
+                return sequential(v, worst)
+
+            panels = [
+                ("expected", heatmap(expected, rows, cols, values_colour, "", f"expected {name}")),
+                ("got", heatmap(got, rows, cols, values_colour, marks, f"computed {name}")),
+                ("|error|", heatmap(errors, rows, cols, error_colour, marks, f"error of {name}")),
+            ]
+            result.append({"title": f"{name}: expected, got and |error|", "panels": panels})
         else:
             result.append({"title": f"{name}: status of every cell", "svg": status_map(output)})
+    if (report := outcome.get("report")) and report.get("kind") == "classification":
+        accuracy = report["accuracy"]
+        title = f"Confusion matrix: {accuracy:.1%} of {report['count']:,} digits right"
+        result.append({"title": title, "svg": confusion_matrix(report)})
     return result

@@ -75,7 +75,8 @@ def parsed_harness(version: KernelVersion) -> Harness | None:
     try:
         return parse_harness(spec)
     except HarnessError as error:
-        raise ReplayProblem(f"The harness of kernel '{version.kernel.name}' is invalid: {error}")
+        message = f"The harness of kernel '{version.kernel.name}' is invalid: {error}"
+        raise ReplayProblem(message) from None
 
 
 def sources_for(version: KernelVersion, harness: Harness | None) -> dict[str, str]:

@@ -1032,7 +1032,8 @@ def verdict(outputs: list[dict]) -> tuple[Status, str]:
     message = f"{bad:,} of {count:,} cells wrong"
     if details:
         message += f" ({', '.join(details)})"
-    if worst:
+    # Unwritten and non-finite cells have no error size; say the worst of the rest.
+    if worst and bad > unwritten + nonfinite:
         error, name, index = worst
         where = f" in {name}" if len(outputs) > 1 else ""
         message += f"; worst error {_fmt(error)}{where} at {index}"

@@ -13,6 +13,7 @@ import html
 
 import nh3
 from django.conf import settings
+from django.utils.safestring import SafeString, mark_safe
 from markdown_it import MarkdownIt
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
@@ -112,13 +113,16 @@ def render_markdown(text: str) -> str:
     return _cleaner.clean(rendered)
 
 
-def render_code(code: str, lang: str) -> str:
-    """A highlighted code block outside any Markdown: diffs, tool input."""
+def render_code(code: str, lang: str) -> SafeString:
+    """A highlighted code block outside any Markdown (diffs), ready for a template."""
     highlighted = _highlight(code, lang, "")
-    return _cleaner.clean(highlighted) if highlighted else plain_html(code)
+    # Sanitised here, like everything this module returns.
+    return mark_safe(_cleaner.clean(highlighted) if highlighted else plain_html(code))  # noqa: S308
 
 
-def render_source(code: str, lang: str, marked_lines: list[int] | tuple[int, ...] = ()) -> str:
+def render_source(
+    code: str, lang: str, marked_lines: list[int] | tuple[int, ...] = ()
+) -> SafeString:
     """A kernel source with line numbers, the given (1-based) lines marked."""
     # stripnl=False keeps leading blank lines, so numbers match naga's line numbers.
     lexer = get_lexer_by_name(LANGUAGES.get(lang, "text"), stripnl=False)
@@ -132,4 +136,5 @@ def render_source(code: str, lang: str, marked_lines: list[int] | tuple[int, ...
         row = f'<span class="linenos">{number:>{width}}</span>{line}'
         rows.append(f'<span class="hll">{row}</span>' if number in marked_lines else row)
     body = "\n".join(rows)
-    return _cleaner.clean(f'<pre class="highlight source"><code>{body}\n</code></pre>')
+    cleaned = _cleaner.clean(f'<pre class="highlight source"><code>{body}\n</code></pre>')
+    return mark_safe(cleaned)  # noqa: S308 (sanitised on the line above)

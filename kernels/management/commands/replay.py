@@ -1,0 +1,100 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from kernels import replay
+from kernels.models import Run
+from sessions.models import Session
+
+
+def describe(outcome: dict) -> str:
+    """The outcome as a reader would want it in a terminal."""
+    lines = [f"{outcome['status']}: {outcome['message']}"]
+    if compile_error := outcome.get("compile"):
+        lines.append(compile_error.get("text", "").rstrip())
+    elif outcome.get("error") and outcome["status"] != "timeout":
+        lines.append(outcome["error"].rstrip())
+    for output in outcome.get("outputs", []):
+        shape = "x".join(str(n) for n in output["shape"])
+        lines.append(
+            f"  {output['name']} [{shape}]: {output['bad']} wrong, {output['unwritten']} never "
+            f"written, {output['nonfinite']} NaN/inf of {output['count']}"
+        )
+        for cell in output.get("first_bad", [])[:5]:
+            got = "nothing (never written)" if cell["got"] is None else cell["got"]
+            lines.append(f"    at {cell['index']}: expected {cell['expected']}, got {got}")
+    if report := outcome.get("report"):
+        lines.append(f"  accuracy {report['accuracy']:.2%} on {report['count']} samples")
+    environment = outcome.get("environment") or {}
+    timings = outcome.get("timings") or {}
+    if environment.get("label"):
+        spent = [
+            f"{label} {timings[key]:.1f} ms"
+            for key, label in (("compile_ms", "compile"), ("run_ms", "dispatch+readback"))
+            if timings.get(key) is not None
+        ]
+        lines.append(f"ran on {environment['label']}; " + ", ".join(spent))
+    lines += [f"warning: {warning}" for warning in outcome.get("warnings", [])]
+    return "\n".join(lines)
+
+
+class Command(BaseCommand):
+    help = (
+        "Run a WGSL kernel under a harness and print the outcome: either files "
+        "(--source, --harness) or a stored session turn (--session, --turn)."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--source", type=Path, help="a .wgsl file")
+        parser.add_argument("--harness", type=Path, help="a harness .json file (omit: compile only)")
+        parser.add_argument("--session", help="a session slug")
+        parser.add_argument("--turn", type=int, help="a turn number in that session")
+        parser.add_argument("--fresh", action="store_true", help="ignore a cached run")
+        parser.add_argument("--json", action="store_true", help="print the outcome as JSON")
+
+    def handle(self, *args, **options) -> None:
+        if options["session"] and options["turn"]:
+            outcome = self._stored(options["session"], options["turn"], options["fresh"])
+        elif options["source"]:
+            outcome = self._files(options["source"], options["harness"])
+        else:
+            raise CommandError("Give --source [--harness], or --session and --turn.")
+        if options["json"]:
+            self.stdout.write(json.dumps(outcome, indent=2))
+        else:
+            self.stdout.write(describe(outcome))
+
+    def _files(self, source: Path, harness: Path | None) -> dict:
+        try:
+            sources = {"self": source.read_text()}
+            spec = json.loads(harness.read_text()) if harness else None
+        except OSError as error:
+            raise CommandError(f"Cannot read {error.filename}: {error.strerror}") from None
+        except UnicodeDecodeError:
+            raise CommandError("The source and harness must be UTF-8 text.") from None
+        except json.JSONDecodeError as error:
+            raise CommandError(f"{harness}: not JSON ({error.msg}, line {error.lineno})") from None
+        job = {"sources": sources, "harness": spec, "fixtures_dir": str(settings.FIXTURES_DIR)}
+        # One-off: the pool gives the run the same process boundary and deadline as the site.
+        return replay.backend().pool().run(f"cli:{source}", job)
+
+    def _stored(self, slug: str, number: int, fresh: bool) -> dict:
+        session = Session.objects.filter(slug=slug).first()
+        if session is None:
+            raise CommandError(f"No session '{slug}'.")
+        turn = session.turns.filter(number=number).select_related("kernel_version").first()
+        if turn is None or turn.kernel_version is None:
+            raise CommandError(f"Turn {number} of '{slug}' does not review a kernel.")
+        try:
+            job = replay.job_for(turn.kernel_version)
+            run = replay.start_run(job, fresh=fresh)
+        except (replay.ReplayProblem, replay.ReplayUnavailable) as error:
+            raise CommandError(str(error)) from None
+        run = replay.wait(run, settings.REPLAY_DEADLINE * 3)
+        if run.state != Run.State.DONE:
+            raise CommandError("The run did not finish in time; try again.")
+        return run.outcome
