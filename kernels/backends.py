@@ -1,12 +1,17 @@
 """Where replay jobs run. A backend takes a queued Run and its job, and sees it finished.
 
 LocalBackend: a pool of worker processes inside this (web) process.
+CeleryBackend: a Celery queue ("replay") served by `celery -A config worker -Q replay`
+on any machine with wgpu (kernels/tasks.py); the web process never waits on it.
 """
 
 from __future__ import annotations
 
 import atexit
+import os
+import socket
 import threading
+import time
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
 
@@ -19,6 +24,9 @@ from kernels.pool import Busy, Pool
 
 
 class LocalBackend:
+    # Waiting costs a thread only, so replay.json may hold a request until the run ends.
+    long_poll = True
+
     def __init__(self) -> None:
         self._pool: Pool | None = None
         self._lock = threading.Lock()
@@ -55,7 +63,7 @@ class LocalBackend:
             raise replay.ReplayUnavailable(
                 "Every replay worker is busy. Try again in a few seconds.", busy.retry_after
             ) from None
-        replay.mark_running(run.pk)
+        replay.claim(run.pk, f"{socket.gethostname()}:{os.getpid()}")
         self._futures[run.pk] = future
         future.add_done_callback(lambda done: self._store(run.pk, done))
 
@@ -79,3 +87,53 @@ class LocalBackend:
             return {"ok": True, "backend": "local", "started": False}
         status = self.pool().status()
         return {"ok": status["alive"] > 0, "backend": "local", "started": True, **status}
+
+
+class CeleryBackend:
+    # Web workers never wait on the queue; readers' pages ask again instead.
+    long_poll = False
+
+    def environment_id(self, wait: bool) -> str:
+        # Workers report where they run with each result; until the first one has, runs
+        # are queued under "" and learn their environment when they finish.
+        return Run.objects.fleet_environment_id() or ""
+
+    def start(self, run: Run, job: replay.Job) -> None:
+        from kernels.tasks import run_replay
+
+        try:
+            run_replay.apply_async((run.pk, job.key(run.environment_id), job.payload), retry=False)
+        except Exception as error:  # kombu raises OperationalError and friends, or socket errors
+            raise replay.ReplayUnavailable(
+                "The replay queue cannot be reached right now, so this kernel cannot run. "
+                "Results that were already stored still show.",
+                retry_after=30,
+            ) from error
+
+    def wait(self, run: Run, timeout: float) -> None:
+        # For callers that must have the result (the tutor, the replay command).
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if Run.objects.filter(pk=run.pk, state=Run.State.DONE).exists():
+                return
+            time.sleep(0.1)
+
+    def health(self) -> dict:
+        from config.celery import app
+
+        try:
+            with app.connection_for_write() as connection:
+                connection.ensure_connection(max_retries=1, timeout=2)
+            broker = {"ok": True}
+        except Exception as error:
+            broker = {"ok": False, "error": type(error).__name__}
+        in_flight = Run.objects.exclude(state=Run.State.DONE).exclude(replay.lost())
+        latest = Run.objects.filter(state=Run.State.DONE).exclude(adapter="").order_by("-finished")
+        return {
+            "ok": broker["ok"],
+            "backend": "celery",
+            "broker": broker,
+            "queued": in_flight.filter(state=Run.State.QUEUED).count(),
+            "running": in_flight.filter(state=Run.State.RUNNING).count(),
+            "environment": latest.values_list("adapter", flat=True).first(),
+        }

@@ -99,6 +99,11 @@ class RunQuerySet(models.QuerySet):
             environment_id=environment_id,
         )
 
+    def fleet_environment_id(self) -> str | None:
+        """Where the replay workers run now: the environment of the newest finished run."""
+        done = self.filter(state=Run.State.DONE).exclude(environment_id__in=("", "none"))
+        return done.order_by("-finished").values_list("environment_id", flat=True).first()
+
     def cached(self, source_sha256: str, harness_digest: str, environment_id: str):
         """The newest finished run that may stand in for a new one, or None."""
         runs = self.for_key(source_sha256, harness_digest, environment_id)
@@ -132,6 +137,8 @@ class Run(models.Model):
     started = models.DateTimeField(null=True, blank=True)
     finished = models.DateTimeField(null=True, blank=True)
     attempts = models.PositiveSmallIntegerField(default=0)
+    # host:pid of the process that last took it: a killed worker shows here.
+    worker = models.CharField(max_length=200, blank=True)
 
     objects = RunQuerySet.as_manager()
 
@@ -146,6 +153,8 @@ class Run(models.Model):
             ),
         ]
         indexes = [
+            # The fleet's environment under REPLAY_BACKEND=celery (fleet_environment_id).
+            models.Index(fields=["-finished"], name="run_newest_finished"),
             # The cache lookup on every replay (RunQuerySet.cached).
             models.Index(
                 fields=["source_sha256", "harness_digest", "environment_id", "-finished"],

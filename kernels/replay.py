@@ -14,6 +14,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import F, Q
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
@@ -25,6 +26,7 @@ log = logging.getLogger(__name__)
 
 BACKENDS = {
     "local": "kernels.backends.LocalBackend",
+    "celery": "kernels.backends.CeleryBackend",
 }
 
 
@@ -110,26 +112,28 @@ def job_for(version: KernelVersion) -> Job:
     return Job(sources_digest(sources), digest, payload)
 
 
-def _stale_before() -> timezone.datetime:
-    # Longer than any queue wait plus deadline: such a run's worker is gone.
-    return timezone.now() - timedelta(seconds=settings.REPLAY_DEADLINE * 3 + 120)
+def lost() -> Q:
+    """Unfinished runs nobody will finish: running past any deadline (its worker died), or
+    queued past the queue timeout (the queue lost it or is stuck)."""
+    now = timezone.now()
+    running_since = now - timedelta(seconds=settings.REPLAY_DEADLINE + 60)
+    queued_since = now - timedelta(seconds=settings.REPLAY_QUEUE_TIMEOUT)
+    return Q(state=Run.State.RUNNING, started__lt=running_since) | Q(
+        state=Run.State.QUEUED, created__lt=queued_since
+    )
 
 
 def expire_lost_runs(job: Job) -> None:
-    lost = Run.objects.filter(
-        source_sha256=job.source_sha256,
-        harness_digest=job.harness_digest,
-        created__lt=_stale_before(),
-    ).exclude(state=Run.State.DONE)
-    for run in lost:
-        finish(run.pk, lost_outcome(), expected_states=(Run.State.QUEUED, Run.State.RUNNING))
+    runs = Run.objects.filter(source_sha256=job.source_sha256, harness_digest=job.harness_digest)
+    for run in runs.filter(lost()):
+        finish(run.pk, failed_outcome("This replay was lost: the worker running it stopped."))
 
 
-def lost_outcome() -> dict:
+def failed_outcome(message: str) -> dict:
     return {
         "status": Status.CRASHED.value,
-        "message": "This replay was lost: the worker running it stopped. Run it again.",
-        "error": "worker lost",
+        "message": f"{message} Run it again.",
+        "error": message,
         "environment": {},
         "timings": {},
         "warnings": [],
@@ -138,18 +142,24 @@ def lost_outcome() -> dict:
 
 
 def find_run(job: Job) -> Run | None:
-    """The run a reader should see now: one in flight, else the newest cached one."""
+    """The run a reader should see now: one in flight, else the newest cached one, else
+    one that just finished uncacheably (a timeout), so a reload does not run it again."""
     runs = Run.objects.filter(source_sha256=job.source_sha256, harness_digest=job.harness_digest)
-    in_flight = runs.exclude(state=Run.State.DONE).filter(created__gte=_stale_before())
+    in_flight = runs.exclude(state=Run.State.DONE).exclude(lost())
     if run := in_flight.order_by("-created").first():
         return run
     environment_id = backend().environment_id(wait=False)
+    done = runs.filter(state=Run.State.DONE)
     if environment_id:
-        return Run.objects.cached(job.source_sha256, job.harness_digest, environment_id)
-    # The backend has not said which adapter it runs on yet: show the newest result,
-    # which names its own adapter.
-    done = runs.filter(state=Run.State.DONE, cacheable=True)
-    return done.order_by("-finished").first()
+        cached = Run.objects.cached(job.source_sha256, job.harness_digest, environment_id)
+    else:
+        # The backend has not said which adapter it runs on yet: show the newest result,
+        # which names its own adapter.
+        cached = done.filter(cacheable=True).order_by("-finished").first()
+    if cached:
+        return cached
+    recently = timezone.now() - timedelta(seconds=settings.REPLAY_RETRY_AFTER)
+    return done.filter(finished__gte=recently).order_by("-finished").first()
 
 
 def start_run(job: Job, fresh: bool = False) -> Run:
@@ -212,29 +222,42 @@ def _record_infra_error(job: Job, message: str) -> Run:
     )
 
 
-def mark_running(run_id: int) -> None:
-    Run.objects.filter(pk=run_id, state=Run.State.QUEUED).update(
-        state=Run.State.RUNNING, started=timezone.now()
-    )
+def claim(run_id: int, worker: str) -> bool:
+    """Mark a run as running on this worker. False when it is finished already, or when
+    workers have died on it too often (then it is finished as crashed)."""
+    claimed = Run.objects.filter(pk=run_id).exclude(state=Run.State.DONE)
+    now = timezone.now()
+    if not claimed.update(
+        state=Run.State.RUNNING, started=now, worker=worker, attempts=F("attempts") + 1
+    ):
+        return False
+    attempts = Run.objects.filter(pk=run_id).values_list("attempts", flat=True).get()
+    if attempts > settings.REPLAY_MAX_ATTEMPTS:
+        finish(
+            run_id,
+            failed_outcome(f"The replay worker stopped {attempts - 1} times on this kernel."),
+        )
+        return False
+    return True
 
 
-def finish(run_id: int, outcome: dict, expected_states: tuple = ()) -> bool:
+def finish(run_id: int, outcome: dict) -> bool:
     """Store a finished outcome on its run. Returns False if the run was already finished."""
     status = Status(outcome.get("status", Status.CRASHED.value))
     environment = outcome.get("environment") or {}
-    runs = Run.objects.filter(pk=run_id)
-    runs = runs.filter(state__in=expected_states) if expected_states else runs
-    runs = runs.exclude(state=Run.State.DONE)
-    return bool(
-        runs.update(
-            state=Run.State.DONE,
-            status=status.value,
-            cacheable=status.cacheable,
-            outcome=outcome,
-            adapter=environment.get("label", "")[:200],
-            finished=timezone.now(),
-        )
-    )
+    fields = {
+        "state": Run.State.DONE,
+        "status": status.value,
+        "cacheable": status.cacheable,
+        "outcome": outcome,
+        "adapter": environment.get("label", "")[:200],
+        "finished": timezone.now(),
+    }
+    unfinished = Run.objects.filter(pk=run_id).exclude(state=Run.State.DONE)
+    # A run queued before any worker had said where it runs learns it now.
+    if environment.get("id"):
+        unfinished.filter(environment_id="").update(environment_id=environment["id"])
+    return bool(unfinished.update(**fields))
 
 
 def wait(run: Run, timeout: float) -> Run:

@@ -145,6 +145,10 @@ def replay_page(request: HttpRequest, slug: str, number: int) -> HttpResponse:
     return render(request, "kernels/replay.html", context)
 
 
+def _int_or_none(value: str) -> int | None:
+    return int(value) if value.isdigit() and len(value) < 19 else None
+
+
 @require_GET
 def replay_json(request: HttpRequest, slug: str, number: int) -> JsonResponse:
     turn = _get_reviewed_turn(request, slug, number)
@@ -157,8 +161,21 @@ def replay_json(request: HttpRequest, slug: str, number: int) -> JsonResponse:
         wait = min(max(float(request.GET.get("wait", "0")), 0.0), 10.0)
     except ValueError:
         return JsonResponse({"error": "wait must be a number of seconds (0 to 10)."}, status=400)
+    if not replay.backend().long_poll:
+        wait = 0.0
 
-    run, busy = _start_or_find(job)
+    if "run" in request.GET:
+        # The page polls the run it is showing, and never starts another by asking.
+        run = Run.objects.filter(
+            pk=_int_or_none(request.GET["run"]),
+            source_sha256=job.source_sha256,
+            harness_digest=job.harness_digest,
+        ).first()
+        if run is None:
+            return JsonResponse({"error": "No such run of this kernel.", "state": "none"}, status=404)
+        busy = None
+    else:
+        run, busy = _start_or_find(job)
     if run is None:
         response = JsonResponse({"error": str(busy), "state": "busy"}, status=503)
         response["Retry-After"] = str(busy.retry_after)

@@ -4,11 +4,12 @@
   var page = document.querySelector(".replay");
   if (!page || page.dataset.state === "done") return;
   if (!document.querySelector(".running, .busy")) return;
-  var url = page.dataset.jsonUrl;
+  // Ask about the run this page shows; with none yet (every worker was busy), ask for one.
+  var url = page.dataset.jsonUrl + (page.dataset.run ? "?run=" + page.dataset.run + "&" : "?");
 
   function poll(delay) {
     setTimeout(function () {
-      fetch(url + "?wait=3", { headers: { Accept: "application/json" }, credentials: "same-origin" })
+      fetch(url + "wait=3", { headers: { Accept: "application/json" }, credentials: "same-origin" })
         .then(function (response) {
           if (response.status === 200) { location.reload(); return; }
           if (response.status === 503) {

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from datetime import timedelta
 
 import pytest
+from django.conf import settings
 from django.contrib.auth.models import User
-from django.test import TransactionTestCase, override_settings
+from django.db import connection
+from django.test import Client, TransactionTestCase, override_settings
 from django.utils import timezone
 
 from kernels import replay
@@ -28,21 +31,41 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>) {
     out[id.x % 128u] = acc;
 }
 """
-HOSTILE_HARNESS = {**ADD_HARNESS, "passes": [{**ADD_HARNESS["passes"][0], "dispatch": [4096, 1, 1]}]}
+HOSTILE_HARNESS = {
+    **ADD_HARNESS,
+    "passes": [{**ADD_HARNESS["passes"][0], "dispatch": [4096, 1, 1]}],
+}
 ENDLESS = ADD_SOURCE.replace(
     "out[id.x] = a[id.x] + b[id.x];",
     "var n = 0u;\n    loop { if (a[0] > 100.0) { break; } n++; }\n    out[id.x] = f32(n);",
 )
 
 
+LOCAL_ONLY = pytest.mark.skipif(
+    settings.REPLAY_BACKEND != "local", reason="exercises the in-process pool"
+)
+
+
 @pytest.fixture(autouse=True)
 def fresh_backend():
-    """Each test gets a pool built from its own settings, closed afterwards."""
+    """Each test gets a backend (and a local pool) built from its own settings."""
     replay._backend = None
     yield
-    if replay._backend is not None and replay._backend._pool is not None:
+    if getattr(replay._backend, "_pool", None) is not None:
         replay._backend._pool.close()
     replay._backend = None
+
+
+def finished(client: Client, path: str) -> dict:
+    """replay.json once the run is done, asking about that run as the page's script does."""
+    give_up = time.monotonic() + 90
+    r = client.get(path, {"wait": 10})
+    while r.status_code == 202:
+        assert time.monotonic() < give_up, "the run never finished"
+        time.sleep(0.1)
+        r = client.get(path, {"wait": 10, "run": r.json()["run"]["id"]})
+    assert r.status_code == 200, r.content
+    return r.json()
 
 
 class ReplayTestCase(TransactionTestCase):
@@ -51,9 +74,7 @@ class ReplayTestCase(TransactionTestCase):
         self.version = add_kernel(self.session, turn=2)
 
     def finished(self, path: str = "/s/demo/turns/2/replay.json") -> dict:
-        r = self.client.get(path, {"wait": 10})
-        self.assertEqual(r.status_code, 200, r.content)
-        return r.json()
+        return finished(self.client, path)
 
     def test_it_runs_the_kernel_and_shows_the_outcome(self) -> None:
         body = self.finished()
@@ -100,8 +121,6 @@ class ReplayTestCase(TransactionTestCase):
         self.assertEqual(Run.objects.count(), 2)
 
     def test_run_again_needs_csrf(self) -> None:
-        from django.test import Client
-
         r = Client(enforce_csrf_checks=True).post("/s/demo/turns/2/replay/")
         self.assertEqual(r.status_code, 403)
 
@@ -115,9 +134,24 @@ class ReplayTestCase(TransactionTestCase):
         self.assertEqual(body["outcome"]["status"], "timeout")
         run = Run.objects.get()
         self.assertFalse(run.cacheable)
-        # The next reader starts a new run instead of being shown the timeout again.
-        self.client.get("/s/demo/turns/2/replay.json")
+        # Reloading the page shows that timeout rather than running the kernel again...
+        self.assertContains(self.client.get("/s/demo/turns/2/replay/"), "timed out")
+        self.assertEqual(Run.objects.count(), 1)
+        # ...but a reader who comes later gets a new run: timeouts are not cached.
+        with override_settings(REPLAY_RETRY_AFTER=0):
+            self.client.get("/s/demo/turns/2/replay.json")
         self.assertEqual(Run.objects.count(), 2)
+
+    def test_polling_a_run_never_starts_another(self) -> None:
+        run_id = self.finished()["run"]["id"]
+        for _ in range(3):
+            r = self.client.get("/s/demo/turns/2/replay.json", {"run": run_id})
+            self.assertEqual(r.json()["run"]["id"], run_id)
+        self.assertEqual(Run.objects.count(), 1)
+        other = make_session("other", turns=2)
+        add_kernel(other, source=COMPILE_ERROR, turn=1)
+        self.assertEqual(self.client.get("/s/other/turns/1/replay.json", {"run": run_id}).status_code, 404)
+        self.assertEqual(self.client.get("/s/demo/turns/2/replay.json", {"run": "x"}).status_code, 404)
 
     def test_an_endless_loop_ends_with_an_outcome(self) -> None:
         self.version.source = ENDLESS
@@ -135,9 +169,10 @@ class ReplayTestCase(TransactionTestCase):
         result = {}
 
         def read_hostile() -> None:
-            from django.test import Client
-
-            result["body"] = Client().get("/s/hostile/turns/1/replay.json", {"wait": 10}).json()
+            try:
+                result["body"] = finished(Client(), "/s/hostile/turns/1/replay.json")
+            finally:
+                connection.close()  # this thread's own connection
 
         reader = threading.Thread(target=read_hostile)
         reader.start()
@@ -152,6 +187,7 @@ class ReplayTestCase(TransactionTestCase):
         self.assertEqual(result["body"]["outcome"]["status"], "timeout")
         self.assertEqual(self.finished()["outcome"]["status"], "passed")
 
+    @LOCAL_ONLY
     @override_settings(REPLAY_WORKERS=1, REPLAY_QUEUE=1, REPLAY_DEADLINE=3.0)
     def test_a_full_queue_says_busy_with_retry_after(self) -> None:
         sessions = []
@@ -169,7 +205,7 @@ class ReplayTestCase(TransactionTestCase):
         page = self.client.get(f"/s/{sessions[-1].slug}/turns/1/replay/")
         self.assertContains(page, "Every replay worker is busy")
         for session in sessions[:2]:
-            self.client.get(f"/s/{session.slug}/turns/1/replay.json", {"wait": 10})
+            self.finished(f"/s/{session.slug}/turns/1/replay.json")
 
     def test_a_run_lost_with_its_worker_is_replaced(self) -> None:
         job = replay.job_for(self.version)
@@ -179,7 +215,8 @@ class ReplayTestCase(TransactionTestCase):
             environment_id="whatever",
             state=Run.State.RUNNING,
         )
-        Run.objects.filter(pk=lost.pk).update(created=timezone.now() - timedelta(hours=1))
+        an_hour_ago = timezone.now() - timedelta(hours=1)
+        Run.objects.filter(pk=lost.pk).update(created=an_hour_ago, started=an_hour_ago)
         body = self.finished()
         self.assertEqual(body["outcome"]["status"], "passed")
         lost.refresh_from_db()
@@ -195,7 +232,9 @@ class ReplayTestCase(TransactionTestCase):
         self.assertEqual(self.client.get("/s/demo/turns/2/replay.json").status_code, 422)
 
     def test_bad_wait_and_missing_turns(self) -> None:
-        self.assertEqual(self.client.get("/s/demo/turns/2/replay.json", {"wait": "soon"}).status_code, 400)
+        self.assertEqual(
+            self.client.get("/s/demo/turns/2/replay.json", {"wait": "soon"}).status_code, 400
+        )
         r = self.client.get("/s/demo/turns/3/replay/")
         self.assertContains(r, "did not submit or review a kernel", status_code=404)
         self.assertEqual(self.client.get("/s/demo/turns/99/replay/").status_code, 404)
@@ -205,7 +244,10 @@ class ReplayTestCase(TransactionTestCase):
 
         turn = self.session.turns.get(number=4)
         fixed = KernelVersion.objects.create(
-            kernel=self.version.kernel, number=2, source=ADD_SOURCE.replace("+", "+ 0.0 +"), turn=turn
+            kernel=self.version.kernel,
+            number=2,
+            source=ADD_SOURCE.replace("+", "+ 0.0 +"),
+            turn=turn,
         )
         turn.kernel_version = fixed
         turn.save()
@@ -219,13 +261,16 @@ class ReplayTestCase(TransactionTestCase):
         self.assertContains(timeline, "v1")
         self.assertContains(timeline, "v2")
 
-    def test_healthz_reports_the_adapter_and_the_pool(self) -> None:
+    def test_healthz_reports_the_adapter_and_the_workers(self) -> None:
         self.finished()
         body = self.client.get("/healthz").json()
         self.assertEqual(body["status"], "ok")
-        self.assertEqual(body["replay"]["backend"], "local")
-        self.assertEqual(body["replay"]["alive"], body["replay"]["size"])
+        self.assertEqual(body["replay"]["backend"], settings.REPLAY_BACKEND)
         self.assertIn("via", body["replay"]["environment"])
+        if settings.REPLAY_BACKEND == "local":
+            self.assertEqual(body["replay"]["alive"], body["replay"]["size"])
+        else:
+            self.assertTrue(body["replay"]["broker"]["ok"])
 
     def test_private_replays_stay_private(self) -> None:
         owner = User.objects.create_user("owner", password="pw")
@@ -256,7 +301,9 @@ class ReplayCommandTestCase(TransactionTestCase):
             source, harness = Path(tmp) / "k.wgsl", Path(tmp) / "h.json"
             source.write_text(ADD_SOURCE)
             harness.write_text(json.dumps(ADD_HARNESS))
-            self.assertIn("passed: All 128 cells match", self.call("--source", source, "--harness", harness))
+            self.assertIn(
+                "passed: All 128 cells match", self.call("--source", source, "--harness", harness)
+            )
             outcome = json.loads(self.call("--source", source, "--harness", harness, "--json"))
             self.assertEqual(outcome["status"], "passed")
             # Without a harness it only compiles.
@@ -275,6 +322,11 @@ class ReplayCommandTestCase(TransactionTestCase):
         from django.core.management import CommandError
 
         make_session("demo", turns=2)
-        for args in ([], ["--session", "demo", "--turn", "1"], ["--session", "nope", "--turn", "1"], ["--source", "/nonexistent.wgsl"]):
+        for args in (
+            [],
+            ["--session", "demo", "--turn", "1"],
+            ["--session", "nope", "--turn", "1"],
+            ["--source", "/nonexistent.wgsl"],
+        ):
             with self.subTest(args=args), self.assertRaises(CommandError):
                 self.call(*args)

@@ -8,6 +8,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from kernels import replay
 from kernels.models import Run
+from kernels.pool import Pool
 from sessions.models import Session
 
 
@@ -50,7 +51,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--source", type=Path, help="a .wgsl file")
-        parser.add_argument("--harness", type=Path, help="a harness .json file (omit: compile only)")
+        parser.add_argument(
+            "--harness", type=Path, help="a harness .json file (omit: compile only)"
+        )
         parser.add_argument("--session", help="a session slug")
         parser.add_argument("--turn", type=int, help="a turn number in that session")
         parser.add_argument("--fresh", action="store_true", help="ignore a cached run")
@@ -79,8 +82,9 @@ class Command(BaseCommand):
         except json.JSONDecodeError as error:
             raise CommandError(f"{harness}: not JSON ({error.msg}, line {error.lineno})") from None
         job = {"sources": sources, "harness": spec, "fixtures_dir": str(settings.FIXTURES_DIR)}
-        # One-off: the pool gives the run the same process boundary and deadline as the site.
-        return replay.backend().pool().run(f"cli:{source}", job)
+        # A one-off pool: the same process boundary, deadline and limits as on the site.
+        with Pool(size=1, deadline=settings.REPLAY_DEADLINE, backend=settings.REPLAY_WGPU_BACKEND) as pool:
+            return pool.run(f"cli:{source}", job)
 
     def _stored(self, slug: str, number: int, fresh: bool) -> dict:
         session = Session.objects.filter(slug=slug).first()

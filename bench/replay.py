@@ -1,0 +1,199 @@
+"""Replay speed for a 784x128 matmul-with-bias kernel (y = x @ w + b), by layer:
+
+  floor           bare wgpu-py dispatch + readback on an already warm device, with the
+                  module, pipeline, buffers and bind group built once beforehand
+  warm uncached   a fresh replay through the site's replay layer and worker pool
+                  (database row, pool, worker: compile, buffers, dispatch, readback,
+                  numpy reference, comparison), on a warm worker
+  cached          GET replay.json for a finished run, through gunicorn
+  cold start      the first replay after the server starts (worker start-up included)
+
+    .venv/bin/python bench/replay.py [--runs 20] [--batch 1000]
+
+Prints medians and the ratio to the floor. The aims: warm uncached <= 1.5x floor + 10 ms,
+cached <= 5 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from common import gunicorn, median_ms, setup_django, timed_gets
+
+SOURCE = """@group(0) @binding(0) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read> w: array<f32>;
+@group(0) @binding(2) var<storage, read> b: array<f32>;
+@group(0) @binding(3) var<storage, read_write> y: array<f32>;
+
+const K = 784u;
+const N = 128u;
+
+@compute @workgroup_size(8, 8)
+fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+    let row = id.y;
+    let col = id.x;
+    if (row >= arrayLength(&y) / N || col >= N) {
+        return;
+    }
+    var acc = b[col];
+    for (var k = 0u; k < K; k++) {
+        acc += x[row * K + k] * w[k * N + col];
+    }
+    y[row * N + col] = acc;
+}
+"""
+
+
+def harness(batch: int) -> dict:
+    def buffer(shape: list[int], seed: int, scale: float) -> dict:
+        return {
+            "usage": "read",
+            "dtype": "f32",
+            "shape": shape,
+            "random": {"seed": seed, "low": -scale, "high": scale},
+        }
+
+    return {
+        "buffers": {
+            "x": buffer([batch, 784], 1, 1.0),
+            "w": buffer([784, 128], 2, 0.05),
+            "b": buffer([128], 3, 0.1),
+            "y": {"usage": "read_write", "dtype": "f32", "shape": [batch, 128], "output": True},
+        },
+        "passes": [
+            {
+                "kernel": "self",
+                "bind": {"0": "x", "1": "w", "2": "b", "3": "y"},
+                "dispatch": [16, (batch + 7) // 8, 1],
+            }
+        ],
+        "reference": {"name": "matmul_bias", "args": ["x", "w", "b"], "outputs": ["y"]},
+        "tolerance": {"atol": 1e-4, "rtol": 1e-4},
+    }
+
+
+def floor_ms(spec: dict, runs: int) -> tuple[float, str]:
+    """Dispatch and readback only, on objects built once: what no replay can beat."""
+    import numpy as np
+
+    from kernels.runner import import_wgpu, open_device
+
+    wgpu = import_wgpu()
+    device, environment = open_device(os.environ.get("REPLAY_WGPU_BACKEND", ""))
+    batch = spec["buffers"]["x"]["shape"][0]
+    rng = np.random.default_rng(0)
+    arrays = [
+        rng.uniform(-1, 1, (batch, 784)),
+        rng.uniform(-0.05, 0.05, (784, 128)),
+        rng.uniform(-0.1, 0.1, 128),
+    ]
+    storage = wgpu.BufferUsage.STORAGE
+    inputs = [
+        device.create_buffer_with_data(data=a.astype(np.float32), usage=storage) for a in arrays
+    ]
+    output = device.create_buffer(size=batch * 128 * 4, usage=storage | wgpu.BufferUsage.COPY_SRC)
+    module = device.create_shader_module(code=SOURCE)
+    pipeline = device.create_compute_pipeline(
+        layout="auto", compute={"module": module, "entry_point": "main"}
+    )
+    entries = [
+        {"binding": i, "resource": {"buffer": buffer}} for i, buffer in enumerate([*inputs, output])
+    ]
+    bind_group = device.create_bind_group(layout=pipeline.get_bind_group_layout(0), entries=entries)
+    times = []
+    for index in range(runs + 3):
+        started = time.perf_counter()
+        encoder = device.create_command_encoder()
+        compute = encoder.begin_compute_pass()
+        compute.set_pipeline(pipeline)
+        compute.set_bind_group(0, bind_group)
+        compute.dispatch_workgroups(*spec["passes"][0]["dispatch"])
+        compute.end()
+        device.queue.submit([encoder.finish()])
+        device.queue.read_buffer(output)
+        if index >= 3:  # the first dispatches JIT-compile the shader on llvmpipe
+            times.append(time.perf_counter() - started)
+    return 1000 * statistics.median(times), environment.label
+
+
+def make_version(spec: dict, comment: str):
+    from kernels.models import Kernel, KernelVersion
+    from sessions.models import Session, Turn
+
+    slug = f"bench-replay-{comment}"
+    session = Session.objects.create(slug=slug, title=slug, visibility="public")
+    turn = Turn.objects.create(session=session, number=1, role="learner", content="bench")
+    kernel = Kernel.objects.create(session=session, name="layer", harness=spec)
+    version = KernelVersion.objects.create(
+        kernel=kernel, number=1, source=f"// {comment}\n{SOURCE}", turn=turn
+    )
+    turn.kernel_version = version
+    turn.save()
+    return slug
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--batch", type=int, default=1000, help="rows of x (digits)")
+    args = parser.parse_args()
+    spec = harness(args.batch)
+
+    with tempfile.TemporaryDirectory() as scratch:
+        database = Path(scratch) / "bench.sqlite3"
+        os.environ["REPLAY_WORKERS"] = "1"
+        setup_django(database)
+        from django.conf import settings
+
+        from kernels import replay
+        from kernels.models import KernelVersion
+
+        floor, adapter = floor_ms(spec, args.runs)
+
+        make_version(spec, "warm")
+        job = replay.job_for(KernelVersion.objects.get())
+        replay.wait(replay.start_run(job, fresh=True), 60)  # start the worker, JIT the shader
+        warm = []
+        for _ in range(args.runs):
+            started = time.perf_counter()
+            run = replay.wait(replay.start_run(job, fresh=True), 60)
+            warm.append(time.perf_counter() - started)
+            assert run.status == "passed", run.outcome["message"]
+        replay.backend().pool().close()
+        warm_ms = median_ms(warm)
+
+        cold_slug = make_version(spec, "cold")
+        env = {"SQLITE_PATH": str(database), "REPLAY_WORKERS": "1"}
+        with gunicorn("config.wsgi:application", env, threads=4) as base:
+            started = time.perf_counter()
+            path = f"/s/{cold_slug}/turns/1/replay.json?wait=10"
+            with urllib.request.urlopen(base + path) as response:  # noqa: S310 (our own server)
+                assert response.status == 200, "the cold replay did not finish in 10 s"
+            cold_ms = 1000 * (time.perf_counter() - started)
+            cached, _ = timed_gets(base, "/s/bench-replay-warm/turns/1/replay.json", 200)
+        cached_ms = median_ms(cached)
+
+    print(f"kernel: x[{args.batch},784] @ w[784,128] + b on {adapter}")
+    print(f"deadline {settings.REPLAY_DEADLINE} s, median of {args.runs} runs")
+    print(f"{'layer':34} {'ms':>9} {'x floor':>8}")
+    for label, value in (
+        ("floor: bare dispatch + readback", floor),
+        ("warm uncached replay (pool)", warm_ms),
+        ("cached replay.json over HTTP", cached_ms),
+        ("cold start: first replay", cold_ms),
+    ):
+        print(f"{label:34} {value:>9.2f} {value / floor:>7.2f}x")
+    aim = 1.5 * floor + 10
+    verdict = "met" if warm_ms <= aim else "missed"
+    print(f"aim warm <= 1.5 x floor + 10 ms = {aim:.1f} ms: {verdict}")
+    print(f"aim cached <= 5 ms: {'met' if cached_ms <= 5 else 'missed'}")
+
+
+if __name__ == "__main__":
+    main()
