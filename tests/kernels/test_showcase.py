@@ -1,0 +1,283 @@
+"""The showcase session "GPU inference from scratch" and its lesson plans.
+
+Every kernel version replays on a real wgpu device (llvmpipe here) and must end with the
+status the story says: each bug still reproduces, each fix still passes. Only the import
+test needs the database.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kernels.harness import parse_harness
+from kernels.references import mlp_forward
+from kernels.runner import execute, open_device
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "fixtures"
+SHOWCASE = FIXTURES / "showcase" / "gpu-inference-from-scratch.json"
+LESSONS = sorted((FIXTURES / "lessons").glob("[0-9][0-9]-*.json"))
+
+DATA = json.loads(SHOWCASE.read_text(encoding="utf-8"))
+KERNELS = {kernel["name"]: kernel for kernel in DATA["kernels"]}
+VERSIONS = [(kernel, version) for kernel in DATA["kernels"] for version in kernel["versions"]]
+
+
+def version_id(item: tuple[dict, dict]) -> str:
+    kernel, version = item
+    return f"{kernel['name']}-v{version['number']}-{version['expected_status']}"
+
+
+def harness_of(kernel: dict, version: dict) -> dict:
+    override = version["harness_override"]
+    return override if override is not None else kernel["harness"]
+
+
+def sources_for(kernel: dict, version: dict) -> dict[str, str]:
+    """Mirrors kernels.replay.sources_for: another kernel named by a pass runs as its
+    latest version introduced at or before this version's turn."""
+    sources = {"self": version["source"]}
+    names = {p.get("kernel", "self") for p in harness_of(kernel, version)["passes"]} - {"self"}
+    for name in sorted(names):
+        others = sorted(KERNELS[name]["versions"], key=lambda v: -v["number"])
+        earlier = [v for v in others if v["turn"] is not None and v["turn"] <= version["turn"]]
+        sources[name] = (earlier or others)[0]["source"]
+    return sources
+
+
+@pytest.fixture(scope="module")
+def gpu():
+    return open_device()
+
+
+@pytest.fixture(scope="module")
+def run(gpu):
+    device, env = gpu
+
+    def run(sources: dict[str, str], harness: dict | None) -> dict:
+        return execute(device, env, sources, harness, FIXTURES)
+
+    return run
+
+
+# -- the file ------------------------------------------------------------------------------
+
+
+def test_the_committed_file_is_what_build_writes() -> None:
+    spec = importlib.util.spec_from_file_location("showcase_build", SHOWCASE.parent / "build.py")
+    build = importlib.util.module_from_spec(spec)
+    # Registered before running: its dataclasses look their module up by name.
+    sys.modules[spec.name] = build
+    try:
+        spec.loader.exec_module(build)
+    finally:
+        del sys.modules[spec.name]
+
+    assert build.render() == SHOWCASE.read_text(encoding="utf-8"), (
+        "fixtures/showcase/gpu-inference-from-scratch.json is stale: "
+        "run .venv/bin/python fixtures/showcase/build.py"
+    )
+
+
+def test_it_replaces_the_old_seed() -> None:
+    assert not (SHOWCASE.parent / "first-compute-shader.json").exists()
+
+
+def test_the_story_links_every_version_to_its_turns() -> None:
+    turns = {turn["number"]: turn for turn in DATA["turns"]}
+    for kernel, version in VERSIONS:
+        ref = {"name": kernel["name"], "version": version["number"]}
+        submitting = turns[version["turn"]]
+        assert submitting["role"] == "learner"
+        assert submitting["kernel"] == ref
+        assert f"```wgsl\n{version['source'].rstrip()}\n```" in submitting["content"]
+        reviewing = [t for t in DATA["turns"] if t["kernel"] == ref and t["role"] == "tutor"]
+        assert reviewing, f"{kernel['name']} v{version['number']} has no reviewing turn"
+        assert all(t["number"] > version["turn"] for t in reviewing)
+        assert version["note"]
+
+
+def test_the_tutor_never_writes_the_learners_kernels() -> None:
+    for turn in DATA["turns"]:
+        if turn["role"] == "tutor":
+            assert "```wgsl" not in turn["content"], f"turn {turn['number']}"
+
+
+# -- import --------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_it_imports_as_a_public_fixture_session() -> None:
+    from kernels.models import KernelVersion
+    from kernels.replay import sources_for as replay_sources_for
+    from sessions.exchange import import_session
+    from sessions.models import Session
+
+    report = import_session(DATA, source=Session.Source.FIXTURE)
+    session = report.session
+
+    assert session.slug == "gpu-inference-from-scratch"
+    assert session.visibility == Session.Visibility.PUBLIC
+    assert session.learner == "Maya"
+    assert session.tutor_model == ""
+    assert report.turns >= 60
+    dividers = session.turns.filter(role="system").order_by("number")
+    assert [re.match(r"\*\*Lesson (\d)", t.content)[1] for t in dividers] == list("12345678")
+    assert {t.meta["lesson"] for t in session.turns.all()} == set(range(1, 9))
+    assert sorted(session.tags.values_list("name", flat=True)) == sorted(
+        ["wgsl", "webgpu", "matmul", "softmax", "mnist", "beginner"]
+    )
+
+    versions = KernelVersion.objects.filter(kernel__session=session).select_related("kernel")
+    assert versions.count() == len(VERSIONS)
+    for version in versions:
+        assert version.turn is not None and version.turn.role == "learner"
+        assert version.turn.kernel_version == version
+        reviewers = session.turns.filter(kernel_version=version, role="tutor")
+        assert reviewers.filter(number__gt=version.turn.number).exists(), str(version)
+        # The sources a replay would use are the ones this file's replays use.
+        kernel = KERNELS[version.kernel.name]
+        spec = next(v for v in kernel["versions"] if v["number"] == version.number)
+        harness = parse_harness(version.harness)
+        assert replay_sources_for(version, harness) == sources_for(kernel, spec)
+
+    # Loading it again updates in place.
+    again = import_session(DATA, source=Session.Source.FIXTURE)
+    assert not again.created
+    assert Session.objects.filter(slug=session.slug).count() == 1
+
+
+# -- replay --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("item", VERSIONS, ids=version_id)
+def test_every_version_replays_with_its_expected_status(run, item) -> None:
+    kernel, version = item
+    outcome = run(sources_for(kernel, version), harness_of(kernel, version))
+
+    assert outcome["status"] == version["expected_status"], outcome["message"]
+
+
+def classifier() -> tuple[dict, list[dict]]:
+    """The kernel whose harness reports a classification, and its versions."""
+    kernel = next(k for k in DATA["kernels"] if "report" in k["harness"])
+    return kernel, sorted(kernel["versions"], key=lambda v: v["number"])
+
+
+def test_the_final_forward_pass_classifies_the_test_digits_like_numpy(run) -> None:
+    kernel, versions = classifier()
+    final = versions[-1]
+    outcome = run({"self": final["source"]}, kernel["harness"])
+
+    assert outcome["status"] == "passed", outcome["message"]
+    report = outcome["report"]
+    assert report["count"] == 1000
+    assert report["accuracy"] >= 0.95
+
+    arrays = {
+        name: np.load(FIXTURES / "mnist" / f"{name}.npy").astype(np.float64)
+        for name in ("test_images", "w1", "b1", "w2", "b2")
+    }
+    probs = mlp_forward(*arrays.values())
+    top2 = np.sort(probs, axis=1)[:, -2:]
+    clear = top2[:, 1] - top2[:, 0] > 1e-3
+    assert clear.sum() > 990
+    predictions = np.array(report["predictions"])
+    assert (predictions[clear] == probs.argmax(axis=1)[clear]).all()
+
+
+def test_the_buggy_forward_pass_scores_lower_than_the_fixed_one(run) -> None:
+    kernel, versions = classifier()
+    accuracy = {}
+    for version in versions:
+        outcome = run({"self": version["source"]}, kernel["harness"])
+        accuracy[version["number"]] = (outcome["status"], outcome["report"]["accuracy"])
+
+    fixed = [acc for status, acc in accuracy.values() if status == "passed"]
+    buggy = [acc for status, acc in accuracy.values() if status == "mismatch"]
+    assert fixed and buggy, accuracy
+    assert max(buggy) < min(fixed) - 0.1, accuracy
+
+
+# -- lesson plans --------------------------------------------------------------------------
+
+LESSON_FIELDS = {
+    "slug",
+    "order",
+    "title",
+    "summary",
+    "objectives",
+    "context",
+    "kernel",
+    "steps",
+    "pitfalls",
+    "hints",
+}
+COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
+ENTRY_BODY = re.compile(r"@compute[^{]*\{(?P<body>[^{}]*)\}")
+
+
+def test_there_are_eight_lessons_in_order() -> None:
+    plans = [json.loads(p.read_text(encoding="utf-8")) for p in LESSONS]
+
+    assert [plan["order"] for plan in plans] == list(range(1, 9))
+    assert [f"{plan['order']:02d}-{plan['slug']}.json" for plan in plans] == [
+        p.name for p in LESSONS
+    ]
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.stem)
+def test_a_lesson_plan_is_complete_and_its_starter_is_not_a_solution(run, path: Path) -> None:
+    plan = json.loads(path.read_text(encoding="utf-8"))
+    assert set(plan) == LESSON_FIELDS
+    assert plan["objectives"] and plan["pitfalls"]
+    assert all(set(step) == {"goal", "check"} for step in plan["steps"])
+    assert len(plan["hints"]) >= 3
+    assert "twin" in plan["hints"][-1]
+    assert "```" not in plan["hints"][-1]
+
+    kernel = plan["kernel"]
+    harness = parse_harness(kernel["harness"], FIXTURES)
+    assert harness.reference is not None
+    assert harness.kernel_names() == {"self"}
+    starter = kernel["starter"]
+
+    # It compiles, and every entry point's body is left to the learner.
+    assert run({"self": starter}, None)["status"] == "no_reference"
+    bodies = ENTRY_BODY.findall(COMMENTS.sub("", starter))
+    assert bodies and all(not body.strip() for body in bodies)
+    assert {p.entry_point for p in harness.passes} <= set(
+        re.findall(r"fn (\w+)\(", COMMENTS.sub("", starter))
+    )
+    # With its harness it runs, and does not pass.
+    assert run({"self": starter}, kernel["harness"])["status"] == "mismatch"
+
+
+def story_kernel(plan: dict) -> tuple[dict, dict] | None:
+    """The story's final version of the plan's kernel, where the plan's harness runs the
+    same kernels as the story's (lesson 6's plan is one module; the story chains three)."""
+    kernel = KERNELS[plan["kernel"]["name"]]
+    final = max(kernel["versions"], key=lambda v: v["number"])
+    plan_kernels = {p.get("kernel", "self") for p in plan["kernel"]["harness"]["passes"]}
+    story_kernels = {p.get("kernel", "self") for p in harness_of(kernel, final)["passes"]}
+    return (kernel, final) if plan_kernels == story_kernels else None
+
+
+SOLVED = [p for p in LESSONS if story_kernel(json.loads(p.read_text(encoding="utf-8")))]
+
+
+@pytest.mark.parametrize("path", SOLVED, ids=lambda p: p.stem)
+def test_the_showcase_solves_its_lesson(run, path: Path) -> None:
+    _, final = story_kernel(json.loads(path.read_text(encoding="utf-8")))
+    plan = json.loads(path.read_text(encoding="utf-8"))
+
+    outcome = run({"self": final["source"]}, plan["kernel"]["harness"])
+
+    assert outcome["status"] == "passed", outcome["message"]
