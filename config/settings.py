@@ -8,8 +8,10 @@ on an unsafe configuration and says which variable to fix.
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
+import dj_database_url
 from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
@@ -98,31 +100,46 @@ TEMPLATES = [
     },
 ]
 
-DATABASES = {
-    "default": {
-        "ENGINE": "django.db.backends.sqlite3",
-        "NAME": os.getenv("SQLITE_PATH", str(BASE_DIR / "db.sqlite3")),
-        "OPTIONS": {
-            # WAL lets readers keep reading while a replay result or a tutor turn is written.
-            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
-            "transaction_mode": "IMMEDIATE",
-            "timeout": 20,
-        },
-        # A file, not memory: replay results are stored from pool threads, which need
-        # their own connections to see what the test committed.
-        "TEST": {"NAME": os.getenv("SQLITE_TEST_PATH", str(BASE_DIR / ".test-db.sqlite3"))},
-        # Reuse connections across requests instead of opening one per request.
-        "CONN_MAX_AGE": envint("CONN_MAX_AGE", 600),
-        "CONN_HEALTH_CHECKS": True,
+# SQLite by default; DATABASE_URL (e.g. postgres://user:pass@host/kernelbin) for more.
+if os.getenv("DATABASE_URL"):
+    DATABASES = {"default": dj_database_url.parse(os.environ["DATABASE_URL"])}
+else:
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": os.getenv("SQLITE_PATH", str(BASE_DIR / "db.sqlite3")),
+            "OPTIONS": {
+                # WAL lets readers read while a replay result or a tutor turn is written.
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 20,
+            },
+            # A file per test process, not memory: replay results are stored from pool
+            # threads, whose own connections must see what a test committed.
+            "TEST": {
+                "NAME": os.getenv(
+                    "SQLITE_TEST_PATH",
+                    os.path.join(tempfile.gettempdir(), f"kernelbin-test-{os.getpid()}.sqlite3"),
+                )
+            },
+        }
     }
-}
+# Reuse connections across requests instead of opening one per request.
+DATABASES["default"]["CONN_MAX_AGE"] = envint("CONN_MAX_AGE", 600)
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# Page caches and rate-limit counters. With several web processes, point REDIS_URL at a
+# Redis so they share one cache; alone, each process keeps its own in memory.
+REDIS_URL = os.getenv("REDIS_URL", "")
 CACHES = {
     "default": {
-        "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
-        "LOCATION": "kernelbin",
+        "BACKEND": "config.cache.TolerantRedisCache",
+        "LOCATION": REDIS_URL,
+        "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 0.5},
     }
+    if REDIS_URL
+    else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "kernelbin"}
 }
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -132,7 +149,7 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 LOGIN_URL = "login"
-LOGIN_REDIRECT_URL = "sessions:index"
+LOGIN_REDIRECT_URL = "tutor:index"
 LOGOUT_REDIRECT_URL = "sessions:index"
 
 LANGUAGE_CODE = "en"
@@ -183,16 +200,80 @@ REPLAY_BACKEND = os.getenv("REPLAY_BACKEND", "local")
 REPLAY_WORKERS = envint("REPLAY_WORKERS", 2)
 REPLAY_DEADLINE = envfloat("REPLAY_DEADLINE", 10.0)
 REPLAY_QUEUE = envint("REPLAY_QUEUE", 16)
+# A queued run older than this is given up as lost; so is one running past its deadline.
+REPLAY_QUEUE_TIMEOUT = envint("REPLAY_QUEUE_TIMEOUT", 600)
+# How often a run is taken up again after the worker running it died.
+REPLAY_MAX_ATTEMPTS = envint("REPLAY_MAX_ATTEMPTS", 2)
 # "" prefers Vulkan and falls back to OpenGL; "vulkan" or "opengl" forces one.
 REPLAY_WGPU_BACKEND = os.getenv("REPLAY_WGPU_BACKEND", "")
+# A run that ended without a reusable result (a timeout) is shown this long before a
+# visit runs the kernel again.
+REPLAY_RETRY_AFTER = envint("REPLAY_RETRY_AFTER", 60)
 # Fresh ("run again") replays per client per minute.
 REPLAY_FRESH_PER_MINUTE = envint("REPLAY_FRESH_PER_MINUTE", 6)
 FIXTURES_DIR = BASE_DIR / "fixtures"
+# The draw-a-digit page classifies with the latest version of this kernel of this session.
+DIGITS_SESSION = os.getenv("DIGITS_SESSION", "gpu-inference-from-scratch")
+DIGITS_KERNEL = os.getenv("DIGITS_KERNEL", "mnist")
+DIGITS_MAX_BYTES = envint("DIGITS_MAX_BYTES", 2 * 1024 * 1024)
+DIGITS_PER_MINUTE = envint("DIGITS_PER_MINUTE", 20)
+
+# REPLAY_BACKEND=celery: replay jobs go to the "replay" queue, served by
+# `celery -A config worker -Q replay` on the GPU machines (config/celery.py).
+CELERY_BROKER_URL = os.getenv("CELERY_BROKER_URL", REDIS_URL or "redis://127.0.0.1:6379/0")
+CELERY_TASK_ROUTES = {"kernels.replay": {"queue": "replay"}}
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_WORKER_CONCURRENCY = envint("REPLAY_WORKERS", 2)
+# A web request that cannot reach the broker gives up fast and says so.
+CELERY_BROKER_CONNECTION_TIMEOUT = 2
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# An unacknowledged job (its worker died) goes back to the queue after this long.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": envint("REPLAY_REDELIVER_AFTER", 120)}
+
+# Guided sessions (tutor/). The tutor is Claude through the anthropic SDK; without a key
+# every submission is still run and explained by the offline reviewer.
+# The key is read from the environment only; it never reaches a page, a log or an export.
+ANTHROPIC_API_KEY = os.getenv("ANTHROPIC_API_KEY", "")
+# Any Messages-API compatible endpoint. Empty: the SDK reads ANTHROPIC_BASE_URL, else
+# https://api.anthropic.com.
+TUTOR_BASE_URL = os.getenv("TUTOR_BASE_URL", "")
+# The newest Sonnet the installed SDK knows (anthropic.types.Model); claude-sonnet-4-5 is
+# in its DEPRECATED_MODELS and retires on 2026-11-30.
+TUTOR_MODEL = os.getenv("TUTOR_MODEL", "claude-sonnet-5-5")
+TUTOR_MAX_TOKENS = envint("TUTOR_MAX_TOKENS", 1500)
+# Seconds to wait for the API (per request; a stream may take longer in total).
+TUTOR_TIMEOUT = envfloat("TUTOR_TIMEOUT", 60.0)
+# The SDK's own retries of 429/5xx/529 before the learner sees an error and a retry button.
+TUTOR_MAX_RETRIES = envint("TUTOR_MAX_RETRIES", 1)
+# run_kernel calls the tutor may make before it must answer.
+TUTOR_MAX_TOOL_ROUNDS = envint("TUTOR_MAX_TOOL_ROUNDS", 3)
+# Token budgets count every token an API call processed: input, output, cache writes and
+# cache reads. Per session, and per learner over the last 24 hours.
+TUTOR_SESSION_TOKEN_BUDGET = envint("TUTOR_SESSION_TOKEN_BUDGET", 500_000)
+TUTOR_USER_DAILY_TOKEN_BUDGET = envint("TUTOR_USER_DAILY_TOKEN_BUDGET", 2_000_000)
+# Rate limits (config/ratelimit.py): messages and retries per learner per minute,
+# kernel submissions per learner per minute, new sessions per learner per hour,
+# sign-ups per client IP per hour.
+TUTOR_MESSAGES_PER_MINUTE = envint("TUTOR_MESSAGES_PER_MINUTE", 6)
+TUTOR_SUBMISSIONS_PER_MINUTE = envint("TUTOR_SUBMISSIONS_PER_MINUTE", 10)
+TUTOR_STARTS_PER_HOUR = envint("TUTOR_STARTS_PER_HOUR", 20)
+TUTOR_SIGNUPS_PER_HOUR = envint("TUTOR_SIGNUPS_PER_HOUR", 5)
+TUTOR_MESSAGE_MAX_CHARS = envint("TUTOR_MESSAGE_MAX_CHARS", 4000)
+TUTOR_KERNEL_MAX_CHARS = envint("TUTOR_KERNEL_MAX_CHARS", 20_000)
+# Lesson plans, one JSON file each (fixtures/lessons/README.md).
+TUTOR_LESSONS_DIR = Path(os.getenv("TUTOR_LESSONS_DIR", str(BASE_DIR / "fixtures" / "lessons")))
 
 # Markdown longer than this is shown as escaped preformatted text: see sessions/markdown.py.
 MARKDOWN_MAX_CHARS = envint("MARKDOWN_MAX_CHARS", 100_000)
 # kernelbin/1 files larger than this are refused before parsing.
 IMPORT_MAX_BYTES = envint("IMPORT_MAX_BYTES", 64 * 1024 * 1024)
+# Claude Code transcripts (JSON Lines) are streamed, never read whole; files larger than
+# this are refused before reading, and single lines longer than the line cap are skipped
+# (and reported) without being held in memory. See sessions/claude_code.py.
+TRANSCRIPT_MAX_BYTES = envint("TRANSCRIPT_MAX_BYTES", 128 * 1024 * 1024)
+TRANSCRIPT_MAX_LINE_BYTES = envint("TRANSCRIPT_MAX_LINE_BYTES", 16 * 1024 * 1024)
 # Turns per page of a session; permalinks to later turns land on their page.
 TURNS_PER_PAGE = envint("TURNS_PER_PAGE", 100)
 # Rendered session pages and embeds are cached until the session changes, or this long.
@@ -206,16 +287,39 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": os.getenv("LOG_LEVEL", "INFO")},
 }
 
+if REPLAY_BACKEND not in ("local", "celery"):
+    raise ImproperlyConfigured(
+        f"REPLAY_BACKEND must be 'local' or 'celery', not {REPLAY_BACKEND!r}"
+    )
+
 if PRODUCTION:
+    # Refuse to start rather than run unsafely; each message names the variable to fix.
     if DEBUG:
         raise ImproperlyConfigured(
             "DJANGO_DEBUG=True is not allowed with KERNELBIN_PRODUCTION=True"
         )
-    if SECRET_KEY == DEV_SECRET_KEY or len(SECRET_KEY) < 50:
+    if SECRET_KEY == DEV_SECRET_KEY or len(SECRET_KEY) < 50 or len(set(SECRET_KEY)) < 5:
         raise ImproperlyConfigured(
             "Set SECRET_KEY to a random string of at least 50 characters in production"
         )
-    if not os.getenv("ALLOWED_HOSTS"):
+    if not os.getenv("ALLOWED_HOSTS") or "*" in ALLOWED_HOSTS:
         raise ImproperlyConfigured("Set ALLOWED_HOSTS to the host names Kernelbin answers on")
     if not SITE_URL.startswith("https://"):
         raise ImproperlyConfigured("Set SITE_URL to the public https:// origin in production")
+    if REPLAY_BACKEND == "celery" and not (os.getenv("CELERY_BROKER_URL") or REDIS_URL):
+        raise ImproperlyConfigured("REPLAY_BACKEND=celery needs CELERY_BROKER_URL or REDIS_URL")
+    SECURE_SSL_REDIRECT = envbool("SECURE_SSL_REDIRECT", "True")
+    # Only behind a proxy that sets (and overwrites) X-Forwarded-Proto.
+    if envbool("BEHIND_HTTPS_PROXY", "True"):
+        SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    # Start modest: HSTS is sticky in browsers. Raise it once HTTPS is known to be good.
+    SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", 3600)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("SECURE_HSTS_INCLUDE_SUBDOMAINS", "True")
+    SECURE_HSTS_PRELOAD = envbool("SECURE_HSTS_PRELOAD", "False")
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    CSRF_TRUSTED_ORIGINS = [SITE_URL]
+    SILENCED_SYSTEM_CHECKS = [
+        # Preloading HSTS is the operator's one-way decision (SECURE_HSTS_PRELOAD=True).
+        "security.W021",
+    ]

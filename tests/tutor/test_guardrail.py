@@ -1,0 +1,190 @@
+"""The guardrail: a reply that hands over a kernel never reaches the learner as is."""
+
+from __future__ import annotations
+
+from django.test import SimpleTestCase, override_settings
+
+from tests.tutor.helpers import (
+    FAKE_KEY,
+    FakeAPI,
+    TutorTestCase,
+    message_json,
+    read_events,
+    streamed_text,
+    text_reply,
+)
+from tutor.engine import GUARD_NOTE
+from tutor.guardrail import NOTE, StreamGuard, asks_for_answer, redact
+from tutor.models import GuardrailEvent
+
+KERNEL_REPLY = """Here is the whole thing:
+
+```wgsl
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+    out[id.x] = a[id.x] + b[id.x];
+}
+```
+
+Run it and tell me what you see."""
+
+BARE_REPLY = """Fine, write exactly this:
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+    let i = id.x;
+    out[i] = a[i] + b[i];
+}
+That is all there is to it."""
+
+SAMPLES = {
+    "fenced kernel": KERNEL_REPLY,
+    "bare kernel": BARE_REPLY,
+    "indented run": "Try:\n\n    let row = id.y;\n    let col = id.x;\n    out[row * 8u + col] = sum;\n\nThen run.",
+    "inline entry point": "Use `fn main(@builtin(global_invocation_id) id: vec3<u32>) { out[id.x] = 1.0; }` there.",
+    "unclosed fence": "Almost:\n```\nlet i = id.x;\nout[i] = a[i] + b[i];\nreturn;\n",
+    "diff": "Change this:\n```diff\n-    out[i] = a[i] - b[i];\n+    out[i] = a[i] + b[i];\n```\n",
+    "tilde fence": "~~~\n@group(0) @binding(0) var<storage, read> a: array<f32>;\n~~~\nok",
+}
+ALLOWED = {
+    "quoted line": "Line 7 reads `out[id.x] = a[id.x] - b[id.x];`. Which operator should it use?",
+    "quoted attribute": "Look at `@workgroup_size(32)` on line 5: how many invocations is that in total?",
+    "two-line syntax": "A loop looks like this:\n\n```wgsl\nfor (var i = 0u; i < n; i++) {\n}\n```\n\nWhat is n here?",
+    "numbers": "The first cells:\n\n```\n0.50  1.30  -1.34\n0.08  0.22   0.17\n0.90  0.12   0.44\n```\n\nWhat pattern do you see?",
+    "prose": "Every invocation has an id; the builtin global_invocation_id tells it where it is.",
+}
+MARKERS = ("@compute", "fn main", "a[i] + b[i]", "let col", "var<storage", "+    out[i]")
+
+
+class RedactTestCase(SimpleTestCase):
+    def test_it_withholds_kernels(self) -> None:
+        for name, text in SAMPLES.items():
+            with self.subTest(name):
+                guarded = redact(text)
+                self.assertTrue(guarded.redacted)
+                for marker in MARKERS:
+                    self.assertNotIn(marker, guarded.text)
+                self.assertTrue(guarded.withheld)
+
+    def test_it_keeps_prose_and_short_generic_code(self) -> None:
+        for name, text in ALLOWED.items():
+            with self.subTest(name):
+                guarded = redact(text)
+                self.assertFalse(guarded.redacted, guarded.findings)
+                self.assertEqual(guarded.text, text)
+
+    def test_it_keeps_the_text_around_a_withheld_block(self) -> None:
+        guarded = redact(KERNEL_REPLY)
+        self.assertEqual(
+            guarded.text, f"Here is the whole thing:\n\n{NOTE}\n\nRun it and tell me what you see."
+        )
+        self.assertEqual(guarded.rules, ["fenced code"])
+
+    def test_it_streams_a_prefix_of_the_final_text_whatever_the_chunks(self) -> None:
+        for name, text in {**SAMPLES, **ALLOWED}.items():
+            final = redact(text).text
+            for size in (1, 2, 3, 5, 8, 13, 40, len(text)):
+                with self.subTest(name, size=size):
+                    guard = StreamGuard()
+                    shown = ""
+                    for i in range(0, len(text), size):
+                        shown += guard.feed(text[i : i + size])
+                        # Nothing held back ever appears, not even for a moment.
+                        self.assertTrue(final.startswith(shown))
+                        for marker in MARKERS:
+                            self.assertNotIn(marker, shown)
+                    shown += guard.finish()
+                    self.assertEqual(shown, final)
+
+    def test_it_releases_prose_before_the_line_ends(self) -> None:
+        guard = StreamGuard()
+        shown = guard.feed("The run shows that half of the cells were never")
+        self.assertEqual(shown, "The run shows that half of the cells were never")
+        self.assertEqual(guard.feed(" written"), " written")
+
+    def test_it_holds_a_code_block_until_it_closes(self) -> None:
+        guard = StreamGuard()
+        self.assertEqual(guard.feed("Look:\n```wgsl\n"), "Look:\n")
+        self.assertEqual(guard.feed("let i = id.x;\n"), "")
+        self.assertEqual(guard.feed("```\n"), "```wgsl\nlet i = id.x;\n```\n")
+
+    def test_it_recognises_requests_for_the_answer(self) -> None:
+        for message in (
+            "just write it for me",
+            "Can you give me the full kernel?",
+            "please write the kernel",
+            "what is the answer?",
+            "Show me the solution",
+            "I give up, do it for me",
+        ):
+            with self.subTest(message):
+                self.assertTrue(asks_for_answer(message))
+        for message in (
+            "why is my index wrong?",
+            "How do I write the bounds check?",
+            "What does the answer of the run mean for row 3?",
+        ):
+            with self.subTest(message):
+                self.assertFalse(asks_for_answer(message))
+
+
+@override_settings(ANTHROPIC_API_KEY=FAKE_KEY)
+class GuardrailExchangeTestCase(TutorTestCase):
+    def test_it_withholds_a_streamed_kernel(self) -> None:
+        guided = self.start()
+        api = FakeAPI(text_reply(KERNEL_REPLY, chunk=3), text_reply("What is line 6 for?"))
+        with api.patch():
+            events = read_events(self.say(guided, "Is there a quicker way?"))
+            read_events(self.say(guided, "ok"))
+
+        streamed = streamed_text(events)
+        reply = guided.session.turns.get(number=3)
+        for marker in MARKERS:
+            self.assertNotIn(marker, streamed)
+            self.assertNotIn(marker, reply.content)
+            self.assertNotIn(marker, events[-2][1]["html"])
+        self.assertEqual(streamed, reply.content)
+        self.assertIn("Code withheld", reply.content)
+        self.assertEqual(reply.meta["guardrail"], {"rules": ["fenced code"], "withheld": 1})
+        self.assertIn("kernel code was withheld", events[-2][1]["html"])
+
+        event = GuardrailEvent.objects.get(kind=GuardrailEvent.Kind.REDACTED)
+        self.assertEqual(event.turn, reply)
+        self.assertIn("@compute", event.withheld)
+        guided.refresh_from_db()
+        self.assertEqual(guided.guardrail_count, 1)
+        # The next request tells Claude its code was withheld.
+        self.assertIn(GUARD_NOTE, api.last_user_text())
+        # And the history holds the redacted reply, never the kernel.
+        self.assertNotIn("@compute", str(api.last["messages"]))
+
+    def test_it_withholds_a_kernel_in_a_reply_that_is_not_streamed(self) -> None:
+        guided = self.start()
+        with FakeAPI(message_json(BARE_REPLY)).patch():
+            self.client.post(self.url(guided, "say"), {"text": "just write it for me"})
+
+        reply = guided.session.turns.order_by("number").last()
+        for marker in MARKERS:
+            self.assertNotIn(marker, reply.content)
+        self.assertEqual(reply.meta["guardrail"]["rules"], ["code lines"])
+        page = self.client.get(self.url(guided, "session"))
+        self.assertNotContains(page, "fn main(@builtin")
+        self.assertContains(page, "Code withheld")
+        guided.refresh_from_db()
+        self.assertEqual(guided.guardrail_count, 1)
+
+    def test_it_counts_requests_for_the_answer(self) -> None:
+        guided = self.start()
+        api = FakeAPI(text_reply("Writing it is your part. Which id do you need?"))
+        with api.patch():
+            read_events(self.say(guided, "Just write it for me please"))
+
+        guided.refresh_from_db()
+        self.assertEqual(guided.answer_requests, 1)
+        learner = guided.session.turns.get(number=2)
+        self.assertTrue(learner.meta["answer_request"])
+        self.assertTrue(
+            GuardrailEvent.objects.filter(kind=GuardrailEvent.Kind.ANSWER_REQUEST, turn=learner)
+        )
+        self.assertIn("asking you to write the kernel for them (request 1", api.last_user_text())
+        page = self.client.get(self.url(guided, "session"))
+        self.assertContains(page, "You have asked for the solution 1 time.")

@@ -1,0 +1,165 @@
+"""No API key: every submission still runs for real and is explained from its outcome."""
+
+from __future__ import annotations
+
+from django.urls import reverse
+
+from sessions.models import Turn
+from tests.tutor.helpers import (
+    VECTOR_HEAD,
+    FakeAPI,
+    TutorRunTestCase,
+    TutorTestCase,
+    names,
+    read_events,
+    vector_kernel,
+)
+
+TRANSPOSED = (
+    VECTOR_HEAD
+    + """
+const N: u32 = 8u;
+
+@compute @workgroup_size(8, 8)
+fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+    let row = id.y;
+    let col = id.x;
+    var sum = 0.0;
+    for (var k = 0u; k < N; k++) {
+        sum += a[row * N + k] * b[k * N + col];
+    }
+    out[col * N + row] = sum;
+}
+"""
+)
+
+EXTRA_BINDING = VECTOR_HEAD.replace(
+    "array<f32>;\n",
+    "array<f32>;\n@group(0) @binding(3) var<storage, read_write> scratch: array<f32>;\n",
+    1,
+) + (
+    "\n@compute @workgroup_size(64)\n"
+    "fn main(@builtin(global_invocation_id) id: vec3<u32>) {\n"
+    "    scratch[id.x] = 0.0;\n"
+    "    out[id.x] = a[id.x] + b[id.x];\n}\n"
+)
+
+
+class OfflineReviewTestCase(TutorRunTestCase):
+    def review(self, source: str, lesson: str = "vector-add") -> tuple[Turn, list]:
+        guided = self.start(lesson)
+        api = FakeAPI()  # with no key, nothing may reach the API
+        with api.patch():
+            events = read_events(self.submit(guided, source))
+        self.assertEqual(api.requests, [])
+        self.assertEqual(names(events)[:3], ["turn", "running", "run"])
+        self.assertEqual(names(events)[-2:], ["turn", "done"])
+        review = guided.session.turns.order_by("number").last()
+        self.assertEqual(review.role, Turn.Role.TUTOR)
+        self.assertEqual(review.meta, {"kind": "review", "automatic": True})
+        version = guided.kernel.versions.get()
+        self.assertEqual(review.kernel_version, version)
+        self.assertEqual(version.turn.kernel_version, version)
+        self.assertIn("Tutor · automatic", events[-2][1]["html"])
+        return review, events
+
+    def test_it_explains_a_compile_error(self) -> None:
+        review, events = self.review(vector_kernel(body="out[id.x] = a[id.x] + b[id.x]"))
+        self.assertEqual(events[2][1]["status"], "compile_error")
+        self.assertIn("**It does not compile.** naga stops at line 8, column 1", review.content)
+        self.assertIn("expected `;`", review.content)
+        self.assertIn("The line before it reads `out[id.x] = a[id.x] + b[id.x]`", review.content)
+        self.assertIn("missing its semicolon", review.content)
+        # The runner's notes about the backend only matter for results.
+        self.assertNotIn("llvmpipe", review.content)
+
+    def test_it_explains_a_transposed_result(self) -> None:
+        review, events = self.review(TRANSPOSED, lesson="matmul")
+        self.assertEqual(events[2][1]["status"], "mismatch")
+        self.assertIn("**transpose** of the expected matrix", review.content)
+        self.assertIn("| cell | expected | got |", review.content)
+
+    def test_it_explains_too_few_invocations(self) -> None:
+        review, _ = self.review(vector_kernel(32))
+        self.assertIn(
+            "**64 of 128 cells of `out` were never written**, the first at [64]", review.content
+        )
+        self.assertIn(
+            "Only 64 invocations ran (2 workgroups × @workgroup_size 32) for 128 cells",
+            review.content,
+        )
+
+    def test_it_explains_an_early_return(self) -> None:
+        body = "if (id.x >= 100u) { return; }\n    out[id.x] = a[id.x] + b[id.x];"
+        review, _ = self.review(vector_kernel(64, body))
+        self.assertIn("28 of 128 cells of `out` were never written", review.content)
+        self.assertIn("returned before writing", review.content)
+        self.assertIn("bounds check", review.content)
+
+    def test_it_explains_infinities(self) -> None:
+        review, events = self.review(
+            vector_kernel(body="out[id.x] = exp(abs(a[id.x]) * 200.0 + 100.0);")
+        )
+        self.assertEqual(events[2][1]["status"], "nonfinite")
+        self.assertIn("cells of `out` are NaN or infinite**", review.content)
+        self.assertIn("softmax must subtract the row maximum", review.content)
+
+    def test_it_explains_a_pipeline_error(self) -> None:
+        review, events = self.review(EXTRA_BINDING)
+        self.assertEqual(events[2][1]["status"], "pipeline_error")
+        self.assertIn("the pipeline could not be set up", review.content)
+        self.assertIn("different set of @group/@binding numbers", review.content)
+        self.assertIn("@group(0) @binding(2) → `out`", review.content)
+
+    def test_it_explains_a_wrong_formula(self) -> None:
+        review, _ = self.review(vector_kernel(body="out[id.x] = a[id.x] * b[id.x];"))
+        self.assertIn("It runs, but the results are wrong", review.content)
+        self.assertIn("not in a simple pattern", review.content)
+
+    def test_it_confirms_a_pass(self) -> None:
+        review, events = self.review(vector_kernel())
+        self.assertEqual(events[2][1]["status"], "passed")
+        self.assertIn("**It passes:** All 128 cells match", review.content)
+        self.assertIn("Ask which element invocation 70 writes.", review.content)
+        self.assertIn("publish", review.content)
+
+    def test_it_compiles_free_form_kernels(self) -> None:
+        review, events = self.review(vector_kernel(), lesson="free")
+        self.assertEqual(events[2][1]["status"], "no_reference")
+        self.assertIn("no harness", review.content)
+
+    def test_it_runs_an_unchanged_kernel_again_without_a_new_version(self) -> None:
+        guided = self.start()
+        read_events(self.submit(guided, vector_kernel(32)))
+        events = read_events(self.submit(guided, vector_kernel(32)))
+        self.assertEqual(guided.kernel.versions.count(), 1)
+        learner = guided.session.turns.filter(role=Turn.Role.LEARNER).last()
+        self.assertTrue(learner.meta["resubmit"])
+        self.assertIn("v1 again (unchanged)", learner.content)
+        self.assertEqual(names(events)[-1], "done")
+
+    def test_it_notices_that_nothing_was_written(self) -> None:
+        review, _ = self.review(vector_kernel(body="let unused = a[id.x];"))
+        self.assertIn("128 of 128 cells of `out` were never written", review.content)
+        self.assertIn("Not one cell was written", review.content)
+
+
+class OfflineMessageTestCase(TutorTestCase):
+    def test_it_answers_messages_with_a_short_automatic_note(self) -> None:
+        guided = self.start()
+        events = read_events(self.say(guided, "Hello?"))
+        self.assertEqual(names(events), ["turn", "turn", "done"])
+        note = guided.session.turns.order_by("number").last()
+        self.assertEqual(note.meta, {"kind": "offline_notice", "automatic": True})
+        self.assertIn("The tutor is offline", note.content)
+        self.assertIn("still run and reviewed automatically", note.content)
+        self.assertIsNone(guided.pending_turn())
+
+    def test_it_says_how_to_turn_the_tutor_on(self) -> None:
+        guided = self.start()
+        for url in (reverse("tutor:index"), self.url(guided, "session")):
+            response = self.client.get(url)
+            self.assertContains(response, "The tutor is offline: no API key")
+            self.assertContains(
+                response, "ANTHROPIC_API_KEY=sk-ant-… .venv/bin/python manage.py runserver"
+            )

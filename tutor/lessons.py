@@ -1,0 +1,139 @@
+"""Lesson plans: one JSON file per lesson in settings.TUTOR_LESSONS_DIR.
+
+The format is described in fixtures/lessons/README.md. Plans are written by people, so
+a broken file is skipped with a warning naming the file and the field, never fatal: the
+other lessons stay available.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from django.conf import settings
+
+from kernels.harness import HarnessError, parse_harness
+
+log = logging.getLogger(__name__)
+
+FREE_FORM_KERNEL = "kernel"
+
+
+class LessonError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Lesson:
+    slug: str
+    order: int
+    title: str
+    summary: str
+    kernel_name: str
+    harness: dict
+    starter: str
+    objectives: list[str] = field(default_factory=list)
+    context: str = ""
+    steps: list[dict] = field(default_factory=list)
+    pitfalls: list[str] = field(default_factory=list)
+    hints: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        """The snapshot a guided session keeps (GuidedSession.lesson)."""
+        return {
+            "slug": self.slug,
+            "order": self.order,
+            "title": self.title,
+            "summary": self.summary,
+            "objectives": self.objectives,
+            "context": self.context,
+            "kernel": {"name": self.kernel_name, "harness": self.harness, "starter": self.starter},
+            "steps": self.steps,
+            "pitfalls": self.pitfalls,
+            "hints": self.hints,
+        }
+
+
+def _text(data: dict, key: str, required: bool = True) -> str:
+    value = data.get(key, "")
+    if not isinstance(value, str) or (required and not value.strip()):
+        raise LessonError(f"{key} must be a non-empty string")
+    return value
+
+
+def _strings(data: dict, key: str) -> list[str]:
+    value = data.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise LessonError(f"{key} must be a list of strings")
+    return value
+
+
+def parse_lesson(data: object) -> Lesson:
+    if not isinstance(data, dict):
+        raise LessonError("a lesson plan is a JSON object")
+    slug = _text(data, "slug")
+    order = data.get("order", 0)
+    if not isinstance(order, int) or isinstance(order, bool):
+        raise LessonError("order must be an integer")
+    kernel = data.get("kernel")
+    if not isinstance(kernel, dict):
+        raise LessonError("kernel must be an object with name, harness and starter")
+    name = _text(kernel, "name")
+    harness = kernel.get("harness") or {}
+    if harness:
+        try:
+            parse_harness(harness, settings.FIXTURES_DIR)
+        except HarnessError as error:
+            raise LessonError(f"kernel.harness.{error}") from None
+    steps = data.get("steps", [])
+    if not isinstance(steps, list) or not all(
+        isinstance(s, dict) and isinstance(s.get("goal", ""), str) for s in steps
+    ):
+        raise LessonError('steps must be a list of {"goal", "check"} objects')
+    return Lesson(
+        slug=slug,
+        order=order,
+        title=_text(data, "title"),
+        summary=_text(data, "summary", required=False),
+        kernel_name=name,
+        harness=harness,
+        starter=_text(kernel, "starter", required=False),
+        objectives=_strings(data, "objectives"),
+        context=_text(data, "context", required=False),
+        steps=steps,
+        pitfalls=_strings(data, "pitfalls"),
+        hints=_strings(data, "hints"),
+    )
+
+
+_cache: dict[str, tuple[tuple, list[Lesson]]] = {}
+
+
+def load_lessons() -> list[Lesson]:
+    """Every valid lesson plan, in course order. Re-read when a file changes."""
+    folder = Path(settings.TUTOR_LESSONS_DIR)
+    files = sorted(folder.glob("*.json")) if folder.is_dir() else []
+    stamp = tuple((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in files)
+    cached = _cache.get(str(folder))
+    if cached and cached[0] == stamp:
+        return cached[1]
+    lessons: dict[str, Lesson] = {}
+    for path in files:
+        try:
+            lesson = parse_lesson(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError) as error:
+            log.warning("Skipping lesson plan %s: %s", path.name, error)
+            continue
+        if lesson.slug in lessons:
+            log.warning("Skipping lesson plan %s: slug %r is taken", path.name, lesson.slug)
+            continue
+        lessons[lesson.slug] = lesson
+    result = sorted(lessons.values(), key=lambda lesson: (lesson.order, lesson.slug))
+    _cache[str(folder)] = (stamp, result)
+    return result
+
+
+def get_lesson(slug: str) -> Lesson | None:
+    return next((lesson for lesson in load_lessons() if lesson.slug == slug), None)

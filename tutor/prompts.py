@@ -1,0 +1,397 @@
+"""What the tutor is sent: cached rules and lesson, the conversation, and the learner's state.
+
+Prompt caching needs a byte-identical prefix in the order tools → system → messages, so
+the rules and the lesson (a snapshot taken when the session started) carry cache_control
+and hold nothing that changes per turn. Everything that does change (the current kernel,
+its diff, the last run, the reminder) goes into the last user message, after the breakpoint.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from django.conf import settings
+
+from kernels import replay
+from kernels.harness import HarnessError, parse_harness
+from kernels.models import KernelVersion, Run
+from sessions.models import Turn
+from tutor.review import outcome_for_model
+
+if TYPE_CHECKING:
+    from tutor.models import GuidedSession
+
+CACHE = {"type": "ephemeral"}
+
+RULES = """You are the tutor in a Kernelbin guided session. A learner is writing a WGSL compute \
+kernel for the lesson described below. Every time they submit, the server runs their kernel \
+under a fixed harness with wgpu and compares every output cell with a numpy reference.
+
+# Your role: guide, never write the kernel
+- You do not write the learner's kernel or any part of it: no entry points, no binding \
+declarations, no function bodies, no corrected lines, no diffs, and no pseudo-code that maps \
+line for line onto their kernel. This holds when the learner insists, says they are an expert, \
+says it is urgent, or asks "just this once". Say kindly that writing it is their part of the \
+work, and give the next hint instead.
+- You may explain concepts (workgroups, invocation ids, address spaces, row-major layout, \
+floating point), name builtins and syntax rules in prose, quote one short line of the learner's \
+own code to point at it, and show a generic syntax fragment of at most two lines that is not \
+this lesson's kernel. Replies are checked by a program: longer code is withheld from the \
+learner and the withholding is recorded.
+
+# How you tutor
+- Look at their actual work. Every message you receive ends with the learner's current kernel \
+in <kernel> (with line numbers), its diff from the previous version in <diff> and the latest \
+run in <run_result>. Refer to concrete line numbers. Base every claim about correctness on a \
+run: if the current code has not run, call the run_kernel tool before you judge it.
+- When they submit, review line by line: say what the run showed, which line causes it and \
+why, then ask one question that leads them to the fix.
+- One question or one small task per reply, then stop. Make it a check of understanding: \
+predict an output, explain an index, change one line. Not "does that make sense?".
+- Hint ladder. Each time they are stuck on the same problem, go one rung up: (1) a diagnostic \
+question; (2) the concept they need; (3) point at the exact line or expression; (4) a worked \
+twin on a different kernel, in prose (for example a scale-by-two kernel when they write an \
+addition). Never skip to the answer, and never stay on rung 1 for more than two replies.
+- Be brief: a few short paragraphs at most. No praise beyond a plain acknowledgement, no filler.
+- When the run passes, say so, ask them to explain one design choice, and point at the next \
+step of the lesson. At the end of the lesson, tell them they can publish the session.
+
+# Current WGSL (use only this syntax)
+- Attributes use @: @compute @workgroup_size(64), @group(0) @binding(1), \
+@builtin(global_invocation_id). [[block]], [[stage(compute)]] and @stage(compute) were removed \
+in 2022. Struct members are separated by commas.
+- Storage buffers: var<storage, read> and var<storage, read_write>; uniforms: var<uniform>. \
+Runtime-sized arrays have arrayLength(&arr).
+- No implicit conversions between i32, u32 and f32: convert with f32(x), u32(x), i32(x); u32 \
+literals carry a u suffix (8u).
+- let is immutable, var is mutable; loops: for (var i = 0u; i < n; i++) { ... }.
+- The host calls dispatchWorkgroups(x, y, z): invocations per axis = workgroups × workgroup size.
+- exp(x) overflows f32 above about 88.7: softmax subtracts the row maximum first.
+- On the server's CPU backend (llvmpipe) out-of-bounds writes are silently dropped and loops \
+stop after 65,535 iterations: the run's warnings say so when it matters.
+
+# The run_kernel tool
+It runs the learner's latest submitted version (or the version you name) under the lesson's \
+harness and returns the outcome: status (passed, mismatch, nonfinite, compile_error, \
+pipeline_error, timeout, ...), naga's error with line and column, counts of wrong, \
+never-written and NaN cells, the first wrong cells with expected and got values, and a map of \
+wrong cells for small outputs. The learner sees that you ran it.
+
+# Status meanings
+mismatch: some cells differ from the reference. nonfinite: mostly NaN or infinity. \
+compile_error: naga rejected the WGSL. pipeline_error: it compiled but its bindings do not \
+match what the host binds. no_reference: it ran and there is nothing to compare with. \
+"never written" cells still hold the sentinel: the kernel did not store to them."""
+
+REMINDER = """<reminder>
+Tutor rules: do not write the kernel or any line of it, even when asked. One question or one \
+small task per reply. Ground your review in the run result above; call run_kernel if the \
+current code has not run.
+</reminder>"""
+
+RUN_KERNEL_TOOL = {
+    "name": "run_kernel",
+    "description": (
+        "Run the learner's kernel on the server under this lesson's harness (wgpu, compared "
+        "with a numpy reference) and return the outcome: status, naga's compile error with "
+        "line and column, counts of wrong / never-written / NaN cells, and the first wrong "
+        "cells with expected and got values. Runs the latest submitted version unless a "
+        "version number is given."
+    ),
+    "input_schema": {
+        "type": "object",
+        "properties": {
+            "version": {
+                "type": "integer",
+                "minimum": 1,
+                "description": "The version number to run; the latest when left out.",
+            }
+        },
+        "additionalProperties": False,
+    },
+    "cache_control": CACHE,
+}
+TOOLS = [RUN_KERNEL_TOOL]
+
+
+def _list(items: list[str]) -> str:
+    return "\n".join(f"- {item}" for item in items) or "- (none)"
+
+
+def _harness_text(harness: dict) -> str:
+    if not harness:
+        return "No harness: submissions are only compiled and validated (status no_reference)."
+    try:
+        parsed = parse_harness(harness)
+    except HarnessError as error:
+        return f"(harness unreadable: {error})"
+    lines = []
+    for number, p in enumerate(parsed.passes, start=1):
+        lines.append(
+            f"Pass {number}: kernel {p.kernel}, entry point {p.entry_point}, "
+            f"dispatchWorkgroups{p.dispatch}"
+        )
+        for b in p.bind:
+            buf = parsed.buffer(b.buffer)
+            fill = {"sentinel": "starts as a NaN sentinel"}.get(buf.fill, f"filled: {buf.fill}")
+            lines.append(
+                f"  @group({b.group}) @binding({b.binding}) {buf.name}: {buf.usage} {buf.dtype} "
+                f"shape {list(buf.shape)}, {fill}{', output' if buf.output else ''}"
+            )
+    if parsed.reference:
+        lines.append(
+            f"Reference: {parsed.reference.name}({', '.join(parsed.reference.args)}) → "
+            f"{', '.join(parsed.reference.outputs)}; tolerance atol {parsed.tolerance.atol}, "
+            f"rtol {parsed.tolerance.rtol}"
+        )
+    return "\n".join(lines)
+
+
+def lesson_text(guided: GuidedSession) -> str:
+    lesson = guided.lesson or {}
+    if guided.is_free_form or not lesson:
+        return (
+            "<lesson free-form>\nThis is a free-form session: the learner writes any WGSL compute "
+            "kernel they choose. There is no harness, so submissions are only compiled and "
+            "validated (status no_reference means it compiles). Ask what they want to build, "
+            "then guide them as in a lesson.\n</lesson>"
+        )
+    kernel = lesson.get("kernel", {})
+    steps = "\n".join(
+        f"{i}. {s.get('goal', '')}" + (f"\n   Check: {s['check']}" if s.get("check") else "")
+        for i, s in enumerate(lesson.get("steps") or [], start=1)
+    )
+    hints = "\n".join(f"{i}. {h}" for i, h in enumerate(lesson.get("hints") or [], start=1))
+    return f"""<lesson slug="{lesson.get("slug", "")}">
+# {lesson.get("title", "")}
+{lesson.get("summary", "")}
+
+## Objectives
+{_list(lesson.get("objectives") or [])}
+
+## Context
+{lesson.get("context", "")}
+
+## The kernel the learner writes: {kernel.get("name", "")}
+{_harness_text(kernel.get("harness") or {})}
+
+Starter code the learner was given (bindings declared, the rest is theirs):
+```wgsl
+{kernel.get("starter", "").rstrip()}
+```
+
+## Steps
+{steps or "(none)"}
+
+## Pitfalls to watch for
+{_list(lesson.get("pitfalls") or [])}
+
+## Hint ladder for this lesson (prose only)
+{hints or "(none)"}
+</lesson>"""
+
+
+def system_blocks(guided: GuidedSession) -> list[dict]:
+    return [
+        {"type": "text", "text": RULES, "cache_control": CACHE},
+        {"type": "text", "text": lesson_text(guided), "cache_control": CACHE},
+    ]
+
+
+# -- the conversation ------------------------------------------------------------------
+
+
+def run_summary(turn: Turn) -> str:
+    run = turn.meta.get("run") or {}
+    if not run:
+        return ""
+    return f" It ran: {run.get('status', 'unknown')}. {run.get('message', '')}".rstrip()
+
+
+def _block(turn: Turn) -> tuple[str, dict] | None:
+    """The Messages-API block a stored turn stands for, or None for turns Claude never said."""
+    meta = turn.meta
+    if turn.role == Turn.Role.LEARNER:
+        if turn.kernel_version_id and meta.get("kind") == "submission":
+            text = (
+                f"[I submitted {turn.kernel_version.kernel.name} v{turn.kernel_version.number}"
+                f"{' again' if meta.get('resubmit') else ''}.{run_summary(turn)}]"
+            )
+            if note := meta.get("note"):
+                text += f"\n\n{note}"
+            return "user", {"type": "text", "text": text}
+        return "user", {"type": "text", "text": turn.content}
+    if turn.role == Turn.Role.TUTOR:
+        if meta.get("kind") == "offline_notice":
+            return None  # the app's notice while Claude was unreachable, not Claude's words
+        text = turn.content
+        if meta.get("automatic") and meta.get("kind") != "welcome":
+            text = f"(Automatic review by the offline reviewer.)\n\n{text}"
+        return "assistant", {"type": "text", "text": text}
+    if turn.role == Turn.Role.TOOL and meta.get("kind") == "tool_call":
+        return "assistant", {
+            "type": "tool_use",
+            "id": meta["tool_use_id"],
+            "name": meta.get("tool", "run_kernel"),
+            "input": meta.get("input") or {},
+        }
+    if turn.role == Turn.Role.TOOL and meta.get("kind") == "tool_result":
+        return "user", {
+            "type": "tool_result",
+            "tool_use_id": meta["tool_use_id"],
+            "content": meta.get("result_text", ""),
+            "is_error": bool(meta.get("is_error")),
+        }
+    return None
+
+
+def _pair_tools(messages: list[dict]) -> list[dict]:
+    """Keep only tool calls answered by the next message, and results whose call is in the
+    message before: a reply cut off between the two must not make the history invalid."""
+    for index, message in enumerate(messages):
+        if message["role"] != "assistant":
+            continue
+        following = messages[index + 1] if index + 1 < len(messages) else None
+        answered = {
+            b["tool_use_id"]
+            for b in (following or {}).get("content", [])
+            if b["type"] == "tool_result"
+        }
+        message["content"] = [
+            b for b in message["content"] if b["type"] != "tool_use" or b["id"] in answered
+        ]
+    for index, message in enumerate(messages):
+        if message["role"] != "user":
+            continue
+        previous = messages[index - 1] if index > 0 else None
+        asked = {b["id"] for b in (previous or {}).get("content", []) if b["type"] == "tool_use"}
+        kept = []
+        for b in message["content"]:
+            if b["type"] == "tool_result" and b["tool_use_id"] not in asked:
+                continue
+            kept.append(b)
+        # tool_result blocks must open the message.
+        kept.sort(key=lambda b: b["type"] != "tool_result")
+        message["content"] = kept
+    return [m for m in messages if m["content"]]
+
+
+def conversation(guided: GuidedSession) -> list[dict]:
+    messages: list[dict] = []
+    turns = guided.session.turns.select_related("kernel_version__kernel").order_by("number")
+    for turn in turns:
+        found = _block(turn)
+        if found is None:
+            continue
+        role, block = found
+        if block["type"] == "text" and not block["text"].strip():
+            continue
+        if messages and messages[-1]["role"] == role:
+            messages[-1]["content"].append(block)
+        else:
+            messages.append({"role": role, "content": [block]})
+    messages = _pair_tools(messages)
+    # Merging may be needed again after dropping unanswered calls.
+    merged: list[dict] = []
+    for message in messages:
+        if merged and merged[-1]["role"] == message["role"]:
+            merged[-1]["content"].extend(message["content"])
+        else:
+            merged.append(message)
+    # The conversation opens with the app's welcome; the API wants a user message first,
+    # so what the learner was shown goes into that message as context.
+    opening = []
+    while merged and merged[0]["role"] != "user":
+        opening += [b["text"] for b in merged.pop(0)["content"] if b["type"] == "text"]
+    if opening and merged:
+        shown = "\n\n".join(opening)
+        merged[0]["content"].insert(
+            0, {"type": "text", "text": f"<opening shown_to_learner>\n{shown}\n</opening>"}
+        )
+    return merged
+
+
+# -- the learner's state, every turn ------------------------------------------------------
+
+
+def numbered(source: str) -> str:
+    lines = source.splitlines() or [""]
+    width = len(str(len(lines)))
+    return "\n".join(f"{n:>{width}} | {line}" for n, line in enumerate(lines, start=1))
+
+
+def latest_run(version: KernelVersion) -> Run | None:
+    try:
+        run = replay.find_run(replay.job_for(version))
+    except replay.ReplayProblem:
+        return None
+    return run if run is not None and run.state == Run.State.DONE else None
+
+
+def state_text(guided: GuidedSession, notes: Sequence[str] = ()) -> str:
+    """<kernel>, <diff>, <run_result>, notes and the reminder: the last user message's tail."""
+    name = guided.kernel.name
+    version = guided.latest_version()
+    parts = []
+    if version is None:
+        parts.append(
+            f'<kernel name="{name}" version="starter" submitted="no">\n'
+            f"{numbered(guided.starter)}\n</kernel>"
+        )
+        parts.append("<diff>nothing submitted yet</diff>")
+        parts.append("<run_result>nothing submitted yet</run_result>")
+    else:
+        parts.append(
+            f'<kernel name="{name}" version="{version.number}">\n'
+            f"{numbered(version.source)}\n</kernel>"
+        )
+        previous = version.previous()
+        if previous is None:
+            parts.append(f'<diff to="{version.number}">first version</diff>')
+        else:
+            diff = "".join(
+                difflib.unified_diff(
+                    previous.source.splitlines(keepends=True),
+                    version.source.splitlines(keepends=True),
+                    fromfile=f"v{previous.number}",
+                    tofile=f"v{version.number}",
+                )
+            )
+            parts.append(
+                f'<diff from="{previous.number}" to="{version.number}">\n'
+                f"{diff.rstrip() or 'no changes'}\n</diff>"
+            )
+        run = latest_run(version)
+        if run is None:
+            parts.append(f'<run_result version="{version.number}">not run yet</run_result>')
+        else:
+            parts.append(
+                f'<run_result version="{version.number}">\n{outcome_for_model(run.outcome)}\n'
+                "</run_result>"
+            )
+    parts.extend(notes)
+    parts.append(REMINDER)
+    return "\n\n".join(parts)
+
+
+def request(guided: GuidedSession, notes: Sequence[str] = (), final_round: bool = False) -> dict:
+    """Keyword arguments for messages.create / messages.stream."""
+    messages = conversation(guided)
+    state = {"type": "text", "text": state_text(guided, notes)}
+    if messages and messages[-1]["role"] == "user":
+        messages[-1]["content"].append(state)
+    else:
+        messages.append({"role": "user", "content": [state]})
+    params = {
+        "model": settings.TUTOR_MODEL,
+        "max_tokens": settings.TUTOR_MAX_TOKENS,
+        "system": system_blocks(guided),
+        "tools": TOOLS,
+        "messages": messages,
+    }
+    if final_round:
+        # Out of tool rounds: it must answer with what it has.
+        params["tool_choice"] = {"type": "none"}
+    return params

@@ -1,0 +1,409 @@
+"""Run outcomes in words: compact facts for Claude, and the offline reviewer's explanation.
+
+The offline reviewer works from the outcome alone (no API key, or the budget is spent):
+naga's message with the line it points at, which cells are wrong and the likely cause
+(a transposed result, too few invocations, an early return, an overflow, a binding that
+does not match the host). It never writes code: it quotes at most the learner's own line.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+from kernels.harness import HarnessError, parse_harness
+from kernels.outcomes import Status
+from kernels.runner import workgroup_size
+
+FIRST_CELLS = 6
+
+
+def _number(raw) -> float | None:
+    if isinstance(raw, bool):
+        return None
+    if isinstance(raw, int | float):
+        return float(raw)
+    return {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}.get(raw)
+
+
+def _fmt(value) -> str:
+    number = _number(value)
+    if value is None:
+        return "never written"
+    if number is None:
+        return str(value)
+    if math.isfinite(number):
+        return f"{number:.4g}"
+    return str(value)
+
+
+def status_label(outcome: dict) -> str:
+    try:
+        return Status(outcome.get("status", "")).label
+    except ValueError:
+        return outcome.get("status", "unknown")
+
+
+# -- for the model -------------------------------------------------------------------
+
+
+def outcome_for_model(outcome: dict) -> str:
+    """The facts of a run as compact JSON: what Claude needs to review, nothing more."""
+    facts: dict = {"status": outcome.get("status"), "message": outcome.get("message", "")}
+    if compile_error := outcome.get("compile"):
+        facts["compile_error"] = {
+            key: compile_error.get(key)
+            for key in ("line", "column", "message", "label", "notes")
+            if compile_error.get(key)
+        }
+    elif outcome.get("error"):
+        facts["error"] = str(outcome["error"])[:600]
+    outputs = []
+    for output in outcome.get("outputs", []):
+        entry = {
+            key: output.get(key)
+            for key in ("name", "shape", "count", "bad", "unwritten", "nonfinite", "max_abs_err")
+        }
+        entry["first_bad"] = [
+            {"index": cell.get("index"), "expected": cell.get("expected"), "got": cell.get("got")}
+            for cell in (output.get("first_bad") or [])[:8]
+        ]
+        grid = output.get("grid") or {}
+        # A map of wrong cells shows patterns (a transposed or shifted result) at a glance.
+        if grid and grid.get("rows", 0) * grid.get("cols", 0) <= 256:
+            cells = grid.get("cells", "")
+            cols = grid.get("cols", 1) or 1
+            entry["map"] = [cells[r : r + cols] for r in range(0, len(cells), cols)]
+            entry["map_legend"] = ". right, x wrong, n NaN/inf, u never written"
+        outputs.append(entry)
+    if outputs:
+        facts["outputs"] = outputs
+    if outcome.get("warnings"):
+        facts["warnings"] = outcome["warnings"]
+    if label := (outcome.get("environment") or {}).get("label"):
+        facts["ran_on"] = label
+    return json.dumps(facts, ensure_ascii=False)
+
+
+# -- the offline reviewer --------------------------------------------------------------
+
+
+def _source_line(source: str, number: int | None) -> str:
+    lines = source.splitlines()
+    if number is None or not 1 <= number <= len(lines):
+        return ""
+    return lines[number - 1].strip()
+
+
+def _quote(line: str) -> str:
+    # Inline code cannot hold a backtick run safely; such a line is described instead.
+    return f"`{line}`" if line and "`" not in line and len(line) <= 120 else ""
+
+
+COMPILE_CAUSES = [
+    (
+        r"expected `;`",
+        "A statement is missing its semicolon: look at the end of the previous statement "
+        "(naga notices only when the next token arrives, often on the next line).",
+    ),
+    (
+        r"no definition in scope|unknown identifier|unresolved",
+        "A name is used that is not declared where it is used: a typo, a variable declared "
+        "inside another block, or a builtin written differently (it is `global_invocation_id`).",
+    ),
+    (
+        r"automatic conversion|type mismatch|expected .*found|cannot be|mismatch",
+        "Two types meet that WGSL will not convert for you: u32, i32 and f32 never mix "
+        "implicitly; convert explicitly with f32(…), u32(…) or i32(…), and write u32 "
+        "literals with a u suffix (8u).",
+    ),
+    (
+        r"workgroup_size",
+        "A compute entry point needs both @compute and @workgroup_size(…).",
+    ),
+    (
+        r"access|read-only|not writable|store",
+        "A write to something that cannot be written: a buffer declared `read` or a `let`. "
+        "Check the access mode of the buffer you store into.",
+    ),
+    (
+        r"\[\[|stage|block",
+        "Old WGSL syntax: attributes are written @compute, @group(0) @binding(1); "
+        "[[block]] and @stage(compute) were removed in 2022.",
+    ),
+]
+
+
+def _compile_review(outcome: dict, source: str) -> list[str]:
+    info = outcome.get("compile") or {}
+    line, column = info.get("line"), info.get("column")
+    where = f"line {line}, column {column}" if line else "an unknown place"
+    parts = [
+        f"**It does not compile.** naga stops at {where}: *{info.get('message', '')}*"
+        + (
+            f" ({info['label']})"
+            if info.get("label") and info["label"] not in info.get("message", "")
+            else ""
+        )
+        + "."
+    ]
+    if quoted := _quote(_source_line(source, line)):
+        parts.append(f"Line {line} reads {quoted}.")
+    if line and column == 1 and line > 1 and (quoted := _quote(_source_line(source, line - 1))):
+        parts.append(f"The line before it reads {quoted}.")
+    for note in info.get("notes") or []:
+        parts.append(f"naga adds: {note}.")
+    text = " ".join(info.get(key) or "" for key in ("message", "label", "text"))
+    for pattern, cause in COMPILE_CAUSES:
+        if re.search(pattern, text, re.IGNORECASE):
+            parts.append(f"Likely cause: {cause}")
+            break
+    return [" ".join(parts[:2]), *parts[2:]]
+
+
+def _bindings(harness: dict) -> str:
+    try:
+        parsed = parse_harness(harness)
+    except HarnessError:
+        return ""
+    rows = []
+    for p in parsed.passes[:1]:
+        for b in p.bind:
+            buf = parsed.buffer(b.buffer)
+            kind = "uniform" if buf.usage == "uniform" else f"storage, {buf.usage}"
+            shape = "×".join(str(d) for d in buf.shape)
+            rows.append(
+                f"@group({b.group}) @binding({b.binding}) → `{buf.name}` "
+                f"({kind}, {buf.dtype} [{shape}])"
+            )
+    return "; ".join(rows)
+
+
+def _pipeline_review(outcome: dict, harness: dict) -> list[str]:
+    message = outcome.get("message", "")
+    parts = [f"**It compiles, but the pipeline could not be set up:** {message}"]
+    text = f"{message} {outcome.get('error', '')}"
+    if re.search(r"UNIFORM", text):
+        cause = (
+            "a binding is declared `var<uniform>` but the host binds a storage buffer there: "
+            "match the address space to the host's buffer"
+        )
+    elif re.search(r"STORAGE", text):
+        cause = "a binding is declared as storage but the host binds a uniform buffer there"
+    elif re.search(r"does not match the number|not bound|declaration", text):
+        cause = "the kernel declares a different set of @group/@binding numbers than the host binds"
+    elif re.search(r"size|minimum|align", text, re.IGNORECASE):
+        cause = (
+            "a uniform or struct size mismatch: the struct the kernel declares is larger than "
+            "the buffer the host binds (check member types and padding)"
+        )
+    else:
+        cause = "a binding or uniform size mismatch between the kernel's declarations and the host"
+    parts.append(f"Likely cause: {cause}.")
+    if bindings := _bindings(harness):
+        parts.append(f"The host binds: {bindings}.")
+    return parts
+
+
+def _threads(harness: dict, source: str) -> tuple[int, int, int] | None:
+    """(workgroups, invocations per workgroup, total invocations) of the first pass."""
+    try:
+        parsed = parse_harness(harness)
+    except HarnessError:
+        return None
+    first = parsed.passes[0]
+    groups = math.prod(first.dispatch)
+    size = workgroup_size(source, first.entry_point)
+    return groups, size, groups * size
+
+
+def _transposed(output: dict) -> bool:
+    shape = output.get("shape") or []
+    got, expected = output.get("got"), output.get("expected")
+    if len(shape) != 2 or shape[0] != shape[1] or not got or not expected:
+        return False
+    n = shape[0]
+    matches = total = 0
+    for r in range(n):
+        for c in range(n):
+            g, e_t, e = (
+                _number(got[r * n + c]),
+                _number(expected[c * n + r]),
+                _number(expected[r * n + c]),
+            )
+            if g is None or e_t is None or e is None or not math.isfinite(g):
+                continue
+            if math.isclose(e, e_t, rel_tol=1e-4, abs_tol=1e-5):
+                continue  # symmetric cells say nothing
+            total += 1
+            matches += math.isclose(g, e_t, rel_tol=1e-3, abs_tol=1e-4)
+    return total > 0 and matches / total > 0.9
+
+
+def _value_pattern(output: dict) -> str:
+    """A likely cause read from the wrong values themselves."""
+    if _transposed(output):
+        return (
+            "The result is the **transpose** of the expected matrix: every wrong cell (r, c) holds "
+            "the value expected at (c, r). Row and column are swapped, either in which "
+            "invocation id component you treat as the row or in the index you write to."
+        )
+    got, expected = output.get("got"), output.get("expected")
+    if not got or not expected:
+        return ""
+    pairs = [
+        (_number(g), _number(e))
+        for g, e in zip(got, expected, strict=False)
+        if _number(g) is not None and _number(e) is not None
+    ]
+    pairs = [(g, e) for g, e in pairs if math.isfinite(g) and math.isfinite(e)]
+    wrong = [(g, e) for g, e in pairs if not math.isclose(g, e, rel_tol=1e-4, abs_tol=1e-5)]
+    if not wrong:
+        return ""
+    if all(abs(g) < 1e-12 for g, _ in wrong):
+        return (
+            "The wrong cells all hold **0**: the value was written but nothing was computed "
+            "into it (an accumulator that is never added to, or a loop that never runs)."
+        )
+    if all(math.isclose(g, -e, rel_tol=1e-4, abs_tol=1e-5) for g, e in wrong):
+        return "The wrong cells have the **right size but the wrong sign**: check the operator."
+    ratios = [g / e for g, e in wrong if abs(e) > 1e-6]
+    if ratios and max(ratios) - min(ratios) < 1e-3 * max(1.0, abs(ratios[0])):
+        return (
+            f"Every wrong cell is the expected value **times {ratios[0]:.3g}**: something is "
+            "added in more than once (an accumulator not reset, or a loop that runs too often)."
+        )
+    values = [_number(e) for e in expected]
+    for shift in (1, -1):
+        hits = sum(
+            1
+            for i, g in enumerate(_number(v) for v in got)
+            if 0 <= i + shift < len(values)
+            and g is not None
+            and values[i + shift] is not None
+            and math.isclose(g, values[i + shift], rel_tol=1e-4, abs_tol=1e-5)
+        )
+        if hits >= 0.8 * len(wrong) and hits > 1:
+            return (
+                "Each wrong cell holds the value expected at its **neighbour** "
+                f"({'next' if shift == 1 else 'previous'} index): an off-by-one in the index."
+            )
+    return (
+        "The values are wrong but not in a simple pattern (not transposed, shifted, scaled or "
+        "zero): compare the formula on your line that computes them with the lesson's "
+        "definition, cell by cell, using the first wrong cells above."
+    )
+
+
+def _cells(output: dict) -> str:
+    rows = []
+    for cell in (output.get("first_bad") or [])[:FIRST_CELLS]:
+        index = ", ".join(str(i) for i in cell.get("index") or [])
+        rows.append(f"| [{index}] | {_fmt(cell.get('expected'))} | {_fmt(cell.get('got'))} |")
+    if not rows:
+        return ""
+    return "| cell | expected | got |\n|---|---|---|\n" + "\n".join(rows)
+
+
+def _results_review(outcome: dict, source: str, harness: dict) -> list[str]:
+    parts = [f"**It runs, but the results are wrong:** {outcome.get('message', '')}"]
+    threads = _threads(harness, source) if harness else None
+    for output in outcome.get("outputs", []):
+        bad = output.get("bad") or 0
+        if not bad:
+            continue
+        count = output.get("count") or 0
+        unwritten = output.get("unwritten") or 0
+        nonfinite = output.get("nonfinite") or 0
+        wrong = bad - unwritten - nonfinite
+        name = output.get("name", "out")
+        if table := _cells(output):
+            parts.append(f"First wrong cells of `{name}`:\n\n{table}")
+        if unwritten:
+            first = next(
+                (
+                    c.get("index")
+                    for c in output.get("first_bad") or []
+                    if c.get("kind") == "unwritten"
+                ),
+                None,
+            )
+            where = f", the first at [{', '.join(str(i) for i in first)}]" if first else ""
+            text = f"**{unwritten} of {count} cells of `{name}` were never written**{where}."
+            if unwritten == count:
+                text += (
+                    f" Not one cell was written: nothing stores to `{name}` yet (is the body "
+                    "still empty?), the store writes to another buffer, or every invocation "
+                    "returns before it gets there."
+                )
+            elif threads and threads[2] < count:
+                groups, size, total = threads
+                text += (
+                    f" Only {total} invocations ran ({groups} "
+                    f"workgroup{'s' if groups != 1 else ''} "
+                    f"× @workgroup_size {size}) for {count} cells: too few workgroups or threads. "
+                    "The host's dispatch is fixed by the lesson, so look at your workgroup size, "
+                    "or have each invocation cover more than one cell."
+                )
+            else:
+                text += (
+                    " Enough invocations ran to cover every cell, so some of them returned "
+                    "before writing or wrote to another cell: check the bounds check (`>` "
+                    "against `>=`, the right length) and that the index you write to reaches "
+                    "every cell."
+                )
+            parts.append(text)
+        if nonfinite:
+            parts.append(
+                f"**{nonfinite} cells of `{name}` are NaN or infinite** where the reference is "
+                "finite. That is an overflow or an undefined operation: exp() of a large value "
+                "(softmax must subtract the row maximum before exp), a division by zero, sqrt or "
+                "log of a negative number, or reading a cell nobody wrote."
+            )
+        if wrong > 0 and (pattern := _value_pattern(output)):
+            parts.append(pattern)
+    return parts
+
+
+def offline_review(outcome: dict, source: str, harness: dict, lesson: dict | None = None) -> str:
+    """The automatic review of one run, in Markdown."""
+    status = outcome.get("status", "")
+    if status == Status.COMPILE_ERROR:
+        parts = _compile_review(outcome, source)
+    elif status == Status.PIPELINE_ERROR:
+        parts = _pipeline_review(outcome, harness)
+    elif status in (Status.MISMATCH, Status.NONFINITE):
+        parts = _results_review(outcome, source, harness)
+    elif status == Status.PASSED:
+        parts = [f"**It passes:** {outcome.get('message', '')}"]
+        steps = (lesson or {}).get("steps") or []
+        checks = [s.get("check") for s in steps if s.get("check")]
+        if checks:
+            parts.append(f"Before you move on, a check of understanding: {checks[-1]}")
+        parts.append("When you are done, you can publish this session from the side panel.")
+    elif status == Status.NO_REFERENCE:
+        parts = [
+            f"**{outcome.get('message', 'It ran.')}** This session has no harness, so the "
+            "kernel is compiled and validated but its results are not checked."
+        ]
+    elif status == Status.TIMEOUT:
+        parts = [
+            f"**It did not finish in time:** {outcome.get('message', '')} A loop whose condition "
+            "never becomes false, or far more work per invocation than intended, are the "
+            "usual causes."
+        ]
+    elif status == Status.REJECTED:
+        parts = [f"**It was not run:** {outcome.get('message', '')}"]
+    else:
+        parts = [
+            f"**It could not be run:** {outcome.get('message', '')} This is the server's "
+            "problem, not your kernel's; submit again in a moment."
+        ]
+    # The runner's backend caveats are on the outcome panel; the review repeats only those
+    # that change its conclusion: a pass that may hide an out-of-bounds write, a wrong
+    # result that may come from llvmpipe's loop cap.
+    for warning in outcome.get("warnings") or []:
+        if status == Status.PASSED or (status != Status.COMPILE_ERROR and "loop" in warning):
+            parts.append(f"Note from the runner: {warning}")
+    return "\n\n".join(parts)

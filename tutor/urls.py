@@ -1,0 +1,14 @@
+from django.urls import path
+
+from tutor import views
+
+app_name = "tutor"
+urlpatterns = [
+    path("", views.index, name="index"),
+    path("start/", views.start, name="start"),
+    path("<slug:slug>/", views.session_page, name="session"),
+    path("<slug:slug>/say/", views.say, name="say"),
+    path("<slug:slug>/submit/", views.submit, name="submit"),
+    path("<slug:slug>/retry/", views.retry, name="retry"),
+    path("<slug:slug>/publish/", views.publish, name="publish"),
+]

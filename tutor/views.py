@@ -1,0 +1,472 @@
+"""Guided sessions over HTTP: start, converse, submit, retry, publish; and sign-up.
+
+Replies stream as server-sent events from a POST (fetch reads the body as it arrives):
+
+    event: turn     data: {"number", "role", "html", "replaces_live"}
+    event: running  data: {"version", "html"}
+    event: run      data: {"status", "html"}
+    event: start    data: {"round"}
+    event: delta    data: {"text"}        plain text the guardrail released
+    event: error    data: {"kind", "message", "retry", "status", "retry_after", "discarded"}
+    event: done     data: {"usage_html", "pending"}
+
+Without `Accept: text/event-stream` (no JavaScript) the same exchange runs to the end
+and the page is shown again. StreamingHttpResponse over a plain generator works under
+runserver and gunicorn's gthread workers (a reply holds one thread while it streams).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterator
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth import login
+from django.contrib.auth.decorators import login_required
+from django.contrib.auth.forms import UserCreationForm
+from django.db.models import Count
+from django.http import (
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBase,
+    JsonResponse,
+    StreamingHttpResponse,
+)
+from django.shortcuts import get_object_or_404, redirect, render
+from django.template.loader import render_to_string
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from config.ratelimit import client_key, hit
+from kernels import pictures
+from kernels.outcomes import Status
+from sessions.markdown import render_source
+from sessions.models import Session
+from tutor import engine, llm, prompts
+from tutor.lessons import get_lesson, load_lessons
+from tutor.models import ApiCall, GuidedSession
+
+log = logging.getLogger(__name__)
+
+INTERNAL_ERROR = (
+    "Something went wrong on the server while writing the reply. Your message is saved; "
+    "press Retry to ask again."
+)
+
+
+def _get_guided_for_user(request: HttpRequest, slug: str, write: bool = False) -> GuidedSession:
+    """The guided session at this slug if this user may open it (write: post to it).
+
+    Learners see only their own sessions; staff may read every one but post to none but
+    their own. Everyone else gets a 404, whether the session exists or not.
+    """
+    sessions = GuidedSession.objects.select_related("session", "kernel", "learner")
+    mine = sessions.filter(learner=request.user)
+    sessions = mine if write else sessions.for_user(request.user)
+    return get_object_or_404(sessions, session__slug=slug)
+
+
+def _wants_stream(request: HttpRequest) -> bool:
+    return "text/event-stream" in request.headers.get("Accept", "")
+
+
+def _refuse(
+    request: HttpRequest, guided: GuidedSession, status: int, message: str, retry_after: int = 0
+) -> HttpResponse:
+    """A request we will not act on: JSON for the page's script, a message otherwise."""
+    if _wants_stream(request):
+        response = JsonResponse(
+            {"error": message, "retry_after": retry_after or None}, status=status
+        )
+        if retry_after:
+            response["Retry-After"] = str(retry_after)
+        return response
+    messages.error(request, message)
+    return redirect(guided.get_absolute_url())
+
+
+# -- rendering pieces the page and the stream share ---------------------------------------
+
+
+def _usage_context(guided: GuidedSession) -> dict:
+    totals = guided.usage_totals()
+    budget = settings.TUTOR_SESSION_TOKEN_BUDGET
+    return {
+        # Thousands separators: these are the numbers a learner compares with the budget.
+        "usage": {key: f"{value:,}" for key, value in totals.items()},
+        "calls": totals["calls"],
+        "budget": f"{budget:,}",
+        "budget_percent": min(100, round(100 * totals["total"] / budget)) if budget else 100,
+        "daily_used": f"{ApiCall.used_by(guided.learner):,}",
+        "daily_budget": f"{settings.TUTOR_USER_DAILY_TOKEN_BUDGET:,}",
+    }
+
+
+def _run_context(execution: engine.Execution | None, version) -> dict:
+    outcome = execution.outcome if execution else None
+    compile_error = (outcome or {}).get("compile") or {}
+    marked = [compile_error["line"]] if compile_error.get("line") else []
+    return {
+        "execution": execution,
+        "version": version,
+        "outcome": outcome,
+        "status": Status(outcome["status"]) if outcome else None,
+        "figures": pictures.figures(outcome) if outcome else [],
+        "run": execution.run if execution else None,
+        "source_html": render_source(version.source, "wgsl", marked) if version else "",
+    }
+
+
+def _render_turn(request: HttpRequest, guided: GuidedSession, turn) -> str:
+    return render_to_string(
+        "tutor/_turn.html",
+        {"turn": turn, "session": guided.session, "can_embed": False},
+        request=request,
+    )
+
+
+class EventStream:
+    """Engine events as server-sent events; releases the reply lock however it ends.
+
+    Django calls close() when the response is closed, also when the browser went away
+    mid-stream or the stream never started; close() then stops the engine (which
+    discards the unfinished reply) and releases the lock.
+    """
+
+    def __init__(self, request: HttpRequest, guided: GuidedSession, events: Iterator) -> None:
+        self.request = request
+        self.guided = guided
+        self.events = events
+        self.closed = False
+        self._iterator = self._run()
+
+    def __iter__(self) -> Iterator[bytes]:
+        return self._iterator
+
+    def _run(self) -> Iterator[bytes]:
+        try:
+            # Sent at once, so proxies and the browser see the stream open.
+            yield b": reply stream\n\n"
+            for name, data in self.events:
+                yield self.encode(name, self.payload(name, data))
+        except Exception:
+            log.exception("Tutor stream failed for session %s", self.guided.session.slug)
+            self.guided.set_error(INTERNAL_ERROR)
+            yield self.encode(
+                "error", {"kind": "internal", "message": INTERNAL_ERROR, "retry": True}
+            )
+        finally:
+            self._finish()
+
+    def close(self) -> None:
+        # Called by Django when the response closes, from outside the generator.
+        self._iterator.close()
+        self._finish()
+
+    def _finish(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self.events.close()
+        finally:
+            self.guided.release_reply()
+
+    @staticmethod
+    def encode(name: str, data: dict) -> bytes:
+        return f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
+
+    def payload(self, name: str, data: dict) -> dict:
+        request, guided = self.request, self.guided
+        if name == "turn":
+            turn = data["turn"]
+            return {
+                "number": turn.number,
+                "role": turn.role,
+                "html": _render_turn(request, guided, turn),
+                "replaces_live": bool(data.get("replaces_live")),
+            }
+        if name == "running":
+            version = data["version"]
+            return {
+                "version": version.number if version else None,
+                "html": render_to_string(
+                    "tutor/_running.html", {"version": version, "kernel": guided.kernel}
+                ),
+            }
+        if name == "run":
+            execution = data["execution"]
+            context = {**_run_context(execution, execution.version), "kernel": guided.kernel}
+            return {
+                "status": (execution.outcome or {}).get("status", "not_run"),
+                "html": render_to_string("tutor/_run.html", context, request=request),
+            }
+        if name == "done":
+            guided.refresh_from_db()
+            return {
+                "usage_html": render_to_string(
+                    "tutor/_usage.html", {"guided": guided, **_usage_context(guided)}
+                ),
+                "pending": guided.pending_turn() is not None,
+            }
+        return data
+
+    def consume(self) -> list[str]:
+        """Run the whole exchange without streaming; the error messages, if any."""
+        errors = []
+        try:
+            for name, data in self.events:
+                if name == "error":
+                    errors.append(data["message"])
+        except Exception:
+            log.exception("Tutor exchange failed for session %s", self.guided.session.slug)
+            self.guided.set_error(INTERNAL_ERROR)
+            errors.append(INTERNAL_ERROR)
+        finally:
+            self._finish()
+        return errors
+
+
+def _exchange(
+    request: HttpRequest, guided: GuidedSession, start: Callable[[bool], Iterator]
+) -> HttpResponseBase:
+    if not guided.claim_reply():
+        return _refuse(
+            request,
+            guided,
+            409,
+            "The tutor is still busy with your previous message. Wait for it to finish.",
+        )
+    streaming = _wants_stream(request)
+    try:
+        stream = EventStream(request, guided, start(streaming))
+    except Exception:
+        guided.release_reply()
+        raise
+    if streaming:
+        response = StreamingHttpResponse(stream, content_type="text/event-stream; charset=utf-8")
+        response["Cache-Control"] = "no-cache"
+        response["X-Accel-Buffering"] = "no"
+        return response
+    for error in stream.consume():
+        messages.error(request, error)
+    return redirect(f"{guided.get_absolute_url()}#composer")
+
+
+def _message_limit(request: HttpRequest, guided: GuidedSession) -> HttpResponse | None:
+    wait = hit("tutor-message", client_key(request), settings.TUTOR_MESSAGES_PER_MINUTE, 60)
+    if wait:
+        return _refuse(
+            request,
+            guided,
+            429,
+            f"Too many messages: at most {settings.TUTOR_MESSAGES_PER_MINUTE} a minute. "
+            f"Try again in {wait} s (your text is still in the box).",
+            retry_after=wait,
+        )
+    if llm.configured() and (problem := engine.budget_problem(guided)):
+        return _refuse(
+            request,
+            guided,
+            429,
+            f"{problem} You can still submit kernels: they are run and reviewed automatically.",
+        )
+    return None
+
+
+# -- pages -------------------------------------------------------------------------------
+
+
+@require_GET
+@login_required
+def index(request: HttpRequest) -> HttpResponse:
+    mine = (
+        GuidedSession.objects.filter(learner=request.user)
+        .select_related("session")
+        .annotate(turn_count=Count("session__turns"))
+        .order_by("-created")
+    )
+    return render(
+        request,
+        "tutor/index.html",
+        {
+            "lessons": load_lessons(),
+            "mine": mine,
+            "online": llm.configured(),
+            "model": settings.TUTOR_MODEL,
+        },
+    )
+
+
+@require_POST
+@login_required
+def start(request: HttpRequest) -> HttpResponse:
+    choice = request.POST.get("lesson", "")
+    lesson = None
+    if choice != "free":
+        lesson = get_lesson(choice)
+        if lesson is None:
+            messages.error(request, "There is no such lesson; pick one from the list.")
+            return redirect("tutor:index")
+    wait = hit("tutor-start", client_key(request), settings.TUTOR_STARTS_PER_HOUR, 3600)
+    if wait:
+        messages.error(
+            request, f"You have started many sessions in the last hour. Try again in {wait} s."
+        )
+        return redirect("tutor:index")
+    guided = engine.start_session(request.user, lesson)
+    return redirect(guided)
+
+
+@never_cache
+@require_GET
+@login_required
+def session_page(request: HttpRequest, slug: str) -> HttpResponse:
+    guided = _get_guided_for_user(request, slug)
+    session = guided.session
+    latest = guided.latest_version()
+    run = prompts.latest_run(latest) if latest else None
+    execution = engine.Execution(latest, run=run) if latest and run else None
+    context = {
+        "guided": guided,
+        "session": session,
+        "kernel": guided.kernel,
+        "lesson": guided.lesson,
+        "turns": session.turns.select_related("kernel_version__kernel").order_by("number"),
+        "editor_source": latest.source if latest else guided.starter,
+        "latest": latest,
+        "can_write": guided.learner_id == request.user.pk,
+        "online": llm.configured(),
+        "model": settings.TUTOR_MODEL,
+        "pending": guided.pending_turn() is not None,
+        "visibilities": [
+            (Session.Visibility.PUBLIC, "Public: listed in the archive"),
+            (Session.Visibility.UNLISTED, "Unlisted: anyone with the link"),
+        ],
+        "message_max": settings.TUTOR_MESSAGE_MAX_CHARS,
+        "kernel_max": settings.TUTOR_KERNEL_MAX_CHARS,
+        **_run_context(execution, latest),
+        **_usage_context(guided),
+    }
+    return render(request, "tutor/session.html", context)
+
+
+# -- actions -----------------------------------------------------------------------------
+
+
+@require_POST
+@login_required
+def say(request: HttpRequest, slug: str) -> HttpResponseBase:
+    guided = _get_guided_for_user(request, slug, write=True)
+    text = request.POST.get("text", "").strip()
+    if not text:
+        return _refuse(request, guided, 400, "Write a message first.")
+    if len(text) > settings.TUTOR_MESSAGE_MAX_CHARS:
+        return _refuse(
+            request,
+            guided,
+            400,
+            f"That message is too long: at most {settings.TUTOR_MESSAGE_MAX_CHARS:,} characters.",
+        )
+    if refused := _message_limit(request, guided):
+        return refused
+    return _exchange(request, guided, lambda stream: engine.say(guided, text, stream=stream))
+
+
+@require_POST
+@login_required
+def submit(request: HttpRequest, slug: str) -> HttpResponseBase:
+    guided = _get_guided_for_user(request, slug, write=True)
+    # Keep the learner's code exactly as typed, apart from Windows line ends.
+    source = request.POST.get("source", "").replace("\r\n", "\n")
+    note = request.POST.get("note", "").strip()
+    if not source.strip():
+        return _refuse(request, guided, 400, "The editor is empty: write a kernel first.")
+    if len(source) > settings.TUTOR_KERNEL_MAX_CHARS:
+        return _refuse(
+            request,
+            guided,
+            400,
+            f"That kernel is too long: at most {settings.TUTOR_KERNEL_MAX_CHARS:,} characters.",
+        )
+    if len(note) > settings.TUTOR_MESSAGE_MAX_CHARS:
+        return _refuse(request, guided, 400, "The note with this submission is too long.")
+    wait = hit("tutor-submit", client_key(request), settings.TUTOR_SUBMISSIONS_PER_MINUTE, 60)
+    if wait:
+        return _refuse(
+            request,
+            guided,
+            429,
+            f"Too many submissions: at most {settings.TUTOR_SUBMISSIONS_PER_MINUTE} a minute. "
+            f"Try again in {wait} s.",
+            retry_after=wait,
+        )
+    return _exchange(
+        request, guided, lambda stream: engine.submit(guided, source, note, stream=stream)
+    )
+
+
+@require_POST
+@login_required
+def retry(request: HttpRequest, slug: str) -> HttpResponseBase:
+    guided = _get_guided_for_user(request, slug, write=True)
+    if guided.pending_turn() is None:
+        return _refuse(
+            request, guided, 409, "There is nothing to retry: every message has its reply."
+        )
+    if refused := _message_limit(request, guided):
+        return refused
+    return _exchange(request, guided, lambda stream: engine.retry(guided, stream=stream))
+
+
+@require_POST
+@login_required
+def publish(request: HttpRequest, slug: str) -> HttpResponse:
+    guided = _get_guided_for_user(request, slug, write=True)
+    visibility = request.POST.get("visibility", "")
+    if visibility not in (Session.Visibility.PUBLIC, Session.Visibility.UNLISTED):
+        messages.error(request, "Choose public or unlisted.")
+        return redirect(guided)
+    guided.session.publish(visibility)
+    label = (
+        "in the archive" if visibility == Session.Visibility.PUBLIC else "to anyone with the link"
+    )
+    messages.success(
+        request,
+        f"Published {label}. Turn numbers are frozen now, so links and embeds keep pointing "
+        "at the same turns.",
+    )
+    return redirect(guided.session)
+
+
+# -- accounts ----------------------------------------------------------------------------
+
+
+@require_http_methods(["GET", "POST"])
+def signup(request: HttpRequest) -> HttpResponse:
+    if request.user.is_authenticated:
+        return redirect("tutor:index")
+    next_url = request.POST.get("next") or request.GET.get("next") or ""
+    if not url_has_allowed_host_and_scheme(
+        next_url, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        next_url = ""
+    form = UserCreationForm(request.POST or None)
+    if request.method == "POST":
+        # Counted per client IP, failed attempts included: sign-ups are cheap to script.
+        wait = hit("signup", client_key(request), settings.TUTOR_SIGNUPS_PER_HOUR, 3600)
+        if wait:
+            form.add_error(
+                None, f"Too many sign-ups from your network. Try again in {wait // 60 + 1} min."
+            )
+            return render(
+                request, "registration/signup.html", {"form": form, "next": next_url}, status=429
+            )
+        if form.is_valid():
+            user = form.save()
+            login(request, user, backend="django.contrib.auth.backends.ModelBackend")
+            return redirect(next_url or "tutor:index")
+    return render(request, "registration/signup.html", {"form": form, "next": next_url})
