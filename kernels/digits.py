@@ -23,6 +23,9 @@ WGSL kernels' output.
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Mapping
+
 import numpy as np
 
 from kernels.references import mlp_forward
@@ -56,6 +59,28 @@ def preprocess(image: np.ndarray) -> np.ndarray:
     if peak > 0.0:
         digit = digit / peak
     return _centre(digit).reshape(SIDE * SIDE).astype(np.float32)
+
+
+def drawing_harness(harness: Mapping, pixels: np.ndarray) -> dict:
+    """A classifier's harness aimed at one drawing instead of a batch of test digits.
+
+    The input is the reference's first argument. It holds the drawing; every buffer that
+    was shaped by the batch holds one row; the labels and the report go, since a drawing
+    has no label. Dispatch sizes stay: the kernels guard on their buffers' lengths.
+    """
+    spec = copy.deepcopy(dict(harness))
+    buffers = spec["buffers"]
+    source = spec["reference"]["args"][0]
+    batch = buffers[source]["shape"][0]
+    report = spec.pop("report", None)
+    if report:
+        buffers.pop(report["labels"], None)
+    for buffer in buffers.values():
+        if len(buffer["shape"]) > 1 and buffer["shape"][0] == batch:
+            buffer["shape"] = [1, *buffer["shape"][1:]]
+    input_buffer = {k: v for k, v in buffers[source].items() if k in ("usage", "dtype", "shape")}
+    buffers[source] = {**input_buffer, "data": [float(v) for v in pixels.reshape(-1)]}
+    return spec
 
 
 def numpy_forward(

@@ -8,11 +8,15 @@ safe to put in a page as is.
 
 from __future__ import annotations
 
+import base64
+import io
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from html import escape
 
+import numpy as np
 from django.utils.safestring import SafeString, mark_safe
+from PIL import Image
 
 CELL = 14  # px per cell of a heatmap
 MAX_SIDE = 64  # rows or columns drawn cell by cell
@@ -164,6 +168,38 @@ def confusion_matrix(report: dict) -> SafeString:
                 body.append(_text(x + 16, y + 21, count))
     side = pad + classes * size
     return _svg(side, side, body, "confusion matrix: rows are true digits, columns predicted")
+
+
+def png_data_uri(pixels: np.ndarray) -> str:
+    """A grayscale image (values in [0, 1]) as a PNG data: URI."""
+    image = Image.fromarray((np.clip(pixels, 0, 1) * 255).astype(np.uint8), mode="L")
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG", optimize=True)
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+def digit_grid(
+    images: np.ndarray, labels: Sequence[int], predictions: Sequence[int], shown: Sequence[int]
+) -> SafeString:
+    """The digits at the given indices with what the network said; mistakes in red."""
+    per_row, size, caption = 10, 56, 18
+    body = []
+    for slot, index in enumerate(shown):
+        x, y = (slot % per_row) * (size + 8), (slot // per_row) * (size + caption + 6)
+        uri = png_data_uri(np.asarray(images[index]).reshape(28, 28))
+        body.append(f'<image x="{x}" y="{y}" width="{size}" height="{size}" href="{uri}"/>')
+        right = predictions[index] == labels[index]
+        if not right:
+            body.append(_rect(x, y, size, size, "none", ' stroke="#e5484d" stroke-width="3"'))
+        said = predictions[index] if predictions[index] >= 0 else "?"
+        text = f"{said}" if right else f"{said}, not {labels[index]}"
+        colour = "currentColor" if right else "#e5484d"
+        body.append(
+            f'<text x="{x + size / 2}" y="{y + size + 14}" font-size="12" text-anchor="middle" '
+            f'fill="{colour}">{escape(text)}</text>'
+        )
+    rows = math.ceil(len(shown) / per_row)
+    return _svg(per_row * (size + 8), rows * (size + caption + 6), body, "digits and predictions")
 
 
 def _matrix_shape(output: dict) -> tuple[int, int]:

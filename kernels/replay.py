@@ -70,8 +70,8 @@ def sources_digest(sources: dict[str, str]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def parsed_harness(version: KernelVersion) -> Harness | None:
-    spec = version.harness
+def parsed_harness(version: KernelVersion, spec: dict | None = None) -> Harness | None:
+    spec = version.harness if spec is None else spec
     if not spec:
         return None
     try:
@@ -99,10 +99,10 @@ def sources_for(version: KernelVersion, harness: Harness | None) -> dict[str, st
     return sources
 
 
-def job_for(version: KernelVersion) -> Job:
-    harness = parsed_harness(version)
-    sources = sources_for(version, harness)
-    spec = version.harness or {}
+def job_for(version: KernelVersion, spec: dict | None = None) -> Job:
+    """The job replaying this version, under its own harness or the one given."""
+    spec = version.harness if spec is None else spec
+    sources = sources_for(version, parsed_harness(version, spec))
     payload = {
         "sources": sources,
         "harness": spec or None,

@@ -1,9 +1,12 @@
 from __future__ import annotations
 
 import difflib
+from functools import cache
 
+import numpy as np
 from django.conf import settings
 from django.contrib import messages
+from django.core.cache import cache as page_cache
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -11,6 +14,8 @@ from django.views.decorators.http import require_GET, require_http_methods
 
 from config.ratelimit import client_key, hit
 from kernels import pictures, replay
+from kernels.digits import EmptyDrawing, drawing_harness, preprocess
+from kernels.harness import resolve_fixture
 from kernels.models import Kernel, KernelVersion, Run
 from kernels.outcomes import Status
 from sessions.markdown import render_code, render_source
@@ -137,6 +142,7 @@ def replay_page(request: HttpRequest, slug: str, number: int) -> HttpResponse:
         "outcome": outcome,
         "status": Status(outcome["status"]) if outcome else None,
         "figures": pictures.figures(outcome) if outcome else [],
+        "digits": _digits_figure(version, run) if outcome and outcome.get("report") else None,
         "problem": problem,
         "busy": busy,
         "json_url": reverse("kernels:replay_json", args=[session.slug, turn.number]),
@@ -172,7 +178,9 @@ def replay_json(request: HttpRequest, slug: str, number: int) -> JsonResponse:
             harness_digest=job.harness_digest,
         ).first()
         if run is None:
-            return JsonResponse({"error": "No such run of this kernel.", "state": "none"}, status=404)
+            return JsonResponse(
+                {"error": "No such run of this kernel.", "state": "none"}, status=404
+            )
         busy = None
     else:
         run, busy = _start_or_find(job)
@@ -200,3 +208,134 @@ def timeline(request: HttpRequest, slug: str, name: str) -> HttpResponse:
     return render(
         request, "kernels/timeline.html", {"session": session, "kernel": kernel, "rows": rows}
     )
+
+
+@cache
+def _fixture_array(path: str) -> np.ndarray:
+    return np.load(resolve_fixture(path, settings.FIXTURES_DIR), mmap_mode="r")
+
+
+def _buffer_values(spec: dict, name: str) -> np.ndarray:
+    buffer = spec["buffers"][name]
+    if "file" in buffer:
+        return _fixture_array(buffer["file"])
+    return np.asarray(buffer["data"]).reshape(buffer["shape"])
+
+
+def _digits_figure(version: KernelVersion, run: Run) -> dict | None:
+    """For a classifier over images: the first digits, then the ones it got wrong."""
+    report, spec = run.outcome["report"], version.harness
+    try:
+        images = _buffer_values(spec, spec["reference"]["args"][0])
+        labels = _buffer_values(spec, spec["report"]["labels"]).reshape(-1)
+    except (KeyError, OSError, ValueError):
+        return None
+    if images.ndim != 2 or images.shape[1] != 784:
+        return None  # not 28 x 28 images
+    predictions = report["predictions"]
+    wrong = [i for i, p in enumerate(predictions) if p != labels[i]]
+    shown = sorted({*range(min(40, len(predictions))), *wrong[:60]})
+    key = f"digits:{run.pk}"
+    svg = page_cache.get(key)
+    if svg is None:
+        svg = pictures.digit_grid(images, labels, predictions, shown)
+        page_cache.set(key, svg, settings.PAGE_CACHE_SECONDS)
+    return {"svg": svg, "wrong": len(wrong), "count": len(predictions), "shown": len(shown)}
+
+
+class DrawingProblem(ValueError):
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _classifier() -> KernelVersion | None:
+    versions = KernelVersion.objects.filter(
+        kernel__session__slug=settings.DIGITS_SESSION,
+        kernel__session__visibility=Session.Visibility.PUBLIC,
+        kernel__name=settings.DIGITS_KERNEL,
+    )
+    return versions.select_related("kernel__session").order_by("-number").first()
+
+
+def _read_drawing(upload) -> np.ndarray:
+    """The uploaded image as an MNIST-style input, or a DrawingProblem saying what is wrong."""
+    from PIL import Image, UnidentifiedImageError
+
+    if upload is None:
+        raise DrawingProblem("No drawing was sent: draw a digit, then press Classify.")
+    if upload.size > settings.DIGITS_MAX_BYTES:
+        limit = settings.DIGITS_MAX_BYTES // 1024
+        raise DrawingProblem(f"That image is larger than {limit:,} KB.", status=413)
+    try:
+        with Image.open(upload) as image:
+            if image.format not in ("PNG", "JPEG", "GIF", "WEBP", "BMP"):
+                raise DrawingProblem("Send a PNG, JPEG, GIF, WebP or BMP image.")
+            # Checked before the pixels are decoded: a small file can claim a huge image.
+            if max(image.size) > 1024 or min(image.size) < 28:
+                raise DrawingProblem(
+                    f"The image is {image.width} x {image.height} pixels; "
+                    "it must be between 28 and 1024 pixels on each side."
+                )
+            pixels = np.asarray(image.convert("L"))
+    except (UnidentifiedImageError, OSError, Image.DecompressionBombError):
+        raise DrawingProblem("That file is not an image we can read.") from None
+    try:
+        return preprocess(pixels)
+    except EmptyDrawing:
+        raise DrawingProblem("The canvas is empty: draw a digit first.") from None
+    except ValueError as error:
+        raise DrawingProblem(str(error)) from None
+
+
+def _classify(version: KernelVersion, pixels: np.ndarray) -> dict:
+    job = replay.job_for(version, drawing_harness(version.harness, pixels))
+    run = replay.wait(replay.start_run(job), settings.REPLAY_DEADLINE + 5)
+    if run.state != Run.State.DONE:
+        raise replay.ReplayUnavailable("The classifier is still running; try again.", 2)
+    outcome = run.outcome
+    probabilities = next((o["got"] for o in outcome.get("outputs", []) if o.get("got")), None)
+    if outcome["status"] not in (Status.PASSED, Status.MISMATCH) or not probabilities:
+        raise DrawingProblem(f"The classifier could not run: {outcome['message']}", status=500)
+    probs = [p if isinstance(p, float | int) else 0.0 for p in probabilities]
+    output = next(o for o in outcome["outputs"] if o.get("got"))
+    return {
+        "prediction": int(np.argmax(probs)),
+        "probabilities": probs,
+        "bars": pictures.bars("probabilities", output.get("expected"), output["got"]),
+        "matches_numpy": outcome["status"] == Status.PASSED,
+        "environment": outcome["environment"].get("label", ""),
+        "run_ms": outcome["timings"].get("run_ms"),
+        "input": pictures.png_data_uri(pixels.reshape(28, 28)),
+    }
+
+
+@require_http_methods(["GET", "POST"])
+def digits(request: HttpRequest) -> HttpResponse:
+    version = _classifier()
+    wants_json = "application/json" in request.headers.get("Accept", "")
+    context = {"version": version, "max_kb": settings.DIGITS_MAX_BYTES // 1024}
+    if version is None:
+        context["problem"] = "The classifier's session is not loaded on this site."
+        return render(request, "kernels/digits.html", context, status=503)
+    if request.method == "GET":
+        return render(request, "kernels/digits.html", context)
+
+    status = 200
+    try:
+        if wait := hit("digits", client_key(request), settings.DIGITS_PER_MINUTE, 60):
+            raise DrawingProblem(f"Too many drawings at once; try again in {wait} s.", status=429)
+        context["result"] = _classify(version, _read_drawing(request.FILES.get("image")))
+    except DrawingProblem as problem:
+        context["problem"], status = str(problem), problem.status
+    except replay.ReplayUnavailable as busy:
+        context["problem"], status = str(busy), 503
+    except replay.ReplayProblem as problem:
+        context["problem"], status = str(problem), 500
+    if wants_json:
+        html = render(request, "kernels/_digit_result.html", context).content.decode()
+        body = {"html": html, "error": context.get("problem")}
+        if result := context.get("result"):
+            body.update(prediction=result["prediction"], probabilities=result["probabilities"])
+        return JsonResponse(body, status=status)
+    return render(request, "kernels/digits.html", context, status=status)

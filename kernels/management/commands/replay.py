@@ -83,7 +83,9 @@ class Command(BaseCommand):
             raise CommandError(f"{harness}: not JSON ({error.msg}, line {error.lineno})") from None
         job = {"sources": sources, "harness": spec, "fixtures_dir": str(settings.FIXTURES_DIR)}
         # A one-off pool: the same process boundary, deadline and limits as on the site.
-        with Pool(size=1, deadline=settings.REPLAY_DEADLINE, backend=settings.REPLAY_WGPU_BACKEND) as pool:
+        with Pool(
+            size=1, deadline=settings.REPLAY_DEADLINE, backend=settings.REPLAY_WGPU_BACKEND
+        ) as pool:
             return pool.run(f"cli:{source}", job)
 
     def _stored(self, slug: str, number: int, fresh: bool) -> dict:
