@@ -85,21 +85,20 @@ def sequential(value: float | None, scale: float) -> str:
 def heatmap(
     values: list[float | None], rows: int, cols: int, colour: Callable, marks: str, label: str
 ) -> SafeString:
-    """One cell per value; wrong and non-finite cells outlined, unwritten ones struck."""
+    """One cell per value; wrong and non-finite cells outlined, unwritten ones struck.
+    Cells shrink so that three panels fit side by side."""
+    cell = max(4, min(CELL, 280 // cols))
     body = []
     for index, value in enumerate(values):
-        x, y = (index % cols) * CELL, (index // cols) * CELL
-        body.append(_rect(x, y, CELL, CELL, colour(value)))
+        x, y = (index % cols) * cell, (index // cols) * cell
+        body.append(_rect(x, y, cell, cell, colour(value)))
         mark = marks[index] if marks else "."
-        if mark in "xn":
-            body.append(
-                _rect(x + 1, y + 1, CELL - 2, CELL - 2, "none", ' stroke="#111" stroke-width="2"')
-            )
+        if mark in "xn" and cell >= 8:
+            outline = ' stroke="#111" stroke-width="1.5"'
+            body.append(_rect(x + 1, y + 1, cell - 2, cell - 2, "none", outline))
         elif mark == "u":
-            body.append(
-                f'<path d="M{x} {y + CELL}l{CELL} -{CELL}" stroke="#ddd" stroke-width="1.5"/>'
-            )
-    return _svg(cols * CELL, rows * CELL, body, label)
+            body.append(f'<path d="M{x} {y + cell}l{cell} -{cell}" stroke="#ddd"/>')
+    return _svg(cols * cell, rows * cell, body, label)
 
 
 def status_map(output: dict) -> SafeString:
@@ -108,6 +107,10 @@ def status_map(output: dict) -> SafeString:
     rows, cols, cells = grid["rows"], grid["cols"], grid["cells"]
     if rows == 1 and cols > MAX_SIDE:
         rows, cols = math.ceil(cols / MAX_SIDE), MAX_SIDE
+    elif rows > 2 * cols:
+        # Tall and narrow (e.g. 1,000 digits x 10 classes): lay rows across instead.
+        cells = "".join(cells[r * cols + c] for c in range(cols) for r in range(rows))
+        rows, cols = cols, rows
     size = max(4, min(CELL, 640 // cols))
     body = [
         _rect((i % cols) * size, (i // cols) * size, size, size, STATUS.get(cell, STATUS["."])[0])
@@ -225,14 +228,23 @@ def figures(outcome: dict) -> list[dict]:
                 None if g is None else abs(g - e) if _finite(g) and _finite(e) else math.inf
                 for e, g in zip(expected, got, strict=True)
             ]
-            worst = max((v for v in errors if _finite(v)), default=0.0) or 1.0
             marks = output["grid"]["cells"]
+            worst = (
+                max(
+                    (v for v, m in zip(errors, marks, strict=True) if _finite(v) and m != "."),
+                    default=0.0,
+                )
+                or 1.0
+            )
 
             def values_colour(v, scale=scale):
                 return diverging(v, scale)
 
             def error_colour(v, worst=worst):
                 return sequential(v, worst)
+
+            # Rounding noise within tolerance is not an error worth colouring.
+            errors = [0.0 if m == "." else e for e, m in zip(errors, marks, strict=True)]
 
             panels = [
                 ("expected", heatmap(expected, rows, cols, values_colour, "", f"expected {name}")),

@@ -42,3 +42,13 @@ def role_label(role: str) -> str:
     return {"learner": "Learner", "tutor": "Tutor", "tool": "Tool", "system": "Note"}.get(
         role, role
     )
+
+
+@register.filter
+def cell(value: object) -> str:
+    """A value from a replay outcome, as a reader wants it: six significant digits."""
+    if value is None:
+        return "never written"
+    if isinstance(value, float):
+        return format(value, ".6g")
+    return str(value)
