@@ -139,6 +139,8 @@ def make_version(spec: dict, comment: str):
 
 
 def main() -> None:
+    # Mesa complains on stderr without one; the replay workers make their own.
+    os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.mkdtemp())
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--batch", type=int, default=1000, help="rows of x (digits)")

@@ -30,6 +30,10 @@ BACKENDS = {
 }
 
 
+# Runs of one kernel looked at together when deciding what a reader sees.
+RECENT = 20
+
+
 class ReplayUnavailable(Exception):
     """The run cannot be started now; the reader is told why and when to retry."""
 
@@ -102,13 +106,14 @@ def sources_for(version: KernelVersion, harness: Harness | None) -> dict[str, st
 def job_for(version: KernelVersion, spec: dict | None = None) -> Job:
     """The job replaying this version, under its own harness or the one given."""
     spec = version.harness if spec is None else spec
-    sources = sources_for(version, parsed_harness(version, spec))
+    harness = parsed_harness(version, spec)
+    sources = sources_for(version, harness)
     payload = {
         "sources": sources,
         "harness": spec or None,
         "fixtures_dir": str(settings.FIXTURES_DIR),
     }
-    digest = canonical_digest(spec) if spec else "compile-only"
+    digest = canonical_digest(harness) if harness else "compile-only"
     return Job(sources_digest(sources), digest, payload)
 
 
@@ -145,21 +150,25 @@ def find_run(job: Job) -> Run | None:
     """The run a reader should see now: one in flight, else the newest cached one, else
     one that just finished uncacheably (a timeout), so a reload does not run it again."""
     runs = Run.objects.filter(source_sha256=job.source_sha256, harness_digest=job.harness_digest)
-    in_flight = runs.exclude(state=Run.State.DONE).exclude(lost())
-    if run := in_flight.order_by("-created").first():
-        return run
+    # One query answers the usual case: a cached run, nothing in flight.
+    recent = list(runs.exclude(lost()).order_by("-created")[:RECENT])
+    if in_flight := [run for run in recent if run.state != Run.State.DONE]:
+        return in_flight[0]
+    # Until the backend has said which adapter it runs on, any adapter's result stands
+    # in: every outcome names its own adapter.
     environment_id = backend().environment_id(wait=False)
-    done = runs.filter(state=Run.State.DONE)
-    if environment_id:
-        cached = Run.objects.cached(job.source_sha256, job.harness_digest, environment_id)
-    else:
-        # The backend has not said which adapter it runs on yet: show the newest result,
-        # which names its own adapter.
-        cached = done.filter(cacheable=True).order_by("-finished").first()
+    cached = [
+        run for run in recent if run.cacheable and environment_id in (None, "", run.environment_id)
+    ]
+    if not cached and len(recent) == RECENT:
+        older = runs.filter(state=Run.State.DONE, cacheable=True)
+        if environment_id:
+            older = older.filter(environment_id=environment_id)
+        cached = list(older.order_by("-finished")[:1])
     if cached:
-        return cached
+        return max(cached, key=lambda run: run.finished)
     recently = timezone.now() - timedelta(seconds=settings.REPLAY_RETRY_AFTER)
-    return done.filter(finished__gte=recently).order_by("-finished").first()
+    return next((run for run in recent if run.finished >= recently), None)
 
 
 def start_run(job: Job, fresh: bool = False) -> Run:
