@@ -278,7 +278,12 @@ def _read_drawing(upload) -> np.ndarray:
                     "it must be between 28 and 1024 pixels on each side."
                 )
             pixels = np.asarray(image.convert("L"))
-    except (UnidentifiedImageError, OSError, Image.DecompressionBombError):
+    except Image.DecompressionBombError:
+        raise DrawingProblem(
+            "The image is far too large in pixels; it must be between 28 and 1024 pixels "
+            "on each side."
+        ) from None
+    except (UnidentifiedImageError, OSError):
         raise DrawingProblem("That file is not an image we can read.") from None
     try:
         return preprocess(pixels)
