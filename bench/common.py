@@ -38,7 +38,9 @@ def gunicorn(app: str, env: dict[str, str], workers: int = 1, threads: int = 1):
     """Serve app on a free port; yields its base URL."""
     port = free_port()
     command = [
-        str(Path(sys.executable).parent / "gunicorn"),
+        sys.executable,
+        "-m",
+        "gunicorn",
         app,
         f"--workers={workers}",
         f"--threads={threads}",
