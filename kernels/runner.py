@@ -22,7 +22,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from kernels.harness import Buffer, Harness, HarnessError, parse_harness, resolve_fixture
+from kernels.harness import (
+    Buffer,
+    Harness,
+    HarnessError,
+    canonical_digest,
+    parse_harness,
+    resolve_fixture,
+)
 from kernels.outcomes import Status
 from kernels.references import REFERENCES
 
@@ -181,6 +188,16 @@ def load_npy(path: Path) -> np.ndarray:
     return np.load(path, allow_pickle=False)
 
 
+# memo(key, compute) returns compute()'s value, or the value kept from an earlier call
+# with the same key. Worker processes keep one across jobs (kernels/worker.py), so a
+# fixture is read, and a harness's inputs and reference are computed, once per worker.
+Memo = Callable[[tuple, Callable[[], Any]], Any]
+
+
+def no_memo(key: tuple, compute: Callable[[], Any]) -> Any:
+    return compute()
+
+
 class _Stop(Exception):
     """Ends a run early with an outcome other than a comparison."""
 
@@ -200,16 +217,15 @@ def execute(
     fixtures_dir: Path,
     limits: Limits = DEFAULT_LIMITS,
     *,
-    load_array: Callable[[Path], np.ndarray] = load_npy,
+    memo: Memo = no_memo,
 ) -> dict:
     """Run the harness's passes and return a JSON-serialisable outcome dict.
 
     sources maps kernel names to WGSL; "self" is the kernel being replayed. With no
-    harness (None or {}) the sources are only compiled. load_array reads a fixture file
-    (the worker passes a caching one). Never raises for anything a kernel or harness can
-    do wrong; a bug in the runner itself does raise.
+    harness (None or {}) the sources are only compiled. Never raises for anything a
+    kernel or harness can do wrong; a bug in the runner itself does raise.
     """
-    run = _Run(device, env, sources, Path(fixtures_dir), limits, load_array)
+    run = _Run(device, env, sources, Path(fixtures_dir), limits, memo)
     try:
         return run.execute(harness)
     except _Stop as stop:
@@ -226,14 +242,14 @@ class _Run:
         sources: Mapping[str, str],
         fixtures_dir: Path,
         limits: Limits,
-        load_array: Callable[[Path], np.ndarray],
+        memo: Memo,
     ) -> None:
         self.device = device
         self.env = env
         self.sources = sources
         self.fixtures_dir = fixtures_dir
         self.limits = limits
-        self.load_array = load_array
+        self.memo = memo
         self.timings: dict[str, float | None] = {"compile_ms": None, "run_ms": None}
         self.warnings: list[str] = []
         self.gpu_buffers: dict[str, Any] = {}
@@ -274,8 +290,10 @@ class _Run:
                     f"sources has no {name!r}",
                 )
         check_limits(harness, self.sources, self.limits)
-        host = {b.name: self.host_array(b) for b in harness.buffers}
-        expected = self.reference(harness, host)
+        # A harness's inputs and reference do not depend on the kernel: every version
+        # replayed under it shares them.
+        key = ("inputs", canonical_digest(harness), *self.file_stamps(harness))
+        host, expected = self.memo(key, lambda: self.inputs(harness))
         self.warn_about_backend(harness)
 
         started = time.perf_counter()
@@ -309,6 +327,26 @@ class _Run:
         return self.outcome(Status.NO_REFERENCE, "Compiles; there is no harness to run it with.")
 
     # -- before the device -------------------------------------------------------------
+
+    def inputs(self, harness: Harness) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """Every buffer's initial contents and the reference's outputs, read-only."""
+        host = {b.name: self.host_array(b) for b in harness.buffers}
+        expected = self.reference(harness, host)
+        for array in (*host.values(), *expected.values()):
+            array.setflags(write=False)
+        return host, expected
+
+    def file_stamps(self, harness: Harness) -> list[tuple[str, int, int]]:
+        """Which version of each fixture file the inputs come from."""
+        stamps = []
+        for buf in harness.buffers:
+            if buf.fill == "file" and buf.file is not None:
+                try:
+                    stat = resolve_fixture(buf.file, self.fixtures_dir).stat()
+                except (HarnessError, OSError):
+                    continue  # inputs() stops with the reason
+                stamps.append((buf.file, stat.st_mtime_ns, stat.st_size))
+        return stamps
 
     def host_array(self, buf: Buffer) -> np.ndarray:
         dtype = NP_DTYPES[buf.dtype]
@@ -347,7 +385,9 @@ class _Run:
                 f"{field}: {path.stat().st_size:,} bytes",
             )
         try:
-            array = self.load_array(path)
+            stat = path.stat()
+            key = ("file", str(path), stat.st_mtime_ns, stat.st_size)
+            array = self.memo(key, lambda: load_npy(path))
         except (OSError, ValueError) as e:
             raise _Stop(
                 Status.REJECTED,

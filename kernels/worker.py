@@ -30,6 +30,7 @@ import sys
 import tempfile
 import traceback
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
 HEADER = struct.Struct(">I")
 MAX_FRAME = 256 * 1024 * 1024
 MAX_FILE_BYTES = 16 * 1024 * 1024
-FIXTURE_CACHE_BYTES = 512 * 1024 * 1024
+MEMO_BYTES = 512 * 1024 * 1024
 PR_SET_PDEATHSIG = 1
 
 log = logging.getLogger("kernels.worker")
@@ -70,31 +71,39 @@ def encode_frame(message: dict) -> bytes:
     return HEADER.pack(len(body)) + body
 
 
-class FixtureCache:
-    """np.load per fixture path, kept read-only so no job can change another's input.
+class Memo:
+    """The runner's memo for this worker: fixture arrays, and each harness's inputs and
+    reference results, least recently used first out past max_bytes. The runner makes
+    the arrays read-only, so no job can change another's input."""
 
-    Keyed by modification time and size as well, so an updated fixture is read again.
-    """
-
-    def __init__(self, max_bytes: int = FIXTURE_CACHE_BYTES) -> None:
+    def __init__(self, max_bytes: int = MEMO_BYTES) -> None:
         self.max_bytes = max_bytes
-        self.arrays: OrderedDict[tuple[str, int, int], np.ndarray] = OrderedDict()
+        self.values: OrderedDict[tuple, Any] = OrderedDict()
+        self.sizes: dict[tuple, int] = {}
 
-    def __call__(self, path: Path) -> np.ndarray:
-        stat = path.stat()
-        key = (str(path), stat.st_mtime_ns, stat.st_size)
-        if key in self.arrays:
-            self.arrays.move_to_end(key)
-            return self.arrays[key]
-        array = np.load(path, allow_pickle=False)
-        array.setflags(write=False)
-        self.arrays[key] = array
-        while sum(a.nbytes for a in self.arrays.values()) > self.max_bytes and len(self.arrays) > 1:
-            self.arrays.popitem(last=False)
-        return array
+    def __call__(self, key: tuple, compute: Callable[[], Any]) -> Any:
+        if key in self.values:
+            self.values.move_to_end(key)
+            return self.values[key]
+        value = compute()
+        self.values[key], self.sizes[key] = value, _nbytes(value)
+        while sum(self.sizes.values()) > self.max_bytes and len(self.values) > 1:
+            oldest, _ = self.values.popitem(last=False)
+            del self.sizes[oldest]
+        return value
 
 
-def run_job(device: Any, env: Environment, job: dict, load_array: FixtureCache) -> dict:
+def _nbytes(value: Any) -> int:
+    if isinstance(value, np.ndarray):
+        return value.nbytes
+    if isinstance(value, dict):
+        return sum(_nbytes(item) for item in value.values())
+    if isinstance(value, tuple | list):
+        return sum(_nbytes(item) for item in value)
+    return 0
+
+
+def run_job(device: Any, env: Environment, job: dict, memo: Memo) -> dict:
     """One job's outcome. A bug in the runner becomes a "crashed" outcome, not an exit."""
     from kernels.runner import Limits, execute
 
@@ -110,7 +119,7 @@ def run_job(device: Any, env: Environment, job: dict, load_array: FixtureCache) 
             job.get("harness"),
             Path(job["fixtures_dir"]),
             limits,
-            load_array=load_array,
+            memo=memo,
         )
     except Exception as e:
         log.exception("runner failed")
@@ -207,7 +216,7 @@ def main() -> int:
     channel.write(encode_frame(hello))
     channel.flush()
 
-    cache = FixtureCache()
+    memo = Memo()
     stdin = sys.stdin.buffer
     while True:
         message = read_frame(stdin)
@@ -219,7 +228,7 @@ def main() -> int:
         if no_adapter:
             outcome = infra_outcome(Status.INFRA_ERROR, no_adapter, no_adapter, None)
         else:
-            outcome = run_job(device, env, message, cache)
+            outcome = run_job(device, env, message, memo)
         channel.write(encode_frame({"type": "result", "id": message.get("id"), "outcome": outcome}))
         channel.flush()
 

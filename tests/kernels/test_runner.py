@@ -502,3 +502,35 @@ def test_it_downsamples_the_grid_to_64_blocks() -> None:
     assert len(grid["cells"]) == 50 * 44
     assert grid["cells"][0] == "u" and grid["cells"][-1] == "x"
     assert set(grid["cells"][1:-1]) == {"."}
+
+
+def test_a_harness_inputs_and_reference_are_computed_once_per_worker(run) -> None:
+    from kernels.worker import Memo
+
+    computed = []
+    memo = Memo()
+
+    def counting(key: tuple, compute):
+        return memo(key, lambda: computed.append(key[0]) or compute())
+
+    first = run(ADD, add_harness(), memo=counting)
+    # Another version of the kernel under the same harness: inputs are reused...
+    second = run(ADD.replace("a[i] + b[i]", "b[i] + a[i]"), add_harness(), memo=counting)
+    assert first["status"] == second["status"] == "passed"
+    assert computed == ["inputs"]
+    # ...and a different harness gets its own.
+    run(ADD, add_harness(n=512, dispatch=8), memo=counting)
+    assert computed == ["inputs", "inputs"]
+    (host, expected) = memo.values[next(iter(memo.values))]
+    assert not host["a"].flags.writeable and not expected["c"].flags.writeable
+
+
+def test_the_worker_memo_stays_under_its_size() -> None:
+    import numpy as np
+
+    from kernels.worker import Memo
+
+    memo = Memo(max_bytes=10_000)
+    for i in range(5):
+        memo(("array", i), lambda: np.zeros(1000, dtype=np.float32))  # 4,000 bytes each
+    assert list(memo.values) == [("array", 3), ("array", 4)]
