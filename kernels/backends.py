@@ -8,8 +8,6 @@ on any machine with wgpu (kernels/tasks.py); the web process never waits on it.
 from __future__ import annotations
 
 import atexit
-import os
-import socket
 import threading
 import time
 from concurrent.futures import Future
@@ -63,7 +61,7 @@ class LocalBackend:
             raise replay.ReplayUnavailable(
                 "Every replay worker is busy. Try again in a few seconds.", busy.retry_after
             ) from None
-        replay.claim(run.pk, f"{socket.gethostname()}:{os.getpid()}")
+        replay.claim(run.pk, replay.worker_name())
         self._futures[run.pk] = future
         future.add_done_callback(lambda done: self._store(run.pk, done))
 

@@ -6,9 +6,12 @@ by settings (REPLAY_BACKEND); everything above the backend is the same for all.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
+import os
+import socket
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -32,6 +35,16 @@ BACKENDS = {
 
 # Runs of one kernel looked at together when deciding what a reader sees.
 RECENT = 20
+
+
+@functools.cache
+def _hostname() -> str:
+    return socket.gethostname()  # a system call that can take milliseconds
+
+
+def worker_name() -> str:
+    """host:pid of this process, as recorded on the runs it takes."""
+    return f"{_hostname()}:{os.getpid()}"
 
 
 class ReplayUnavailable(Exception):

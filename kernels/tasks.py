@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import atexit
-import os
-import socket
 
 from celery import shared_task
 from django.conf import settings
@@ -34,7 +32,7 @@ def worker_pool() -> Pool:
 def run_replay(run_id: int, key: str, payload: dict) -> None:
     # acks_late + reject_on_worker_lost: if this process is killed mid-job the broker
     # hands the job to another worker, and claim() counts the attempt.
-    worker = f"{socket.gethostname()}:{os.getpid()}"
+    worker = replay.worker_name()
     if not replay.claim(run_id, worker):
         return
     replay.finish(run_id, worker_pool().run(key, payload))
