@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import difflib
 import hashlib
 
 from django.db import models
@@ -89,6 +90,16 @@ class KernelVersion(models.Model):
 
     def next(self) -> KernelVersion | None:
         return self.kernel.versions.filter(number__gt=self.number).order_by("number").first()
+
+    def diff_from(self, other: KernelVersion) -> str:
+        """A unified diff from another version's source to this one's."""
+        lines = difflib.unified_diff(
+            other.source.splitlines(keepends=True),
+            self.source.splitlines(keepends=True),
+            fromfile=f"v{other.number}",
+            tofile=f"v{self.number}",
+        )
+        return "".join(lines)
 
 
 class RunQuerySet(models.QuerySet):

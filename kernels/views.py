@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import difflib
 from functools import cache
 
 import numpy as np
@@ -119,16 +118,7 @@ def replay_page(request: HttpRequest, slug: str, number: int) -> HttpResponse:
         if compile_error.get("kernel", "self") == "self" and compile_error.get("line")
         else []
     )
-    diff = ""
-    if previous:
-        diff = "".join(
-            difflib.unified_diff(
-                previous.source.splitlines(keepends=True),
-                version.source.splitlines(keepends=True),
-                fromfile=f"v{previous.number}",
-                tofile=f"v{version.number}",
-            )
-        )
+    diff = version.diff_from(previous) if previous else ""
     context = {
         "session": session,
         "turn": turn,

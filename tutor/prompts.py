@@ -8,7 +8,6 @@ its diff, the last run, the reminder) goes into the last user message, after the
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -351,14 +350,7 @@ def state_text(guided: GuidedSession, notes: Sequence[str] = ()) -> str:
         if previous is None:
             parts.append(f'<diff to="{version.number}">first version</diff>')
         else:
-            diff = "".join(
-                difflib.unified_diff(
-                    previous.source.splitlines(keepends=True),
-                    version.source.splitlines(keepends=True),
-                    fromfile=f"v{previous.number}",
-                    tofile=f"v{version.number}",
-                )
-            )
+            diff = version.diff_from(previous)
             parts.append(
                 f'<diff from="{previous.number}" to="{version.number}">\n'
                 f"{diff.rstrip() or 'no changes'}\n</diff>"
