@@ -44,6 +44,8 @@ test:
 	@$(MAKE) --no-print-directory system-packages PACKAGES="$(TEST_PACKAGES)"
 	@$(MAKE) --no-print-directory $(BIN)/.installed
 	$(BIN)/python manage.py makemigrations --check --dry-run
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/pytest
 
 lint: $(BIN)/.installed

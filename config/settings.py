@@ -265,8 +265,10 @@ TUTOR_KERNEL_MAX_CHARS = envint("TUTOR_KERNEL_MAX_CHARS", 20_000)
 # Lesson plans, one JSON file each (fixtures/lessons/README.md).
 TUTOR_LESSONS_DIR = Path(os.getenv("TUTOR_LESSONS_DIR", str(BASE_DIR / "fixtures" / "lessons")))
 
-# Markdown longer than this is shown as escaped preformatted text: see sessions/markdown.py.
-MARKDOWN_MAX_CHARS = envint("MARKDOWN_MAX_CHARS", 100_000)
+# Markdown longer than this is shown as escaped preformatted text (sessions/markdown.py).
+# The slowest inputs known take about 12 µs per character to render; at this size that
+# stays well under a second even on a busy machine.
+MARKDOWN_MAX_CHARS = envint("MARKDOWN_MAX_CHARS", 32_000)
 # kernelbin/1 files larger than this are refused before parsing.
 IMPORT_MAX_BYTES = envint("IMPORT_MAX_BYTES", 64 * 1024 * 1024)
 # Claude Code transcripts (JSON Lines) are streamed, never read whole; files larger than

@@ -90,6 +90,13 @@ class Session(models.Model):
     def __str__(self) -> str:
         return self.title
 
+    def save(self, *args, **kwargs) -> None:
+        if self.visibility != self.Visibility.PRIVATE and self.published_at is None:
+            self.published_at = timezone.now()
+            if "update_fields" in kwargs:
+                kwargs["update_fields"] = {*kwargs["update_fields"], "published_at"}
+        super().save(*args, **kwargs)
+
     def get_absolute_url(self) -> str:
         return reverse("sessions:detail", args=[self.slug])
 
@@ -109,13 +116,6 @@ class Session(models.Model):
         # published_at stays: numbers handed out once remain frozen.
         self.visibility = self.Visibility.PRIVATE
         self.save(update_fields=["visibility", "updated"])
-
-    def save(self, *args, **kwargs) -> None:
-        if self.visibility != self.Visibility.PRIVATE and self.published_at is None:
-            self.published_at = timezone.now()
-            if "update_fields" in kwargs:
-                kwargs["update_fields"] = {*kwargs["update_fields"], "published_at"}
-        super().save(*args, **kwargs)
 
     def touch(self) -> None:
         """Mark the session changed: rendered pages are cached under `updated`."""
@@ -163,6 +163,14 @@ class Turn(models.Model):
     def __str__(self) -> str:
         return f"{self.session.slug} #{self.number} ({self.role})"
 
+    def save(self, *args, **kwargs) -> None:
+        self.clean()
+        self.html = render_markdown(self.content)
+        if "update_fields" in kwargs and "content" in kwargs["update_fields"]:
+            kwargs["update_fields"] = {*kwargs["update_fields"], "html"}
+        super().save(*args, **kwargs)
+        self.session.touch()
+
     def get_absolute_url(self) -> str:
         return f"{self.session.get_absolute_url()}#turn-{self.number}"
 
@@ -175,19 +183,21 @@ class Turn(models.Model):
     def kind(self) -> str:
         return self.meta.get("kind", "")
 
+    @property
+    def is_collapsed(self) -> bool:
+        """Shown folded, meta.summary as its one line: tool calls, thinking, and the long
+        notes an importer marks collapsed (compaction summaries, raw lines, sub-agents)."""
+        return (
+            self.role == self.Role.TOOL
+            or self.kind == "thinking"
+            or bool(self.meta.get("collapsed"))
+        )
+
     def clean(self) -> None:
         if self.pk and self.session.is_published:
             stored = Turn.objects.filter(pk=self.pk).values_list("number", flat=True).first()
             if stored is not None and stored != self.number:
                 raise ValidationError({"number": "Turn numbers are frozen once published."})
-
-    def save(self, *args, **kwargs) -> None:
-        self.clean()
-        self.html = render_markdown(self.content)
-        if "update_fields" in kwargs and "content" in kwargs["update_fields"]:
-            kwargs["update_fields"] = {*kwargs["update_fields"], "html"}
-        super().save(*args, **kwargs)
-        self.session.touch()
 
     def delete(self, *args, **kwargs):
         result = super().delete(*args, **kwargs)

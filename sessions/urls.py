@@ -6,6 +6,7 @@ app_name = "sessions"
 urlpatterns = [
     path("", views.index, name="index"),
     path("oembed/", views.oembed, name="oembed"),
+    path("import/", views.import_session, name="import"),
     path("s/<slug:slug>/", views.detail, name="detail"),
     path("s/<slug:slug>/embed/", views.embed, name="embed"),
     path("s/<slug:slug>/export.json", views.export_json, name="export_json"),

@@ -6,7 +6,9 @@ from urllib.parse import urlencode, urlsplit
 
 from csp.decorators import csp_replace
 from django.conf import settings
+from django.contrib.auth.views import redirect_to_login
 from django.core.cache import cache
+from django.core.exceptions import PermissionDenied
 from django.core.paginator import EmptyPage, PageNotAnInteger, Paginator
 from django.db.models import Count, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, QueryDict
@@ -15,10 +17,13 @@ from django.template.loader import render_to_string
 from django.urls import Resolver404, resolve, reverse
 from django.utils.html import format_html
 from django.views.decorators.clickjacking import xframe_options_exempt
-from django.views.decorators.http import require_GET
+from django.views.decorators.csrf import csrf_exempt, csrf_protect
+from django.views.decorators.http import require_GET, require_http_methods
 
 from config.context_processors import site_origin
-from sessions.exchange import export_markdown, export_session
+from sessions.exchange import ImportProblem, export_markdown, export_session
+from sessions.forms import CappedUploadHandler, ImportForm
+from sessions.importing import import_file, size_limit
 from sessions.models import Session, Tag
 from sessions.templatetags.kernelbin import inline_hash
 
@@ -333,3 +338,66 @@ def export_md(request: HttpRequest, slug: str) -> HttpResponse:
     response = HttpResponse(export_markdown(session), content_type="text/markdown; charset=utf-8")
     response["Content-Disposition"] = _export_filename(session, "md")
     return response
+
+
+# Importing ------------------------------------------------------------------------------
+
+# Room for the form fields and multipart framing around the file itself.
+UPLOAD_OVERHEAD = 64 * 1024
+
+
+@csrf_exempt  # CSRF is checked in _import_form, once the upload handler is in place
+@require_http_methods(["GET", "POST"])
+def import_session(request: HttpRequest) -> HttpResponse:
+    """Staff upload a Claude Code transcript or a kernelbin/1 export; the report follows."""
+    if not request.user.is_authenticated:
+        return redirect_to_login(request.get_full_path())
+    if not request.user.is_staff:
+        raise PermissionDenied("Only staff may import sessions.")
+    limit = size_limit("")
+    if request.method == "POST":
+        # Refuse an oversize upload before reading a byte of it.
+        length = request.META.get("CONTENT_LENGTH") or "0"
+        if length.isdigit() and int(length) > limit + UPLOAD_OVERHEAD:
+            form = ImportForm()
+            error = f"The file is larger than the import limit of {limit:,} bytes."
+            context = {"form": form, "error": error, "limit": limit}
+            return render(request, "sessions/import.html", context, status=413)
+        # Before anything reads the body (the CSRF check would): uploads go to a
+        # temporary file in chunks, never whole into memory.
+        request.upload_handlers = [CappedUploadHandler(request, limit)]
+    return _import_form(request, limit)
+
+
+@csrf_protect
+def _import_form(request: HttpRequest, limit: int) -> HttpResponse:
+    context: dict = {"limit": limit}
+    if request.method != "POST":
+        context["form"] = ImportForm()
+        return render(request, "sessions/import.html", context)
+    form = ImportForm(request.POST, request.FILES)
+    context["form"] = form
+    handler = request.upload_handlers[0]
+    if isinstance(handler, CappedUploadHandler) and handler.too_big:
+        context["error"] = f"The file is larger than the import limit of {limit:,} bytes."
+        return render(request, "sessions/import.html", context, status=413)
+    if not form.is_valid():
+        return render(request, "sessions/import.html", context, status=400)
+    upload = form.cleaned_data["file"]
+    try:
+        with upload.open("rb") as stream:
+            report = import_file(
+                stream,
+                size=upload.size,
+                name=upload.name,
+                title=form.cleaned_data["title"] or None,
+                slug=form.cleaned_data["slug"] or None,
+                visibility=form.cleaned_data["visibility"] or None,
+                redact=form.cleaned_data["redact"],
+                owner=request.user,
+            )
+    except ImportProblem as problem:
+        context["error"] = f"{problem} Nothing was imported."
+        return render(request, "sessions/import.html", context, status=400)
+    context.update(report=report, form=ImportForm())
+    return render(request, "sessions/import.html", context)

@@ -9,4 +9,6 @@ class HealthzTestCase(TestCase):
         self.assertTrue(body["database"]["ok"])
         self.assertIn("replay", body)
         self.assertIn("backend", body["replay"])
-        self.assertEqual(r["Cache-Control"], "max-age=0, no-cache, no-store, must-revalidate, private")
+        self.assertEqual(
+            r["Cache-Control"], "max-age=0, no-cache, no-store, must-revalidate, private"
+        )

@@ -70,7 +70,9 @@ class DigitsPageTestCase(TransactionTestCase):
         ]
         for upload, status, message in cases:
             with self.subTest(message=message):
-                r = self.client.post(URL, {"image": upload} if upload else {}, headers={"Accept": "application/json"})
+                r = self.client.post(
+                    URL, {"image": upload} if upload else {}, headers={"Accept": "application/json"}
+                )
                 self.assertEqual(r.status_code, status)
                 self.assertIn(message, r.json()["error"])
 
@@ -99,7 +101,9 @@ class DigitsPageTestCase(TransactionTestCase):
     def test_csrf_is_enforced(self) -> None:
         from django.test import Client
 
-        r = Client(enforce_csrf_checks=True).post(URL, {"image": png(self.images[0].reshape(28, 28))})
+        r = Client(enforce_csrf_checks=True).post(
+            URL, {"image": png(self.images[0].reshape(28, 28))}
+        )
         self.assertEqual(r.status_code, 403)
 
     @override_settings(DIGITS_SESSION="not-loaded")

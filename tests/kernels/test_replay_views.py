@@ -150,8 +150,12 @@ class ReplayTestCase(TransactionTestCase):
         self.assertEqual(Run.objects.count(), 1)
         other = make_session("other", turns=2)
         add_kernel(other, source=COMPILE_ERROR, turn=1)
-        self.assertEqual(self.client.get("/s/other/turns/1/replay.json", {"run": run_id}).status_code, 404)
-        self.assertEqual(self.client.get("/s/demo/turns/2/replay.json", {"run": "x"}).status_code, 404)
+        self.assertEqual(
+            self.client.get("/s/other/turns/1/replay.json", {"run": run_id}).status_code, 404
+        )
+        self.assertEqual(
+            self.client.get("/s/demo/turns/2/replay.json", {"run": "x"}).status_code, 404
+        )
 
     def test_an_endless_loop_ends_with_an_outcome(self) -> None:
         self.version.source = ENDLESS

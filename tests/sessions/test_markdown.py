@@ -1,5 +1,6 @@
 import time
 
+from django.conf import settings
 from django.test import SimpleTestCase
 
 from sessions.markdown import render_markdown, render_source
@@ -20,7 +21,7 @@ class RenderTestCase(SimpleTestCase):
             with self.subTest(lang=lang):
                 html = render_markdown(f"```{lang}\n{code}\n```")
                 self.assertIn(expected, html)
-                self.assertIn(f'class="highlight lang-', html)
+                self.assertIn('class="highlight lang-', html)
 
     def test_unknown_languages_are_escaped_code(self) -> None:
         html = render_markdown("```brainfreeze\n<b>x</b>\n```")
@@ -55,26 +56,46 @@ class RenderTestCase(SimpleTestCase):
 class PathologicalInputTestCase(SimpleTestCase):
     """Hostile turns render fast or fall back to escaped text; they never hang."""
 
-    CASES = {
-        "50,000 [": "[" * 50_000,
-        "50,000 [](": "[](" * 30_000,
-        "deep blockquote": ">" * 50_000 + " x",
-        "deep list": "".join("  " * i + "- a\n" for i in range(600)),
-        "emphasis soup": "*a" * 45_000,
-        "backticks": "`" * 90_000,
-        "5 MB turn": "a [b](c) *d* " * 400_000,
-        "huge table": "|a|b|\n|-|-|\n" + "|x|y|\n" * 15_000,
-        "many links": "<http://a" * 9_000,
-    }
+    @staticmethod
+    def cases(size: int) -> dict[str, str]:
+        """The slowest inputs we know of for the parser, cut to size characters."""
+        shapes = {
+            "brackets": "[",
+            "empty links": "[](",
+            "nested quotes": ">",
+            "emphasis soup": "*a",
+            "backticks": "`",
+            "table rows": "|x|y|\n",
+            "autolinks": "<http://a",
+            "deep list": "  - a\n",
+        }
+        texts = {name: (unit * (size // len(unit) + 1))[:size] for name, unit in shapes.items()}
+        texts["table rows"] = "|a|b|\n|-|-|\n" + texts["table rows"]
+        return texts
 
-    def test_each_renders_in_under_a_second(self) -> None:
-        for name, text in self.CASES.items():
-            with self.subTest(name):
+    def assert_fast(self, texts: dict[str, str]) -> None:
+        for name, text in texts.items():
+            with self.subTest(name, size=len(text)):
                 started = time.perf_counter()
                 html = render_markdown(text)
                 elapsed = time.perf_counter() - started
                 self.assertLess(elapsed, 1.0, f"{name} took {elapsed:.2f}s")
                 self.assertTrue(html)
+
+    def test_the_worst_inputs_just_under_the_cap_render_in_under_a_second(self) -> None:
+        texts = self.cases(settings.MARKDOWN_MAX_CHARS - 20)
+        self.assert_fast(texts)
+        self.assertNotIn("Shown as plain text", render_markdown(texts["table rows"]))
+
+    def test_50000_brackets_deep_nesting_and_a_5_mb_turn(self) -> None:
+        self.assert_fast(
+            {
+                "50,000 [": "[" * 50_000,
+                "deep nesting": ">" * 50_000 + " x",
+                "deep list": "".join("  " * i + "- a\n" for i in range(600)),
+                "5 MB turn": "a [b](c) *d* " * 400_000,
+            }
+        )
 
     def test_oversize_text_falls_back_to_escaped_plain_text(self) -> None:
         html = render_markdown("<script>x</script>" * 400_000)

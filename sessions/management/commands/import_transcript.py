@@ -4,26 +4,46 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from sessions.exchange import ImportProblem, import_session, read_export
+from sessions.exchange import ImportProblem
+from sessions.importing import import_file
 from sessions.models import Session
 
 
 class Command(BaseCommand):
-    help = "Import a session from a kernelbin/1 JSON export."
+    help = (
+        "Import a session from a Claude Code transcript (JSON Lines) or a kernelbin/1 JSON "
+        "export; the format is detected. Importing the same recording again updates it."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("path", type=Path)
         parser.add_argument("--title", help="Use this title instead of the file's.")
         parser.add_argument("--slug", help="Import under this slug instead of the file's.")
         parser.add_argument("--visibility", choices=Session.Visibility.values)
+        parser.add_argument(
+            "--no-redact",
+            dest="redact",
+            action="store_false",
+            help="Keep secrets and home-directory names as recorded (redaction is on by default).",
+        )
 
-    def handle(self, *args, path: Path, title, slug, visibility, **options) -> None:
+    def handle(self, *args, path: Path, title, slug, visibility, redact, **options) -> None:
         try:
             with path.open("rb") as stream:
-                data = read_export(stream, size=path.stat().st_size)
-            report = import_session(data, title=title, slug=slug, visibility=visibility)
+                report = import_file(
+                    stream,
+                    size=path.stat().st_size,
+                    name=path.name,
+                    title=title,
+                    slug=slug,
+                    visibility=visibility,
+                    redact=redact,
+                )
         except OSError as error:
             raise CommandError(f"Cannot read {path}: {error.strerror}") from None
         except ImportProblem as problem:
             raise CommandError(f"{path}: {problem} Nothing was imported.") from None
         self.stdout.write(self.style.SUCCESS(report.summary()))
+        for line in report.details():
+            self.stdout.write(line)
+        self.stdout.write(f"Session: {report.session.get_absolute_url()}")

@@ -1,0 +1,50 @@
+from __future__ import annotations
+
+from django import forms
+from django.core.files.uploadhandler import SkipFile, TemporaryFileUploadHandler
+
+from sessions.models import Session
+
+
+class ImportForm(forms.Form):
+    file = forms.FileField(
+        help_text="A Claude Code transcript (.jsonl, from ~/.claude/projects/…) or a "
+        "kernelbin/1 export (.json)."
+    )
+    title = forms.CharField(
+        max_length=200, required=False, help_text="Leave empty to use the transcript's title."
+    )
+    slug = forms.SlugField(
+        max_length=80,
+        required=False,
+        help_text="Leave empty to derive one (a re-import keeps the slug it has).",
+    )
+    visibility = forms.ChoiceField(
+        choices=[("", "Keep (new sessions are private)"), *Session.Visibility.choices],
+        required=False,
+    )
+    redact = forms.BooleanField(
+        required=False,
+        initial=True,
+        label="Redact secrets and home-directory names",
+        help_text="API keys, tokens, passwords in URLs, private keys, /home/<user>/ paths.",
+    )
+
+
+class CappedUploadHandler(TemporaryFileUploadHandler):
+    """Streams an upload to a temporary file on disk, never into memory, and gives up
+    on a file once it passes the limit (the rest of the request is read and dropped)."""
+
+    def __init__(self, request, limit: int) -> None:
+        super().__init__(request)
+        self.limit = limit
+        self.received = 0
+        self.too_big = False
+
+    def receive_data_chunk(self, raw_data: bytes, start: int) -> bytes | None:
+        self.received += len(raw_data)
+        if self.received > self.limit:
+            self.too_big = True
+            self.file.close()
+            raise SkipFile()
+        return super().receive_data_chunk(raw_data, start)

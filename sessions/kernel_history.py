@@ -1,0 +1,428 @@
+"""Rebuilding WGSL kernel versions from what a transcript shows of the files.
+
+A recorded session never stores the kernels themselves, only the tool calls that wrote
+and edited them and the messages that pasted them. `KernelHistory` replays those in
+order and reports each new version of each kernel:
+
+- Write on a `.wgsl` file: the new content, exactly (how: "write").
+- Edit/MultiEdit: applied to `toolUseResult.originalFile` when the result carries it
+  ("edit_original"); otherwise to the previous version we rebuilt ("reconstructed");
+  when an old_string is not there to replace, the version is kept but marked
+  "unresolved" and holds the best source we have.
+- A full Read of a tracked file whose content differs from what we rebuilt: the learner
+  changed it in their editor ("read").
+- JS/TS files: each template string that holds a `@compute` shader is a kernel of its own
+  ("template_string"), updated when that shader's text changes.
+- Fenced ```wgsl blocks in the learner's messages that hold a `@compute` entry point
+  ("fenced").
+
+Kernel names (slugs, stable across re-imports of the same or a longer transcript):
+
+- `.wgsl` file: the file stem (`kernels/matmul_tiled.wgsl` → `matmul_tiled`). A second
+  file with the same stem in another folder gets its folder as a prefix
+  (`naive/matmul.wgsl` → `naive-matmul`), then a number if that is taken too.
+- Shader in a JS/TS template string: file stem and its first `@compute` entry point
+  (`src/pipeline.js`, `fn reduce_sum` → `pipeline-reduce_sum`); a second shader in the
+  same file with the same entry point name gets `-2`, in file order.
+- Learner's fenced block: a leading comment naming a `.wgsl` file (`// matmul.wgsl`)
+  joins that file's kernel; otherwise a block whose entry points match exactly one
+  existing kernel continues it; otherwise its first entry point names it ("snippet"
+  when that is just "main").
+
+Names are slugified and cut to 60 characters; every name is unique in its session.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.utils.text import slugify
+
+WGSL_SUFFIXES = (".wgsl",)
+SCRIPT_SUFFIXES = (".js", ".mjs", ".cjs", ".jsx", ".ts", ".mts", ".cts", ".tsx")
+NAME_MAX = 60
+
+# Attributes before a function, e.g. "@compute @workgroup_size(64, 1)\nfn main(".
+_ENTRY = re.compile(r"((?:@\s*\w+\s*(?:\([^)]*\))?\s*)+)fn\s+([A-Za-z_]\w*)")
+_FENCE = re.compile(
+    r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})[ \t]*wgsl\b[^\n]*\n(?P<body>.*?)"
+    r"(?:^ {0,3}(?P=fence)[`~]*[ \t]*$|\Z)",
+    re.M | re.S | re.I,
+)
+_FILE_COMMENT = re.compile(r"^\s*//\s*(?:file(?:name)?:\s*)?(\S+\.wgsl)\b", re.I)
+_JS_CONST = re.compile(
+    r"\b(?:const|let|var)\s+([A-Za-z_$][\w$]*)\s*=\s*(-?\d+(?:\.\d+)?|\"[^\"\n]*\"|'[^'\n]*')\s*[;\n]"
+)
+_PLACEHOLDER = re.compile(r"\$\{\s*([A-Za-z_$][\w$]*)\s*\}")
+
+
+def entry_points(source: str) -> list[str]:
+    """The names of the @compute functions in a WGSL module, in order."""
+    return [m[2] for m in _ENTRY.finditer(source) if re.search(r"@\s*compute\b", m[1])]
+
+
+def _path_parts(path: str) -> list[str]:
+    return [part for part in re.split(r"[\\/]+", path) if part]
+
+
+def _stem(path: str) -> str:
+    name = _path_parts(path)[-1] if _path_parts(path) else path
+    return name.rsplit(".", 1)[0] if "." in name else name
+
+
+def _slug(text: str) -> str:
+    return slugify(text)[:NAME_MAX].strip("-_") or "kernel"
+
+
+def _skip_string(code: str, i: int, quote: str) -> int:
+    """Index just past a '…' or "…" string starting at i (the quote)."""
+    i += 1
+    while i < len(code):
+        char = code[i]
+        if char == "\\":
+            i += 2
+            continue
+        if char == quote or char == "\n":
+            return i + 1
+        i += 1
+    return i
+
+
+def _skip_code(code: str, i: int, found: list[tuple[str, int]]) -> int:
+    """Scan JS code from i up to an unmatched "}" (returns its index) or the end."""
+    depth = 0
+    while i < len(code):
+        char = code[i]
+        if char == "/" and code.startswith("//", i):
+            end = code.find("\n", i)
+            i = len(code) if end == -1 else end
+        elif char == "/" and code.startswith("/*", i):
+            end = code.find("*/", i + 2)
+            i = len(code) if end == -1 else end + 2
+        elif char in "\"'":
+            i = _skip_string(code, i, char)
+        elif char == "`":
+            i = _template(code, i, found)
+        elif char == "{":
+            depth += 1
+            i += 1
+        elif char == "}":
+            if depth == 0:
+                return i
+            depth -= 1
+            i += 1
+        else:
+            i += 1
+    return i
+
+
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "`": "`", "\\": "\\", "$": "$"}
+
+
+def _template(code: str, i: int, found: list[tuple[str, int]]) -> int:
+    """Read the template string opening at i; record its text; return the index past it."""
+    start = i
+    i += 1
+    text: list[str] = []
+    while i < len(code):
+        char = code[i]
+        if char == "\\" and i + 1 < len(code):
+            text.append(_ESCAPES.get(code[i + 1], "\\" + code[i + 1]))
+            i += 2
+        elif char == "`":
+            found.append(("".join(text), start))
+            return i + 1
+        elif char == "$" and code.startswith("${", i):
+            end = _skip_code(code, i + 2, found)
+            text.append(code[i : end + 1])  # kept as written: "${WORKGROUP}"
+            i = end + 1
+        else:
+            text.append(char)
+            i += 1
+    return i  # unterminated: not a string we can trust
+
+
+def template_strings(code: str) -> list[str]:
+    """The text of every JS/TS template literal in the code, in source order."""
+    found: list[tuple[str, int]] = []
+    i = 0
+    while i < len(code):
+        i = _skip_code(code, i, found)
+        i += 1  # past a stray "}"
+    return [text for text, _ in sorted(found, key=lambda item: item[1])]
+
+
+def shaders_in_script(code: str) -> list[tuple[str, str, bool]]:
+    """(first entry point, WGSL source, substituted) for each @compute template string.
+
+    `${NAME}` placeholders are filled in where the file defines NAME as a literal
+    (`const WG = 64;`), so the shader can be compiled as it would run.
+    """
+    constants = {name: value.strip("\"'") for name, value in _JS_CONST.findall(code)}
+    shaders = []
+    for text in template_strings(code):
+        names = entry_points(text)
+        if not names:
+            continue
+        filled = _PLACEHOLDER.sub(lambda m: constants.get(m[1], m[0]), text)
+        shaders.append((names[0], filled, filled != text))
+    return shaders
+
+
+def fenced_wgsl(text: str) -> list[str]:
+    """The bodies of ```wgsl fenced blocks that hold a @compute entry point."""
+    return [m["body"] for m in _FENCE.finditer(text) if entry_points(m["body"])]
+
+
+@dataclass
+class NewVersion:
+    kernel: str
+    number: int
+    source: str
+    meta: dict[str, Any]
+    note: str = ""
+    new_kernel: bool = False
+    kernel_title: str = ""
+
+
+@dataclass
+class _Kernel:
+    name: str
+    number: int = 0
+    source: str | None = None
+    entries: tuple[str, ...] = ()
+
+
+@dataclass
+class Outcome:
+    """How a tool call ended, as far as versions care."""
+
+    ok: bool
+    result: Any = None  # the line's toolUseResult (dict, list, string or None)
+
+
+@dataclass
+class KernelHistory:
+    cwd: str = ""
+    kernels: dict[str, _Kernel] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)  # path → last known content
+    path_names: dict[str, str] = field(default_factory=dict)
+    shader_names: dict[tuple[str, str, int], str] = field(default_factory=dict)
+    # Edits that produced no version, for the report: (path, why).
+    unresolved: list[tuple[str, str]] = field(default_factory=list)
+
+    # Naming ------------------------------------------------------------------
+
+    def _unique(self, base: str) -> str:
+        base = _slug(base)
+        if base not in self.kernels:
+            return base
+        n = 2
+        while True:
+            suffix = f"-{n}"
+            name = base[: NAME_MAX - len(suffix)] + suffix
+            if name not in self.kernels:
+                return name
+            n += 1
+
+    def title_for(self, path: str) -> str:
+        root = self.cwd.rstrip("/\\")
+        if root and path.startswith(root) and path[len(root) : len(root) + 1] in ("/", "\\"):
+            return path[len(root) + 1 :]
+        parts = _path_parts(path)
+        return "/".join(parts[-2:]) if parts else path
+
+    def _wgsl_name(self, path: str) -> str:
+        if path in self.path_names:
+            return self.path_names[path]
+        stem = _slug(_stem(path))
+        parts = _path_parts(path)
+        # A learner's block that named this file ("// matmul.wgsl") started its history.
+        pasted = f"(fenced)/{parts[-1] if parts else path}"
+        if pasted in self.path_names and not any(
+            _stem(p) == _stem(path) for p in self.path_names if p != pasted
+        ):
+            self.path_names[path] = self.path_names[pasted]
+            return self.path_names[path]
+        if stem in self.kernels and len(parts) > 1:
+            stem = _slug(f"{parts[-2]}-{_stem(path)}")
+        name = self._unique(stem)
+        self.path_names[path] = name
+        return name
+
+    def _shader_name(self, path: str, entry: str, ordinal: int) -> str:
+        key = (path, entry, ordinal)
+        if key not in self.shader_names:
+            base = f"{_stem(path)}-{entry}" + (f"-{ordinal + 1}" if ordinal else "")
+            self.shader_names[key] = self._unique(base)
+        return self.shader_names[key]
+
+    # Recording ---------------------------------------------------------------
+
+    def _record(
+        self,
+        name: str,
+        source: str,
+        meta: dict[str, Any],
+        title: str,
+        note: str = "",
+        force: bool = False,
+    ) -> NewVersion | None:
+        kernel = self.kernels.get(name)
+        new_kernel = kernel is None
+        if kernel is None:
+            kernel = self.kernels[name] = _Kernel(name=name)
+        elif kernel.source == source and not force:
+            return None  # unchanged: not a new version
+        kernel.number += 1
+        kernel.source = source
+        kernel.entries = tuple(entry_points(source))
+        return NewVersion(
+            kernel=name,
+            number=kernel.number,
+            source=source,
+            meta=meta,
+            note=note,
+            new_kernel=new_kernel,
+            kernel_title=title,
+        )
+
+    def _file_changed(
+        self, path: str, content: str, meta: dict[str, Any], note: str = "", force: bool = False
+    ) -> list[NewVersion]:
+        self.files[path] = content
+        meta = {"file_path": path, **meta}
+        if path.lower().endswith(WGSL_SUFFIXES):
+            version = self._record(
+                self._wgsl_name(path), content, meta, self.title_for(path), note, force
+            )
+            return [version] if version else []
+        versions = []
+        seen: dict[str, int] = {}
+        for entry, source, substituted in shaders_in_script(content):
+            ordinal = seen.get(entry, 0)
+            seen[entry] = ordinal + 1
+            shader_meta = {**meta, "container": "template_string", "entry_point": entry}
+            if substituted:
+                shader_meta["substituted"] = True
+            title = f"{self.title_for(path)} · fn {entry}"
+            name = self._shader_name(path, entry, ordinal)
+            if version := self._record(name, source, shader_meta, title, note):
+                versions.append(version)
+        return versions
+
+    def tool_call(
+        self, tool: str, params: Any, outcome: Outcome, meta: dict[str, Any]
+    ) -> list[NewVersion]:
+        """The versions a finished tool call produced (none for failed or rejected ones)."""
+        if not isinstance(params, dict):
+            return []
+        path = params.get("file_path")
+        if not isinstance(path, str) or not path.lower().endswith(WGSL_SUFFIXES + SCRIPT_SUFFIXES):
+            return []
+        if not outcome.ok:
+            return []
+        result = outcome.result if isinstance(outcome.result, dict) else {}
+        meta = {"tool": tool, **meta}
+        if tool == "Write" and isinstance(params.get("content"), str):
+            return self._file_changed(path, params["content"], {**meta, "how": "write"})
+        if tool in ("Edit", "MultiEdit"):
+            return self._edit(tool, path, params, result, meta)
+        if tool == "Read":
+            return self._read(path, result, meta)
+        return []
+
+    def _edit(
+        self, tool: str, path: str, params: dict, result: dict, meta: dict[str, Any]
+    ) -> list[NewVersion]:
+        if tool == "Edit":
+            edits = [params]
+            # The result says what was applied (the user may have changed the proposal).
+            if isinstance(result.get("oldString"), str) and isinstance(
+                result.get("newString"), str
+            ):
+                edits = [
+                    {
+                        "old_string": result["oldString"],
+                        "new_string": result["newString"],
+                        "replace_all": result.get("replaceAll", params.get("replace_all")),
+                    }
+                ]
+        else:
+            edits = params.get("edits") if isinstance(params.get("edits"), list) else []
+        if isinstance(result.get("originalFile"), str):
+            base, how = result["originalFile"], "edit_original"
+        elif path in self.files:
+            base, how = self.files[path], "reconstructed"
+        elif all(isinstance(e, dict) and e.get("old_string") == "" for e in edits) and edits:
+            base, how = "", "reconstructed"  # an Edit with an empty old_string creates a file
+        else:
+            self.unresolved.append((path, "edited before any version of it was seen"))
+            return []
+        text, missing = base, 0
+        for edit in edits:
+            old, new = (
+                (edit.get("old_string"), edit.get("new_string"))
+                if isinstance(edit, dict)
+                else (None, None)
+            )
+            if not isinstance(old, str) or not isinstance(new, str):
+                missing += 1
+            elif old == "":
+                text = text or new  # an empty old_string creates the file
+            elif old in text:
+                text = (
+                    text.replace(old, new) if edit.get("replace_all") else text.replace(old, new, 1)
+                )
+            else:
+                missing += 1
+        if result.get("userModified"):
+            meta["user_modified"] = True
+        if missing:
+            if not path.lower().endswith(WGSL_SUFFIXES):
+                self.unresolved.append((path, "an edit's old_string is not in the file"))
+                return []
+            meta = {**meta, "how": "unresolved", "base": how, "missing_edits": missing}
+            # Kept so the timeline shows that something changed here, honestly labelled.
+            return self._file_changed(path, text, meta, note="unresolved edit", force=True)
+        note = "reconstructed" if how == "reconstructed" else ""
+        return self._file_changed(path, text, {**meta, "how": how}, note=note)
+
+    def _read(self, path: str, result: dict, meta: dict[str, Any]) -> list[NewVersion]:
+        file = result.get("file")
+        if not isinstance(file, dict) or not isinstance(file.get("content"), str):
+            return []
+        total, lines = file.get("totalLines"), file.get("numLines")
+        whole = file.get("startLine", 1) in (0, 1) and (total is None or lines == total)
+        if not whole or self.files.get(path) == file["content"]:
+            return []
+        return self._file_changed(path, file["content"], {**meta, "how": "read"})
+
+    def learner_text(self, text: str, meta: dict[str, Any]) -> list[NewVersion]:
+        """Versions from ```wgsl blocks in a learner's message."""
+        versions = []
+        for body in fenced_wgsl(text):
+            name = self._fenced_name(body)
+            named = _FILE_COMMENT.search("\n".join(body.splitlines()[:3]))
+            title = named[1] if named else "from a learner's message"
+            version = self._record(name, body, {**meta, "how": "fenced"}, title)
+            if version:
+                versions.append(version)
+        return versions
+
+    def _fenced_name(self, body: str) -> str:
+        head = "\n".join(body.splitlines()[:3])
+        if m := _FILE_COMMENT.search(head):
+            stem = _stem(m[1])
+            paths = [p for p in self.path_names if _stem(p) == stem]
+            if len(paths) == 1:
+                return self.path_names[paths[0]]
+            return self.path_names.setdefault(f"(fenced)/{m[1]}", self._unique(stem))
+        entries = tuple(entry_points(body))
+        same = [k.name for k in self.kernels.values() if k.entries == entries]
+        if len(same) == 1:
+            return same[0]
+        first = entries[0]
+        return self._unique("snippet" if first == "main" else first)

@@ -1,0 +1,159 @@
+"""Secrets and home-directory names never reach the database (unless asked)."""
+
+from __future__ import annotations
+
+import json
+
+from django.apps import apps
+from django.db import models
+
+from kernels.models import KernelVersion
+from sessions.models import Turn
+from sessions.redact import Scrubber
+from tests.sessions.importing import MATMUL, ImportingTestCase, tiny
+from tests.sessions.transcripts.build import ANTHROPIC_KEY, GITHUB_TOKEN, SECRETS, text, tool_use
+
+ADD = "@compute @workgroup_size(64)\nfn main(@builtin(global_invocation_id) id: vec3<u32>) {}\n"
+
+
+def every_stored_string() -> list[tuple[str, str]]:
+    """(where, text) for every text and JSON field of every row of every model."""
+    found = []
+    for model in apps.get_models():
+        fields = [
+            f
+            for f in model._meta.concrete_fields
+            if isinstance(f, models.CharField | models.TextField | models.JSONField)
+        ]
+        if not fields:
+            continue
+        for row in model.objects.all():
+            for field in fields:
+                value = getattr(row, field.attname)
+                if value is None:
+                    continue
+                if not isinstance(value, str):
+                    value = json.dumps(value, ensure_ascii=False)
+                found.append((f"{model.__name__}.{field.name} #{row.pk}", value))
+    return found
+
+
+class RedactionTestCase(ImportingTestCase):
+    def assert_nothing_secret_stored(self) -> None:
+        for where, value in every_stored_string():
+            for secret in SECRETS:
+                self.assertNotIn(secret, value, f"{secret!r} is stored in {where}")
+
+    def test_nothing_secret_remains_anywhere(self) -> None:
+        out = self.run_import(MATMUL)
+        self.assert_nothing_secret_stored()
+        self.assertIn(
+            "Redacted: 1 anthropic-key, 2 aws-access-key, 2 aws-secret-key, 1 bearer-token, "
+            "2 env-secret, 57 home-path, 2 private-key, 1 url-password.",
+            out,
+        )
+        # What is left says what was there.
+        prompt = Turn.objects.get(number=3).content
+        self.assertIn("mine is [REDACTED:anthropic-key], in case", prompt)
+        bash = Turn.objects.get(meta__tool="Bash").content
+        self.assertIn('Authorization: Bearer [REDACTED:bearer-token]"', bash)
+        self.assertIn("[REDACTED:private-key]", bash)
+        self.assertIn(
+            "postgres://kb:[REDACTED:url-password]@db.internal", Turn.objects.get(number=11).content
+        )
+        self.assertIn(
+            "/home/<user>/wgsl-tutor/kernels/matmul.wgsl",
+            json.dumps(KernelVersion.objects.last().meta),
+        )
+
+    def test_no_redact_keeps_everything(self) -> None:
+        out = self.run_import(MATMUL, "--no-redact")
+        self.assertIn("Redaction was off.", out)
+        self.assertIn(ANTHROPIC_KEY, Turn.objects.get(number=3).content)
+        self.assertIn("/home/alice/wgsl-tutor", KernelVersion.objects.last().meta["file_path"])
+
+    def test_kernel_sources_are_redacted_and_edits_still_apply(self) -> None:
+        path = "/Users/bob/proj/k.wgsl"
+        source = f"// token {GITHUB_TOKEN} from /Users/bob/.config\n{ADD}"
+        t = tiny()
+        t.assistant(
+            "msg_R1", [tool_use("toolu_R1", "Write", file_path=path, content=source)], "tool_use"
+        )
+        t.result("toolu_R1", f"File created successfully at: {path}")
+        t.assistant(
+            "msg_R2",
+            [
+                text("Drop that comment."),
+                tool_use(
+                    "toolu_R2",
+                    "Edit",
+                    file_path=path,
+                    old_string=f"// token {GITHUB_TOKEN} from /Users/bob/.config\n",
+                    new_string="",
+                ),
+            ],
+            "tool_use",
+        )
+        t.result("toolu_R2", f"The file {path} has been updated.")
+        self.run_import(self.write("t.jsonl", t))
+        first, second = KernelVersion.objects.order_by("number")
+        self.assertEqual(
+            first.source, f"// token [REDACTED:github-token] from /Users/<user>/.config\n{ADD}"
+        )
+        self.assertEqual(second.source, ADD)
+        self.assertEqual(second.meta["how"], "reconstructed")
+        self.assertEqual(first.meta["file_path"], "/Users/<user>/proj/k.wgsl")
+        self.assertNotIn("bob", json.dumps([v for _, v in every_stored_string() if "Turn" in _]))
+
+    def test_kernelbin_exports_are_redacted_on_import_too(self) -> None:
+        self.run_import(MATMUL, "--no-redact", "--visibility", "public")
+        data = self.client.get("/s/matmul-the-dispatch-and-bounds-bugs/export.json").content
+        self.assertIn(ANTHROPIC_KEY.encode(), data)
+        out = self.run_import(self.write("copy.json", data.decode()), "--slug", "copy")
+        self.assertIn("Redacted: 1 anthropic-key", out)
+        copy = Turn.objects.get(session__slug="copy", number=3)
+        self.assertNotIn(ANTHROPIC_KEY, copy.content)
+
+
+class ScrubberTestCase(ImportingTestCase):
+    def test_each_kind(self) -> None:
+        cases = {
+            "key sk-ant-api03-AbCdEfGhIjKlMnOpQrStUvWxYz012345 end": "key [REDACTED:anthropic-key] end",
+            "sk-proj-abcdefghijklmnopqrstuvwxyz123456": "[REDACTED:openai-key]",
+            "export OPENAI_API_KEY=sk-abcdefghijklmnopqrstu1234": "export OPENAI_API_KEY=[REDACTED:env-secret]",
+            "id AKIAIOSFODNN7EXAMPLE.": "id [REDACTED:aws-access-key].",
+            "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY": "aws_secret_access_key = [REDACTED:aws-secret-key]",
+            "gho_abcdefghijklmnopqrstuvwxyz0123456789": "[REDACTED:github-token]",
+            "github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz": "[REDACTED:github-token]",
+            "Authorization: Bearer abcdefghijklmnop.qrstuvwxyz": "Authorization: Bearer [REDACTED:bearer-token]",
+            "-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\nafter": "[REDACTED:private-key]\nafter",
+            "-----BEGIN RSA PRIVATE KEY-----\ncut off": "[REDACTED:private-key]",
+            "mysql://root:s3cr3t@localhost/db": "mysql://root:[REDACTED:url-password]@localhost/db",
+            'API_TOKEN: "abcd12345678"': 'API_TOKEN: "[REDACTED:env-secret]"',
+            "STRIPE_SECRET='sk_live_abcdefghij'": "STRIPE_SECRET='[REDACTED:env-secret]'",
+            "cd /home/alice/x && ls /Users/bob": "cd /home/<user>/x && ls /Users/<user>",
+            "C:\\Users\\carol\\proj": "C:\\Users\\<user>\\proj",
+            "~/.claude/projects/-home-alice-wgsl/x.jsonl": "~/.claude/projects/-home-user-wgsl/x.jsonl",
+        }
+        for given, expected in cases.items():
+            with self.subTest(given=given):
+                self.assertEqual(Scrubber().text(given), expected)
+
+    def test_what_is_not_a_secret_stays(self) -> None:
+        for given in (
+            'SECRET_KEY = os.getenv("SECRET_KEY")',
+            "GITHUB_TOKEN=$GH_TOKEN",
+            "/Users/Shared/data and /srv/home/web",
+            "@group(0) @binding(0) var<storage, read> task_key: array<u32>;",
+            "sk-short",
+            "my-home-page-design",
+        ):
+            with self.subTest(given=given):
+                self.assertEqual(Scrubber().text(given), given)
+
+    def test_bad_characters_are_replaced_even_without_redaction(self) -> None:
+        scrubber = Scrubber(redact=False)
+        self.assertEqual(
+            scrubber.value({"a\ud800": ["x\x00y", "\udfff"]}), {"a\ufffd": ["x\ufffdy", "\ufffd"]}
+        )
+        self.assertEqual(scrubber.text("🙂 stays"), "🙂 stays")

@@ -1,0 +1,35 @@
+from io import StringIO
+
+from django.core.management import call_command
+from django.test import TestCase
+
+from kernels.models import KernelVersion
+from sessions.models import Session, Turn
+from tests.base import make_session
+
+
+class LoadShowcaseTestCase(TestCase):
+    def load(self) -> str:
+        out = StringIO()
+        call_command("load_showcase", stdout=out)
+        return out.getvalue()
+
+    def test_it_loads_the_showcase_once_however_often_it_runs(self) -> None:
+        self.assertIn("Created session 'gpu-inference-from-scratch'", self.load())
+        counts = (Session.objects.count(), Turn.objects.count(), KernelVersion.objects.count())
+        self.assertIn("Updated session 'gpu-inference-from-scratch'", self.load())
+        self.assertEqual(
+            (Session.objects.count(), Turn.objects.count(), KernelVersion.objects.count()), counts
+        )
+        session = Session.objects.get()
+        self.assertEqual((session.source, session.visibility), ("fixture", "public"))
+        self.assertGreaterEqual(session.turns.count(), 60)
+
+    def test_showcase_sessions_no_longer_shipped_go_and_others_stay(self) -> None:
+        make_session("old-showcase", source="fixture")
+        make_session("someones-import", source="imported")
+        self.assertIn("Removed session 'old-showcase'", self.load())
+        self.assertEqual(
+            set(Session.objects.values_list("slug", flat=True)),
+            {"gpu-inference-from-scratch", "someones-import"},
+        )
