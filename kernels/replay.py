@@ -17,7 +17,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import F, Q
+from django.db.models import Case, F, Q, Value, When
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
@@ -275,10 +275,12 @@ def finish(run_id: int, outcome: dict) -> bool:
         "adapter": environment.get("label", "")[:200],
         "finished": timezone.now(),
     }
-    unfinished = Run.objects.filter(pk=run_id).exclude(state=Run.State.DONE)
-    # A run queued before any worker had said where it runs learns it now.
     if environment.get("id"):
-        unfinished.filter(environment_id="").update(environment_id=environment["id"])
+        # A run queued before any worker had said where it runs learns it now.
+        fields["environment_id"] = Case(
+            When(environment_id="", then=Value(environment["id"])), default=F("environment_id")
+        )
+    unfinished = Run.objects.filter(pk=run_id).exclude(state=Run.State.DONE)
     return bool(unfinished.update(**fields))
 
 
