@@ -26,10 +26,16 @@ def _get_session_for_user(request: HttpRequest, slug: str) -> Session:
 
 
 def _get_reviewed_turn(request: HttpRequest, slug: str, number: int) -> Turn:
-    session = _get_session_for_user(request, slug)
-    turn = session.turns.select_related("kernel_version__kernel__session").filter(number=number)
-    turn = turn.first()
+    """The turn, if this user may open its session and it reviewed a kernel; else 404."""
+    # One query on the way to a replay: the session's visibility rides along as a filter.
+    turn = (
+        Turn.objects.select_related("kernel_version__kernel__session")
+        .filter(session__in=Session.objects.viewable_by(request.user))
+        .filter(session__slug=slug, number=number)
+        .first()
+    )
     if turn is None:
+        _get_session_for_user(request, slug)  # a missing or hidden session says so first
         raise Http404(f"This session has no turn {number}.")
     if turn.kernel_version is None:
         raise Http404(
