@@ -164,7 +164,8 @@ def find_run(job: Job) -> Run | None:
     one that just finished uncacheably (a timeout), so a reload does not run it again."""
     runs = Run.objects.filter(source_sha256=job.source_sha256, harness_digest=job.harness_digest)
     # One query answers the usual case: a cached run, nothing in flight.
-    recent = list(runs.exclude(lost()).order_by("-created")[:RECENT])
+    # Outcomes are loaded only for the run chosen (Django fetches a deferred field on use).
+    recent = list(runs.exclude(lost()).defer("outcome").order_by("-created")[:RECENT])
     if in_flight := [run for run in recent if run.state != Run.State.DONE]:
         return in_flight[0]
     # Until the backend has said which adapter it runs on, any adapter's result stands
