@@ -470,12 +470,22 @@ class _Run:
     # -- on the device -----------------------------------------------------------------
 
     def compile(self, harness: Harness) -> dict[tuple[str, str], Any]:
+        """A pipeline per (kernel, entry point). A worker keeps them by source, so running
+        the same source again (run again, the tutor's run_kernel) skips compiling."""
         wgpu = import_wgpu()
 
         modules = {}
         for kernel in dict.fromkeys(p.kernel for p in harness.passes):
+            source = self.sources[kernel]
+            digest = hashlib.sha256(source.encode()).hexdigest()
             try:
-                modules[kernel] = self.device.create_shader_module(code=self.sources[kernel])
+                modules[kernel] = (
+                    digest,
+                    self.memo(
+                        ("module", digest),
+                        lambda source=source: self.device.create_shader_module(code=source),
+                    ),
+                )
             except wgpu.GPUValidationError as e:
                 info = parse_compile_error(kernel, str(e))
                 raise _Stop(
@@ -486,11 +496,14 @@ class _Run:
             key = (p.kernel, p.entry_point)
             if key in pipelines:
                 continue
+            digest, module = modules[p.kernel]
+            compute = {"module": module, "entry_point": p.entry_point}
             try:
-                pipelines[key] = self.device.create_compute_pipeline(
-                    layout="auto",
-                    compute={"module": modules[p.kernel], "entry_point": p.entry_point},
-                    label=f"{p.kernel}:{p.entry_point}",
+                pipelines[key] = self.memo(
+                    ("pipeline", digest, p.entry_point),
+                    lambda compute=compute: self.device.create_compute_pipeline(
+                        layout="auto", compute=compute
+                    ),
                 )
             except wgpu.GPUValidationError as e:
                 text = clean_wgpu_error(str(e))

@@ -45,6 +45,7 @@ HEADER = struct.Struct(">I")
 MAX_FRAME = 256 * 1024 * 1024
 MAX_FILE_BYTES = 16 * 1024 * 1024
 MEMO_BYTES = 512 * 1024 * 1024
+MEMO_ENTRIES = 256
 PR_SET_PDEATHSIG = 1
 
 log = logging.getLogger("kernels.worker")
@@ -72,12 +73,14 @@ def encode_frame(message: dict) -> bytes:
 
 
 class Memo:
-    """The runner's memo for this worker: fixture arrays, and each harness's inputs and
-    reference results, least recently used first out past max_bytes. The runner makes
-    the arrays read-only, so no job can change another's input."""
+    """The runner's memo for this worker: fixture arrays, each harness's inputs and
+    reference results, and compiled shaders and pipelines; least recently used first out
+    past max_bytes of arrays or max_entries in all. The runner makes the arrays
+    read-only, so no job can change another's input."""
 
-    def __init__(self, max_bytes: int = MEMO_BYTES) -> None:
+    def __init__(self, max_bytes: int = MEMO_BYTES, max_entries: int = MEMO_ENTRIES) -> None:
         self.max_bytes = max_bytes
+        self.max_entries = max_entries
         self.values: OrderedDict[tuple, Any] = OrderedDict()
         self.sizes: dict[tuple, int] = {}
 
@@ -87,7 +90,9 @@ class Memo:
             return self.values[key]
         value = compute()
         self.values[key], self.sizes[key] = value, _nbytes(value)
-        while sum(self.sizes.values()) > self.max_bytes and len(self.values) > 1:
+        while len(self.values) > 1 and (
+            len(self.values) > self.max_entries or sum(self.sizes.values()) > self.max_bytes
+        ):
             oldest, _ = self.values.popitem(last=False)
             del self.sizes[oldest]
         return value

@@ -504,7 +504,7 @@ def test_it_downsamples_the_grid_to_64_blocks() -> None:
     assert set(grid["cells"][1:-1]) == {"."}
 
 
-def test_a_harness_inputs_and_reference_are_computed_once_per_worker(run) -> None:
+def test_a_worker_computes_inputs_and_compiles_each_source_once(run) -> None:
     from kernels.worker import Memo
 
     computed = []
@@ -514,14 +514,18 @@ def test_a_harness_inputs_and_reference_are_computed_once_per_worker(run) -> Non
         return memo(key, lambda: computed.append(key[0]) or compute())
 
     first = run(ADD, add_harness(), memo=counting)
-    # Another version of the kernel under the same harness: inputs are reused...
-    second = run(ADD.replace("a[i] + b[i]", "b[i] + a[i]"), add_harness(), memo=counting)
-    assert first["status"] == second["status"] == "passed"
-    assert computed == ["inputs"]
-    # ...and a different harness gets its own.
+    assert sorted(computed) == ["inputs", "module", "pipeline"]
+    # The same source again: nothing is computed or compiled twice...
+    again = run(ADD, add_harness(), memo=counting)
+    assert len(computed) == 3
+    # ...another version under the same harness shares the inputs only...
+    other = run(ADD.replace("a[i] + b[i]", "b[i] + a[i]"), add_harness(), memo=counting)
+    assert sorted(computed[3:]) == ["module", "pipeline"]
+    assert first["status"] == again["status"] == other["status"] == "passed"
+    # ...and a different harness gets its own inputs.
     run(ADD, add_harness(n=512, dispatch=8), memo=counting)
-    assert computed == ["inputs", "inputs"]
-    (host, expected) = memo.values[next(iter(memo.values))]
+    assert computed[5:] == ["inputs"]
+    host, expected = next(v for k, v in memo.values.items() if k[0] == "inputs")
     assert not host["a"].flags.writeable and not expected["c"].flags.writeable
 
 
@@ -530,7 +534,10 @@ def test_the_worker_memo_stays_under_its_size() -> None:
 
     from kernels.worker import Memo
 
-    memo = Memo(max_bytes=10_000)
+    memo = Memo(max_bytes=10_000, max_entries=3)
     for i in range(5):
         memo(("array", i), lambda: np.zeros(1000, dtype=np.float32))  # 4,000 bytes each
     assert list(memo.values) == [("array", 3), ("array", 4)]
+    for i in range(5):
+        memo(("pipeline", i), object)  # no bytes, but counted
+    assert list(memo.values) == [("pipeline", 2), ("pipeline", 3), ("pipeline", 4)]
