@@ -5,7 +5,8 @@
   warm uncached   a fresh replay through the site's replay layer and worker pool
                   (database row, pool, worker: compile, buffers, dispatch, readback,
                   numpy reference, comparison), on a warm worker
-  cached          GET replay.json for a finished run, through gunicorn
+  cached          GET replay.json for a finished run, through gunicorn (and, for scale,
+                  the cheapest request the same server answers: GET /healthz)
   cold start      the first replay after the server starts (worker start-up included)
 
     .venv/bin/python bench/replay.py [--runs 20] [--batch 1000]
@@ -179,6 +180,8 @@ def main() -> None:
                 assert response.status == 200, "the cold replay did not finish in 10 s"
             cold_ms = 1000 * (time.perf_counter() - started)
             cached, _ = timed_gets(base, "/s/bench-replay-warm/turns/1/replay.json", 200)
+            # The cheapest request this server answers, for scale: one tiny query.
+            floor_http, _ = timed_gets(base, "/healthz", 200)
         cached_ms = median_ms(cached)
 
     print(f"kernel: x[{args.batch},784] @ w[784,128] + b on {adapter}")
@@ -188,6 +191,7 @@ def main() -> None:
         ("floor: bare dispatch + readback", floor),
         ("warm uncached replay (pool)", warm_ms),
         ("cached replay.json over HTTP", cached_ms),
+        ("  (for scale: GET /healthz)", median_ms(floor_http)),
         ("cold start: first replay", cold_ms),
     ):
         print(f"{label:34} {value:>9.2f} {value / floor:>7.2f}x")
