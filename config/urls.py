@@ -8,6 +8,7 @@ urlpatterns = [
     path("", include("sessions.urls")),
     path("", include("kernels.urls")),
     path("accounts/signup/", tutor_views.signup, name="signup"),
+    path("accounts/login/", tutor_views.signin, name="login"),
     path("accounts/", include("django.contrib.auth.urls")),
     path("tutor/", include("tutor.urls")),
     path("admin/", admin.site.urls),

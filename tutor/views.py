@@ -25,7 +25,8 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import login
 from django.contrib.auth.decorators import login_required
-from django.contrib.auth.forms import UserCreationForm
+from django.contrib.auth.forms import AuthenticationForm, UserCreationForm
+from django.contrib.auth.views import LoginView
 from django.db.models import Count
 from django.http import (
     HttpRequest,
@@ -446,6 +447,16 @@ def publish(request: HttpRequest, slug: str) -> HttpResponse:
 
 
 @require_http_methods(["GET", "POST"])
+def signin(request: HttpRequest) -> HttpResponse:
+    """Django's sign-in, with attempts counted per client before any password is checked."""
+    if request.method == "POST":
+        wait = hit("signin", client_key(request), settings.SIGNINS_PER_HOUR, 3600)
+        if wait:
+            context = {"form": AuthenticationForm(request), "throttled": wait // 60 + 1}
+            return render(request, "registration/login.html", context, status=429)
+    return LoginView.as_view()(request)
+
+
 def signup(request: HttpRequest) -> HttpResponse:
     if request.user.is_authenticated:
         return redirect("tutor:index")
