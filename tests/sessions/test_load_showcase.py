@@ -33,3 +33,21 @@ class LoadShowcaseTestCase(TestCase):
             set(Session.objects.values_list("slug", flat=True)),
             {"gpu-inference-from-scratch", "someones-import"},
         )
+
+    def test_the_showcase_goes_through_kernelbin_1_like_any_session(self) -> None:
+        import json
+        import tempfile
+        from pathlib import Path
+
+        self.load()
+        url = "/s/gpu-inference-from-scratch/export.json"
+        exported = json.loads(self.client.get(url).content)
+        Session.objects.all().delete()
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / "showcase.json"
+            path.write_text(json.dumps(exported))
+            call_command("import_transcript", str(path), stdout=StringIO())
+        again = json.loads(self.client.get(url).content)
+        self.assertEqual(again, exported)
+        self.assertEqual(len(exported["turns"]), Turn.objects.count())
+        self.assertEqual(KernelVersion.objects.filter(expected_status="").count(), 0)
