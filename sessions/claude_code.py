@@ -1515,12 +1515,8 @@ def import_claude_code(
     )
     written = write_session(spec, reader.items(), owner=owner)
     stats = index.stats
-    return ImportReport(
-        session=written.session,
-        created=written.created,
-        turns=written.turns,
-        kernels=written.kernels,
-        versions=written.versions,
+    return ImportReport.of(
+        written,
         format=FORMAT,
         lines=stats.lines,
         skipped=stats.skipped,

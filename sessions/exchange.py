@@ -54,6 +54,18 @@ class ImportReport:
     redaction: str = ""
     notes: list[str] = field(default_factory=list)
 
+    @classmethod
+    def of(cls, written: Written, **details) -> ImportReport:
+        """The report on what write_session wrote, with the importer's own details."""
+        return cls(
+            session=written.session,
+            created=written.created,
+            turns=written.turns,
+            kernels=written.kernels,
+            versions=written.versions,
+            **details,
+        )
+
     def summary(self) -> str:
         verb = "Created" if self.created else "Updated"
         counts = ", ".join(
@@ -785,12 +797,5 @@ def import_session(
             del fields[key]
     spec = SessionSpec(slug=session_slug, fields=fields, tags=plan.tags, source_key=source_key)
     written = write_session(spec, _kernelbin_items(plan), owner=owner)
-    return ImportReport(
-        session=written.session,
-        created=written.created,
-        turns=written.turns,
-        kernels=written.kernels,
-        versions=written.versions,
-        redaction=scrubber.summary() if scrubber else "",
-        notes=written.notes,
-    )
+    redaction = scrubber.summary() if scrubber else ""
+    return ImportReport.of(written, redaction=redaction, notes=written.notes)
