@@ -6,18 +6,20 @@ by settings (REPLAY_BACKEND); everything above the backend is the same for all.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
 import logging
 import os
 import socket
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Case, F, Q, Value, When
+from django.db.models import Case, F, Max, Q, Value, When
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
@@ -128,6 +130,23 @@ def job_for(version: KernelVersion, spec: dict | None = None) -> Job:
     }
     digest = canonical_digest(harness) if harness else "compile-only"
     return Job(sources_digest(sources), digest, payload)
+
+
+def replayable_jobs(versions: Iterable[KernelVersion]) -> dict[int, Job]:
+    """The job of each version that can be replayed as configured, by version id."""
+    jobs = {}
+    for version in versions:
+        # One that cannot is shown as not run; its replay page says what is wrong.
+        with contextlib.suppress(ReplayProblem):
+            jobs[version.pk] = job_for(version)
+    return jobs
+
+
+def newest_finish(source_digests: Iterable[str]) -> str:
+    """When a run of these sources last finished: changes whenever their outcomes may have."""
+    runs = Run.objects.filter(source_sha256__in=set(source_digests), state=Run.State.DONE)
+    newest = runs.aggregate(newest=Max("finished"))["newest"]
+    return newest.isoformat() if newest else ""
 
 
 def lost() -> Q:

@@ -194,13 +194,16 @@ def replay_json(request: HttpRequest, slug: str, number: int) -> JsonResponse:
 def timeline(request: HttpRequest, slug: str, name: str) -> HttpResponse:
     session = _get_session_for_user(request, slug)
     kernel = get_object_or_404(Kernel, session=session, name=name)
-    rows = []
-    for version in kernel.versions.select_related("turn", "kernel__session"):
-        try:
-            run = replay.find_run(replay.job_for(version))
-        except replay.ReplayProblem:
-            run = None
-        rows.append({"version": version, "link": _version_link(version), "run": run})
+    versions = list(kernel.versions.select_related("turn", "kernel__session"))
+    jobs = replay.replayable_jobs(versions)
+    rows = [
+        {
+            "version": version,
+            "link": _version_link(version),
+            "run": replay.find_run(jobs[version.pk]) if version.pk in jobs else None,
+        }
+        for version in versions
+    ]
     return render(
         request, "kernels/timeline.html", {"session": session, "kernel": kernel, "rows": rows}
     )

@@ -21,10 +21,12 @@ from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_GET, require_http_methods
 
 from config.context_processors import site_origin
+from kernels import replay
+from kernels.models import Run
 from sessions.exchange import ImportProblem, export_markdown, export_session
 from sessions.forms import CappedUploadHandler, ImportForm
 from sessions.importing import import_file, size_limit
-from sessions.models import Session, Tag
+from sessions.models import Session, Tag, Turn
 from sessions.templatetags.kernelbin import inline_hash
 
 EMBED_MAX_TURNS = 50
@@ -219,10 +221,13 @@ def embed(request: HttpRequest, slug: str) -> HttpResponse:
     origin = site_origin(request)
     theme = request.GET.get("theme", "auto")
     params = (request.GET.get("from", "")[:12], request.GET.get("to", "")[:12], theme[:12])
-    # Only a valid range is ever cached, so a hit needs no bounds check.
+    # Only a valid range is ever cached, so a hit needs no bounds check. A hit is stale
+    # when a run of a kernel it shows has finished since: its compact outcome changed.
     key = session.cache_key("embed", *params, origin)
-    page = cache.get(key)
-    if page is None:
+    entry = cache.get(key)
+    if entry is None or (
+        entry["sources"] and entry["finished"] != replay.newest_finish(entry["sources"])
+    ):
         last_turn = session.turns.order_by("-number").values_list("number", flat=True).first()
         try:
             if theme not in EMBED_THEMES:
@@ -231,10 +236,12 @@ def embed(request: HttpRequest, slug: str) -> HttpResponse:
         except BadRange as error:
             return _embed_error(request, str(error))
         turns = session.turns.filter(number__gte=first, number__lte=last)
+        turns = list(turns.select_related("kernel_version__kernel", "kernel_version__turn"))
+        sources = _attach_outcomes(turns)
         link = f"{origin}{session.get_absolute_url()}"
         context = {
             "session": session,
-            "turns": turns.select_related("kernel_version__kernel"),
+            "turns": turns,
             "first": first,
             "last": last,
             "theme": theme,
@@ -242,9 +249,27 @@ def embed(request: HttpRequest, slug: str) -> HttpResponse:
             "turn_link": f"{link}?turn={first}",
             "site_url": origin,
         }
-        page = render_to_string("embed/session.html", context)
-        cache.set(key, page, timeout=settings.PAGE_CACHE_SECONDS)
-    return HttpResponse(page)
+        entry = {
+            "page": render_to_string("embed/session.html", context),
+            "sources": sources,
+            "finished": replay.newest_finish(sources) if sources else "",
+        }
+        cache.set(key, entry, timeout=settings.PAGE_CACHE_SECONDS)
+    return HttpResponse(entry["page"])
+
+
+def _attach_outcomes(turns: list[Turn]) -> list[str]:
+    """Give each turn that reviewed a kernel the finished run a reader would see now
+    (turn.replayed, or None: nothing is started from an embed). Returns the digests of
+    the sources those kernels run, to tell when the outcomes change."""
+    versions = {turn.kernel_version_id: turn.kernel_version for turn in turns}
+    versions.pop(None, None)
+    jobs = replay.replayable_jobs(versions.values())
+    runs = {pk: replay.find_run(job) for pk, job in jobs.items()}
+    for turn in turns:
+        run = runs.get(turn.kernel_version_id)
+        turn.replayed = run if run is not None and run.state == Run.State.DONE else None
+    return sorted({job.source_sha256 for job in jobs.values()})
 
 
 def _oembed_target(url: str, request: HttpRequest) -> tuple[Session, int, int]:

@@ -102,6 +102,24 @@ class ReplayTestCase(TransactionTestCase):
         self.assertContains(r, '<span class="hll"><span class="linenos">8</span>')
         self.assertContains(r, "expected `;`")
 
+    def test_an_embed_shows_the_stored_outcome_and_starts_nothing(self) -> None:
+        self.version.source = COMPILE_ERROR
+        self.version.save()
+        embed = "/s/demo/embed/?from=1&to=3"
+        r = self.client.get(embed)
+        self.assertContains(r, "▶ replay add v1")
+        self.assertNotContains(r, '<p class="turn-outcome"')
+        self.assertEqual(Run.objects.count(), 0)
+
+        self.finished()
+        # The page cached before the run finished is not served any more.
+        r = self.client.get(embed)
+        self.assertContains(
+            r, '<span class="outcome-pill status-compile_error">does not compile</span>', html=True
+        )
+        self.assertContains(r, "line 8")
+        self.assertEqual(Run.objects.count(), 1)
+
     def test_identical_concurrent_requests_share_one_run(self) -> None:
         job = replay.job_for(self.version)
         runs = [replay.start_run(job), replay.start_run(job)]
