@@ -8,7 +8,11 @@ the system prompt, tools, cache markers and the learner's state in the last mess
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from unittest import mock
 
@@ -110,6 +114,48 @@ def _end(stop_reason: str, output_tokens: int = 42) -> list[dict]:
         },
         {"type": "message_stop"},
     ]
+
+
+class MessagesAPI(BaseHTTPRequestHandler):
+    """Speaks just enough of POST /v1/messages with stream=true, over real HTTP: every
+    request gets `reply`, streamed a few characters at a time with `pause` between."""
+
+    reply = ""
+    pause = 0.0
+    received: list[dict] = []
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.received.append({"path": self.path, "headers": dict(self.headers), "body": body})
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("request-id", "req_fake_server")
+        self.end_headers()
+        events = [_start("msg_fake"), *_text_block(0, self.reply, 6), *_end("end_turn")]
+        for event in events:
+            self.wfile.write(_sse([event]))
+            self.wfile.flush()
+            time.sleep(self.pause)  # arrive in pieces, as a real stream does
+        self.close_connection = True
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@contextmanager
+def messages_api(reply: str, pause: float = 0.01) -> Iterator[tuple[str, list[dict]]]:
+    """A Messages API on 127.0.0.1: yields its base URL and the requests it receives."""
+    received: list[dict] = []
+    handler = type(
+        "Handler", (MessagesAPI,), {"reply": reply, "pause": pause, "received": received}
+    )
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}", received
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def stream_response(events: list[dict]) -> httpx2.Response:

@@ -1,0 +1,47 @@
+"""A reader replays the showcase's matmul bug and steps to the fix, in a real browser."""
+
+import pytest
+from django.core.management import call_command
+
+from kernels import replay
+from sessions.models import Turn
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+SLUG = "gpu-inference-from-scratch"
+
+
+@pytest.fixture
+def showcase():
+    call_command("load_showcase", verbosity=0)
+    replay._backend = None  # a pool of its own, closed at the end
+    yield
+    if getattr(replay._backend, "_pool", None) is not None:
+        replay._backend._pool.close()
+    replay._backend = None
+
+
+def reviewed(kernel: str, version: int) -> int:
+    turns = Turn.objects.filter(
+        session__slug=SLUG, kernel_version__kernel__name=kernel, kernel_version__number=version
+    )
+    return turns.order_by("number").values_list("number", flat=True).first()
+
+
+def test_the_bug_shows_then_the_next_version_fixes_it(live_server, browser, showcase) -> None:
+    page = browser.new_page()
+    first = page.goto(f"{live_server.url}/s/{SLUG}/turns/{reviewed('matmul', 3)}/replay/")
+    # Nothing had run it: the page says it is running, then shows the outcome by itself.
+    assert "Running this kernel on the server" in first.text()
+    page.wait_for_selector(".outcome.status-mismatch", timeout=60_000)
+    assert page.locator(".running").count() == 0
+    assert "cells wrong" in page.inner_text(".outcome-message")
+    assert page.locator(".outcome svg").count() >= 1  # expected, got and error heatmaps
+    assert page.inner_text(".expected") == "as expected"
+
+    page.click(".version-nav a:has-text('v4')")
+    page.wait_for_url(f"**/turns/{reviewed('matmul', 4)}/replay/")
+    page.wait_for_selector(".outcome.status-passed", timeout=60_000)
+    assert "Changes since v3" in page.inner_text("article.replay")
+    assert page.locator(".highlight .gi").count() >= 1  # the fixed lines, in the diff
+    page.close()
