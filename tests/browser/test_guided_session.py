@@ -4,7 +4,7 @@ browser: the reply streams into the page, each submission runs on the server."""
 import pytest
 from django.core.cache import cache
 
-from tests.tutor.helpers import FAKE_KEY, messages_api
+from tests.tutor.helpers import FAKE_KEY, messages_api, vector_kernel
 from tutor import llm
 from tutor.models import GuidedSession
 
@@ -14,16 +14,8 @@ REPLY = (
     "Good start. Before you add anything: the host dispatches 1,024 invocations for "
     "1,000 elements. What happens in the last 24?"
 )
-NO_GUARD = """@group(0) @binding(0) var<storage, read> a: array<f32>;
-@group(0) @binding(1) var<storage, read> b: array<f32>;
-@group(0) @binding(2) var<storage, read_write> out: array<f32>;
-
-@compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) id: vec3<u32>) {
-    let i = id.x;
-    out[i] = a[i] + b[i] * 2.0;
-}
-"""
+# A learner's slip: b counted twice.
+WRONG_SUM = vector_kernel(body="out[id.x] = a[id.x] + b[id.x] * 2.0;")
 
 
 @pytest.fixture
@@ -66,7 +58,7 @@ def test_a_learner_is_taught_and_every_submission_runs(live_server, browser, tut
     assert "Where do I start?" in learner.inner_text()
 
     # A kernel that computes the wrong thing: it runs, the outcome shows, the tutor reviews.
-    page.fill("#editor", NO_GUARD)
+    page.fill("#editor", WRONG_SUM)
     page.click("#editor-form button[type=submit]")
     page.wait_for_selector("#run-panel .status-pill.status-mismatch", timeout=60_000)
     assert "v1" in page.inner_text("#run-panel .run-title")
@@ -76,7 +68,7 @@ def test_a_learner_is_taught_and_every_submission_runs(live_server, browser, tut
     assert len(tutor_api) == 2
     # The tutor saw the kernel and its outcome in the request the app sent.
     sent = str(tutor_api[-1]["body"]["messages"])
-    assert "b[i] * 2.0" in sent
+    assert "b[id.x] * 2.0" in sent
     assert "mismatch" in sent or "wrong" in sent
 
     # Reloading shows the same conversation from the database; the key is nowhere.
