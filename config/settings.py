@@ -282,6 +282,9 @@ TRANSCRIPT_MAX_LINE_BYTES = envint("TRANSCRIPT_MAX_LINE_BYTES", 16 * 1024 * 1024
 TURNS_PER_PAGE = envint("TURNS_PER_PAGE", 100)
 # Rendered session pages and embeds are cached until the session changes, or this long.
 PAGE_CACHE_SECONDS = envint("PAGE_CACHE_SECONDS", 24 * 3600)
+# An embed showing a kernel that has no stored outcome yet is cached only this long, so
+# the outcome appears soon after somebody replays it.
+EMBED_PENDING_CACHE_SECONDS = envint("EMBED_PENDING_CACHE_SECONDS", 15)
 
 LOGGING = {
     "version": 1,

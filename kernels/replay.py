@@ -19,7 +19,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Case, F, Max, Q, Value, When
+from django.db.models import Case, F, Q, Value, When
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
@@ -140,13 +140,6 @@ def replayable_jobs(versions: Iterable[KernelVersion]) -> dict[int, Job]:
         with contextlib.suppress(ReplayProblem):
             jobs[version.pk] = job_for(version)
     return jobs
-
-
-def newest_finish(source_digests: Iterable[str]) -> str:
-    """When a run of these sources last finished: changes whenever their outcomes may have."""
-    runs = Run.objects.filter(source_sha256__in=set(source_digests), state=Run.State.DONE)
-    newest = runs.aggregate(newest=Max("finished"))["newest"]
-    return newest.isoformat() if newest else ""
 
 
 def lost() -> Q:

@@ -221,13 +221,10 @@ def embed(request: HttpRequest, slug: str) -> HttpResponse:
     origin = site_origin(request)
     theme = request.GET.get("theme", "auto")
     params = (request.GET.get("from", "")[:12], request.GET.get("to", "")[:12], theme[:12])
-    # Only a valid range is ever cached, so a hit needs no bounds check. A hit is stale
-    # when a run of a kernel it shows has finished since: its compact outcome changed.
+    # Only a valid range is ever cached, so a hit needs no bounds check.
     key = session.cache_key("embed", *params, origin)
-    entry = cache.get(key)
-    if entry is None or (
-        entry["sources"] and entry["finished"] != replay.newest_finish(entry["sources"])
-    ):
+    page = cache.get(key)
+    if page is None:
         last_turn = session.turns.order_by("-number").values_list("number", flat=True).first()
         try:
             if theme not in EMBED_THEMES:
@@ -237,7 +234,7 @@ def embed(request: HttpRequest, slug: str) -> HttpResponse:
             return _embed_error(request, str(error))
         turns = session.turns.filter(number__gte=first, number__lte=last)
         turns = list(turns.select_related("kernel_version__kernel", "kernel_version__turn"))
-        sources = _attach_outcomes(turns)
+        complete = _attach_outcomes(turns)
         link = f"{origin}{session.get_absolute_url()}"
         context = {
             "session": session,
@@ -249,19 +246,16 @@ def embed(request: HttpRequest, slug: str) -> HttpResponse:
             "turn_link": f"{link}?turn={first}",
             "site_url": origin,
         }
-        entry = {
-            "page": render_to_string("embed/session.html", context),
-            "sources": sources,
-            "finished": replay.newest_finish(sources) if sources else "",
-        }
-        cache.set(key, entry, timeout=settings.PAGE_CACHE_SECONDS)
-    return HttpResponse(entry["page"])
+        page = render_to_string("embed/session.html", context)
+        seconds = settings.PAGE_CACHE_SECONDS if complete else settings.EMBED_PENDING_CACHE_SECONDS
+        cache.set(key, page, timeout=seconds)
+    return HttpResponse(page)
 
 
-def _attach_outcomes(turns: list[Turn]) -> list[str]:
+def _attach_outcomes(turns: list[Turn]) -> bool:
     """Give each turn that reviewed a kernel the finished run a reader would see now
-    (turn.replayed, or None: nothing is started from an embed). Returns the digests of
-    the sources those kernels run, to tell when the outcomes change."""
+    (turn.replayed, or None: nothing is started from an embed). True when each kernel
+    that can be replayed has a stored outcome: those do not change, so the page can stay."""
     versions = {turn.kernel_version_id: turn.kernel_version for turn in turns}
     versions.pop(None, None)
     jobs = replay.replayable_jobs(versions.values())
@@ -269,7 +263,7 @@ def _attach_outcomes(turns: list[Turn]) -> list[str]:
     for turn in turns:
         run = runs.get(turn.kernel_version_id)
         turn.replayed = run if run is not None and run.state == Run.State.DONE else None
-    return sorted({job.source_sha256 for job in jobs.values()})
+    return all(run is not None and run.cacheable for run in runs.values())
 
 
 def _oembed_target(url: str, request: HttpRequest) -> tuple[Session, int, int]:

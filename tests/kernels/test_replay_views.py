@@ -102,6 +102,7 @@ class ReplayTestCase(TransactionTestCase):
         self.assertContains(r, '<span class="hll"><span class="linenos">8</span>')
         self.assertContains(r, "expected `;`")
 
+    @override_settings(EMBED_PENDING_CACHE_SECONDS=1)
     def test_an_embed_shows_the_stored_outcome_and_starts_nothing(self) -> None:
         self.version.source = COMPILE_ERROR
         self.version.save()
@@ -112,13 +113,17 @@ class ReplayTestCase(TransactionTestCase):
         self.assertEqual(Run.objects.count(), 0)
 
         self.finished()
-        # The page cached before the run finished is not served any more.
+        time.sleep(1.1)  # an embed still waiting for an outcome is cached this briefly
         r = self.client.get(embed)
-        self.assertContains(
-            r, '<span class="outcome-pill status-compile_error">does not compile</span>', html=True
-        )
+        outcome = '<span class="outcome-pill status-compile_error">does not compile</span>'
+        self.assertContains(r, outcome, html=True)
         self.assertContains(r, "line 8")
         self.assertEqual(Run.objects.count(), 1)
+
+        # With every outcome stored, the page is kept until the session changes.
+        Run.objects.all().delete()
+        time.sleep(1.1)
+        self.assertContains(self.client.get(embed), outcome, html=True)
 
     def test_identical_concurrent_requests_share_one_run(self) -> None:
         job = replay.job_for(self.version)
