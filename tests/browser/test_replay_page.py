@@ -3,7 +3,6 @@
 import pytest
 from django.core.management import call_command
 
-from kernels import replay
 from sessions.models import Turn
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -12,13 +11,8 @@ SLUG = "gpu-inference-from-scratch"
 
 
 @pytest.fixture
-def showcase():
+def showcase(fresh_replay_backend):
     call_command("load_showcase", verbosity=0)
-    replay._backend = None  # a pool of its own, closed at the end
-    yield
-    if getattr(replay._backend, "_pool", None) is not None:
-        replay._backend._pool.close()
-    replay._backend = None
 
 
 def reviewed(kernel: str, version: int) -> int:

@@ -21,12 +21,7 @@ from kernels.models import Run
 from tests.base import add_kernel, make_session
 from tests.kernels.test_replay_views import HOSTILE, HOSTILE_HARNESS
 
-
-@pytest.fixture(autouse=True)
-def fresh_backend():
-    replay._backend = None
-    yield
-    replay._backend = None
+pytestmark = pytest.mark.usefixtures("fresh_replay_backend")
 
 
 @override_settings(REPLAY_BACKEND="celery")

@@ -46,14 +46,8 @@ LOCAL_ONLY = pytest.mark.skipif(
 )
 
 
-@pytest.fixture(autouse=True)
-def fresh_backend():
-    """Each test gets a backend (and a local pool) built from its own settings."""
-    replay._backend = None
-    yield
-    if getattr(replay._backend, "_pool", None) is not None:
-        replay._backend._pool.close()
-    replay._backend = None
+# Each test gets a backend (and a local pool) built from its own settings.
+pytestmark = pytest.mark.usefixtures("fresh_replay_backend")
 
 
 def finished(client: Client, path: str) -> dict:
@@ -115,7 +109,7 @@ class ReplayTestCase(TransactionTestCase):
         self.finished()
         time.sleep(1.1)  # an embed still waiting for an outcome is cached this briefly
         r = self.client.get(embed)
-        outcome = '<span class="outcome-pill status-compile_error">does not compile</span>'
+        outcome = '<span class="status-pill status-compile_error">does not compile</span>'
         self.assertContains(r, outcome, html=True)
         self.assertContains(r, "line 8")
         self.assertEqual(Run.objects.count(), 1)
@@ -257,6 +251,10 @@ class ReplayTestCase(TransactionTestCase):
         r = self.client.get("/s/demo/turns/2/replay/")
         self.assertContains(r, "The harness runs kernel &#x27;nope&#x27;, which this session lacks")
         self.assertEqual(self.client.get("/s/demo/turns/2/replay.json").status_code, 422)
+        # An embed of that turn still shows it, with a link to the page that explains.
+        r = self.client.get("/s/demo/embed/?from=1&to=3")
+        self.assertContains(r, 'href="http://testserver/s/demo/turns/2/replay/"')
+        self.assertNotContains(r, '<p class="turn-outcome"')
 
     def test_bad_wait_and_missing_turns(self) -> None:
         self.assertEqual(

@@ -8,7 +8,6 @@ import pytest
 from django.core.management import call_command
 from django.test import TransactionTestCase
 
-from kernels import replay
 from kernels.models import Kernel, KernelVersion, sha256_text
 from sessions.kernel_history import KernelHistory, Outcome, shaders_in_script, template_strings
 from tests.kernels.test_replay_views import finished
@@ -241,16 +240,6 @@ class EditRulesTestCase(ImportingTestCase):
         self.assertTrue(failed.meta["is_error"])
         self.assertIn("File has not been read yet.", failed.content)
         self.assertNotIn("tool_use_error", failed.content)
-
-
-@pytest.fixture
-def fresh_replay_backend():
-    """A replay backend (and local pool) built for this test, closed after it."""
-    replay._backend = None
-    yield
-    if getattr(replay._backend, "_pool", None) is not None:
-        replay._backend._pool.close()
-    replay._backend = None
 
 
 @pytest.mark.usefixtures("fresh_replay_backend")
