@@ -8,7 +8,7 @@ from django.db.models import Q
 from django.urls import reverse
 from django.utils import timezone
 
-from kernels.outcomes import Status
+from kernels.engine.outcome import Status
 
 
 def sha256_text(text: str) -> str:

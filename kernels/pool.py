@@ -26,7 +26,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kernels.outcomes import Status
+from kernels.engine.outcome import Status
 from kernels.runner import NoAdapter
 from kernels.worker import HEADER, MAX_FRAME
 

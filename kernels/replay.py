@@ -23,9 +23,9 @@ from django.db.models import Case, F, Q, Value, When
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
+from kernels.engine.outcome import Status
 from kernels.harness import Harness, HarnessError, canonical_digest, parse_harness
 from kernels.models import KernelVersion, Run
-from kernels.outcomes import Status
 
 log = logging.getLogger(__name__)
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from kernels.engine.outcome import Status
 from kernels.harness import (
     Buffer,
     Harness,
@@ -30,7 +31,6 @@ from kernels.harness import (
     parse_harness,
     resolve_fixture,
 )
-from kernels.outcomes import Status
 from kernels.references import REFERENCES
 
 if TYPE_CHECKING:

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 
-from kernels.outcomes import Status
+from kernels.engine.outcome import Status
 
 if TYPE_CHECKING:
     from kernels.runner import Environment

@@ -23,9 +23,9 @@ from django.db.models import Max
 from django.utils.dateparse import parse_datetime
 from django.utils.text import slugify
 
+from kernels.engine.outcome import Status
 from kernels.harness import HarnessError, parse_harness
 from kernels.models import Kernel, KernelVersion, sha256_text
-from kernels.outcomes import Status
 from sessions.markdown import render_markdown
 from sessions.models import Session, Tag, Turn
 from sessions.redact import Scrubber

@@ -12,8 +12,8 @@ import json
 import math
 import re
 
+from kernels.engine.outcome import Status
 from kernels.harness import HarnessError, parse_harness
-from kernels.outcomes import Status
 from kernels.runner import workgroup_size
 
 FIRST_CELLS = 6

@@ -43,7 +43,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from config.ratelimit import client_key, hit
 from kernels import pictures
-from kernels.outcomes import Status
+from kernels.engine.outcome import Status
 from sessions.markdown import render_source
 from sessions.models import Session
 from tutor import engine, llm, prompts

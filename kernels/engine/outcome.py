@@ -1,0 +1,124 @@
+"""The outcome of a replay: its status, and the one shape every outcome has.
+
+Shared by the runner, the worker, the pool and the web side. An outcome is JSON (it
+crosses the worker's pipe and is stored on a Run), so it is a TypedDict, not a class.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, NotRequired, TypedDict
+
+
+class Status(StrEnum):
+    PASSED = "passed"
+    MISMATCH = "mismatch"
+    NONFINITE = "nonfinite"
+    COMPILE_ERROR = "compile_error"
+    PIPELINE_ERROR = "pipeline_error"
+    TIMEOUT = "timeout"
+    CRASHED = "crashed"
+    REJECTED = "rejected"
+    NO_REFERENCE = "no_reference"
+    INFRA_ERROR = "infra_error"
+
+    @property
+    def label(self) -> str:
+        return LABELS[self]
+
+    @property
+    def cacheable(self) -> bool:
+        """A finished run is reused for the same inputs; a run cut short by us is not."""
+        return self not in (Status.TIMEOUT, Status.INFRA_ERROR, Status.CRASHED)
+
+
+LABELS = {
+    Status.PASSED: "passed",
+    Status.MISMATCH: "wrong results",
+    Status.NONFINITE: "NaN or infinity in the output",
+    Status.COMPILE_ERROR: "does not compile",
+    Status.PIPELINE_ERROR: "pipeline or binding error",
+    Status.TIMEOUT: "timed out",
+    Status.CRASHED: "crashed",
+    Status.REJECTED: "rejected before running",
+    Status.NO_REFERENCE: "ran (nothing to compare with)",
+    Status.INFRA_ERROR: "could not run (no GPU adapter)",
+}
+
+
+class Timings(TypedDict):
+    """Milliseconds; None for a step that did not happen.
+
+    compile_ms and run_ms (dispatch and readback) are measured by the runner, wall_ms
+    (the whole job, queue wait excluded) by the pool.
+    """
+
+    compile_ms: float | None
+    run_ms: float | None
+    wall_ms: float | None
+
+
+class CompileError(TypedDict):
+    """naga's error text as fields; line and column are 1-based, None without a span."""
+
+    kernel: str
+    line: int | None
+    column: int | None
+    message: str
+    label: str
+    notes: list[str]
+    text: str
+
+
+class Outcome(TypedDict):
+    """What one replay ended in.
+
+    status       a Status value
+    message      one sentence for a reader
+    error        the detail behind the message (naga's or wgpu's text, a traceback);
+                 absent when there is none
+    environment  Environment.as_dict() of the device it ran on (adapter, backend,
+                 description, software, wgpu, wgpu_native, runner, label, id); {} when
+                 no device was opened
+    timings      Timings
+    warnings     what about the backend could mislead a reader (llvmpipe's loop cap)
+    outputs      per output buffer, compare_output's verdict: name, dtype, shape, count,
+                 bad, unwritten, nonfinite, max_abs_err, max_rel_err, worst_index,
+                 first_bad, grid, and got/expected for small buffers
+    compile      on compile_error: where and what, as CompileError
+    report       for a harness with a report: classification_report's accuracy and
+                 confusion (kind, count, accuracy, predictions, confusion, labels_count)
+    """
+
+    status: str
+    message: str
+    error: NotRequired[str]
+    environment: dict[str, Any]
+    timings: Timings
+    warnings: list[str]
+    outputs: list[dict[str, Any]]
+    compile: NotRequired[CompileError]
+    report: NotRequired[dict[str, Any]]
+
+
+def no_timings() -> Timings:
+    return {"compile_ms": None, "run_ms": None, "wall_ms": None}
+
+
+def failure(
+    status: Status,
+    message: str,
+    error: str = "",
+    environment: dict[str, Any] | None = None,
+    wall_ms: float | None = None,
+) -> Outcome:
+    """An outcome with nothing to show but why: the kernel did not run to the end."""
+    return {
+        "status": str(status),
+        "message": message,
+        "error": error,
+        "environment": environment or {},
+        "timings": {"compile_ms": None, "run_ms": None, "wall_ms": wall_ms},
+        "warnings": [],
+        "outputs": [],
+    }
