@@ -23,7 +23,7 @@ from django.db.models import Case, F, Q, Value, When
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from kernels.engine.outcome import Status
+from kernels.engine.outcome import Outcome, Status, failure
 from kernels.harness import Harness, HarnessError, canonical_digest, parse_harness
 from kernels.models import KernelVersion, Run
 
@@ -159,16 +159,8 @@ def expire_lost_runs(job: Job) -> None:
         finish(run.pk, failed_outcome("This replay was lost: the worker running it stopped."))
 
 
-def failed_outcome(message: str) -> dict:
-    return {
-        "status": Status.CRASHED.value,
-        "message": f"{message} Run it again.",
-        "error": message,
-        "environment": {},
-        "timings": {},
-        "warnings": [],
-        "outputs": [],
-    }
+def failed_outcome(message: str) -> Outcome:
+    return failure(Status.CRASHED, f"{message} Run it again.", message)
 
 
 def find_run(job: Job) -> Run | None:
@@ -234,15 +226,9 @@ def start_run(job: Job, fresh: bool = False) -> Run:
 
 
 def _record_infra_error(job: Job, message: str) -> Run:
-    outcome = {
-        "status": Status.INFRA_ERROR.value,
-        "message": f"No GPU adapter is available to run this kernel: {message}",
-        "error": message,
-        "environment": {},
-        "timings": {},
-        "warnings": [],
-        "outputs": [],
-    }
+    outcome = failure(
+        Status.INFRA_ERROR, f"No GPU adapter is available to run this kernel: {message}", message
+    )
     now = timezone.now()
     return Run.objects.create(
         source_sha256=job.source_sha256,
@@ -276,7 +262,7 @@ def claim(run_id: int, worker: str) -> bool:
     return True
 
 
-def finish(run_id: int, outcome: dict) -> bool:
+def finish(run_id: int, outcome: Outcome) -> bool:
     """Store a finished outcome on its run. Returns False if the run was already finished."""
     status = Status(outcome.get("status", Status.CRASHED.value))
     environment = outcome.get("environment") or {}
