@@ -14,7 +14,7 @@ database: once timed (lines/s, MB/s, and ru_maxrss growth over the process's siz
 after Django started), once under tracemalloc (peak of Python allocations during the
 import). The import streams the file and never holds its content; what grows with the
 file is only the compact line index of pass 1 (about 60 bytes a line, see
-sessions/claude_code.py), so memory grows far slower than the file.
+sessions/importers/claude_code/index.py), so memory grows far slower than the file.
 """
 
 from __future__ import annotations
@@ -214,7 +214,7 @@ def child(path: Path, mode: str) -> None:
         setup_django(Path(tmp) / "bench.sqlite3")
         import tracemalloc
 
-        from sessions.importing import import_file
+        from sessions.importers.files import import_file
 
         before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         if mode == "trace":

@@ -275,7 +275,7 @@ MARKDOWN_MAX_CHARS = envint("MARKDOWN_MAX_CHARS", 32_000)
 IMPORT_MAX_BYTES = envint("IMPORT_MAX_BYTES", 64 * 1024 * 1024)
 # Claude Code transcripts (JSON Lines) are streamed, never read whole; files larger than
 # this are refused before reading, and single lines longer than the line cap are skipped
-# (and reported) without being held in memory. See sessions/claude_code.py.
+# (and reported) without being held in memory. See sessions/importers/claude_code/.
 TRANSCRIPT_MAX_BYTES = envint("TRANSCRIPT_MAX_BYTES", 128 * 1024 * 1024)
 TRANSCRIPT_MAX_LINE_BYTES = envint("TRANSCRIPT_MAX_LINE_BYTES", 16 * 1024 * 1024)
 # Turns per page of a session; permalinks to later turns land on their page.

@@ -10,6 +10,7 @@ super-linear on inputs such as "[](" * 10_000 (12 s measured); markdown-it-py is
 from __future__ import annotations
 
 import html
+import re
 
 import nh3
 from django.conf import settings
@@ -99,6 +100,15 @@ def plain_html(text: str, note: str = "") -> str:
     """Escaped preformatted text: the fallback for anything too big or odd to format."""
     prefix = f'<p class="render-note">{html.escape(note)}</p>\n' if note else ""
     return f'{prefix}<pre class="plain">{html.escape(text)}</pre>\n'
+
+
+_BACKTICKS = re.compile(r"`{3,}")
+
+
+def fence_for(text: str) -> str:
+    """A backtick fence longer than any run of backticks inside the text."""
+    longest = max((len(run) for run in _BACKTICKS.findall(text)), default=0)
+    return "`" * max(3, longest + 1)
 
 
 def render_markdown(text: str) -> str:

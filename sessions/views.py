@@ -23,9 +23,11 @@ from django.views.decorators.http import require_GET, require_http_methods
 from config.context_processors import site_origin
 from kernels import replay
 from kernels.models import Run
-from sessions.exchange import ImportProblem, export_markdown, export_session
+from sessions.export import export_markdown, export_session
 from sessions.forms import CappedUploadHandler, ImportForm
-from sessions.importing import import_file, size_limit
+from sessions.importers.files import import_file, size_limit
+from sessions.importers.options import ImportOptions
+from sessions.importers.writer import ImportProblem
 from sessions.models import Session, Tag, Turn
 from sessions.templatetags.kernelbin import inline_hash
 
@@ -405,16 +407,14 @@ def _import_form(request: HttpRequest, limit: int) -> HttpResponse:
     upload = form.cleaned_data["file"]
     try:
         with upload.open("rb") as stream:
-            report = import_file(
-                stream,
-                size=upload.size,
-                name=upload.name,
+            options = ImportOptions(
                 title=form.cleaned_data["title"] or None,
                 slug=form.cleaned_data["slug"] or None,
                 visibility=form.cleaned_data["visibility"] or None,
                 redact=form.cleaned_data["redact"],
                 owner=request.user,
             )
+            report = import_file(stream, options=options, size=upload.size, name=upload.name)
     except ImportProblem as problem:
         context["error"] = f"{problem} Nothing was imported."
         return render(request, "sessions/import.html", context, status=400)

@@ -117,7 +117,7 @@ def test_the_tutor_never_writes_the_learners_kernels() -> None:
 def test_it_imports_as_a_public_fixture_session() -> None:
     from kernels.models import KernelVersion
     from kernels.replay import sources_for as replay_sources_for
-    from sessions.exchange import import_session
+    from sessions.importers.kernelbin import import_session
     from sessions.models import Session
 
     report = import_session(DATA, source=Session.Source.FIXTURE)

@@ -8,7 +8,7 @@ import time
 
 from django.test import override_settings
 
-from sessions.jsonl import iter_lines
+from sessions.importers.jsonl import iter_lines
 from sessions.models import Session, Turn
 from tests.sessions.importing import MATMUL, ImportingTestCase, tiny
 from tests.sessions.transcripts.build import Transcript, text

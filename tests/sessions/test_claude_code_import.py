@@ -6,8 +6,8 @@ import json
 from unittest.mock import patch
 
 from kernels.models import Kernel, KernelVersion
-from sessions import claude_code
-from sessions.exchange import SessionSpec, TurnSpec, write_session
+from sessions.importers.claude_code.tools import ToolCalls
+from sessions.importers.writer import SessionSpec, TurnSpec, write_session
 from sessions.models import Session, Turn
 from tests.sessions.importing import MATMUL, SOFTMAX, ImportingTestCase, tiny
 from tests.sessions.transcripts.build import Transcript, text
@@ -63,7 +63,7 @@ class ReportTestCase(ImportingTestCase):
 
 class AtomicTestCase(ImportingTestCase):
     def fail_on_the_third_tool_call(self):
-        original = claude_code.TranscriptReader._tool
+        original = ToolCalls.call
         calls = []
 
         def failing(reader, block, group):
@@ -72,11 +72,11 @@ class AtomicTestCase(ImportingTestCase):
                 raise RuntimeError("boom")
             return original(reader, block, group)
 
-        return patch.object(claude_code.TranscriptReader, "_tool", failing), calls
+        return patch.object(ToolCalls, "call", failing), calls
 
     def test_a_failure_mid_import_writes_nothing(self) -> None:
         failing, calls = self.fail_on_the_third_tool_call()
-        with failing, patch("sessions.exchange.WRITE_BATCH", 2):
+        with failing, patch("sessions.importers.writer.WRITE_BATCH", 2):
             error = self.import_fails(MATMUL)
         self.assertIn("The import failed on an unexpected problem (RuntimeError: boom).", error)
         self.assertGreater(calls[-1], 2)  # turns had been written when it failed…
@@ -87,7 +87,7 @@ class AtomicTestCase(ImportingTestCase):
         self.run_import(MATMUL)
         before = snapshot()
         failing, _ = self.fail_on_the_third_tool_call()
-        with failing, patch("sessions.exchange.WRITE_BATCH", 2):
+        with failing, patch("sessions.importers.writer.WRITE_BATCH", 2):
             self.import_fails(MATMUL, "--title", "Changed")
         self.assertEqual(snapshot(), before)
 

@@ -9,7 +9,12 @@ from django.core.management import call_command
 from django.test import TransactionTestCase
 
 from kernels.models import Kernel, KernelVersion, sha256_text
-from sessions.kernel_history import KernelHistory, Outcome, shaders_in_script, template_strings
+from sessions.importers.claude_code.kernels import (
+    KernelHistory,
+    Outcome,
+    shaders_in_script,
+    template_strings,
+)
 from tests.kernels.test_replay_views import finished
 from tests.sessions.importing import MATMUL, SOFTMAX, ImportingTestCase, tiny
 from tests.sessions.transcripts.build import (

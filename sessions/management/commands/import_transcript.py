@@ -4,8 +4,9 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from sessions.exchange import ImportProblem
-from sessions.importing import import_file
+from sessions.importers.files import import_file
+from sessions.importers.options import ImportOptions
+from sessions.importers.writer import ImportProblem
 from sessions.models import Session
 
 
@@ -28,16 +29,11 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, path: Path, title, slug, visibility, redact, **options) -> None:
+        options = ImportOptions(title=title, slug=slug, visibility=visibility, redact=redact)
         try:
             with path.open("rb") as stream:
                 report = import_file(
-                    stream,
-                    size=path.stat().st_size,
-                    name=path.name,
-                    title=title,
-                    slug=slug,
-                    visibility=visibility,
-                    redact=redact,
+                    stream, options=options, size=path.stat().st_size, name=path.name
                 )
         except OSError as error:
             raise CommandError(f"Cannot read {path}: {error.strerror}") from None

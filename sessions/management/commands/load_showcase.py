@@ -3,7 +3,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from sessions.exchange import ImportProblem, import_session, read_export
+from sessions.importers.kernelbin import import_session, read_export
+from sessions.importers.writer import ImportProblem
 from sessions.models import Session
 
 

@@ -1,36 +1,30 @@
-"""Kernelbin's own exchange format, "kernelbin/1", and the one session writer.
+"""The one session writer behind every import, and what it reports.
 
-The JSON export re-imports losslessly. A kernelbin/1 file is validated whole before
-anything is written. `write_session` is the writer behind every import (kernelbin/1
-here, Claude Code transcripts in sessions.claude_code): it takes turns and kernel
-versions as an iterator and inserts them in batches inside one transaction, so memory
-does not grow with the file and a failure anywhere writes nothing.
+Each importer (kernelbin/1 files in `kernelbin`, Claude Code transcripts in
+`claude_code`) turns its file into a `SessionSpec` and an iterator of `TurnSpec`,
+`KernelSpec` and `VersionSpec`; `write_session` inserts them in batches inside one
+transaction, so memory does not grow with the file and a failure anywhere writes
+nothing.
 """
 
 from __future__ import annotations
 
-import json
-import re
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import IO, Any
+from typing import TYPE_CHECKING, Any
 
-from django.conf import settings
-from django.db import connection, transaction
-from django.db.models import Max
-from django.utils.dateparse import parse_datetime
+from django.db import connection, models, transaction
+from django.db.models import Max, QuerySet
 from django.utils.text import slugify
 
-from kernels.engine.outcome import Status
-from kernels.harness import HarnessError, parse_harness
 from kernels.models import Kernel, KernelVersion, sha256_text
 from sessions.markdown import render_markdown
 from sessions.models import Session, Tag, Turn
-from sessions.redact import Scrubber
 
-FORMAT = "kernelbin/1"
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 
 class ImportProblem(Exception):
@@ -46,7 +40,7 @@ class ImportReport:
     turns: int
     kernels: int
     versions: int
-    format: str = FORMAT
+    format: str
     # Transcript imports only: lines read, lines skipped (number, why) and other notes.
     lines: int | None = None
     skipped: list[tuple[int, str]] = field(default_factory=list)
@@ -55,7 +49,7 @@ class ImportReport:
     notes: list[str] = field(default_factory=list)
 
     @classmethod
-    def of(cls, written: Written, **details) -> ImportReport:
+    def of(cls, written: Written, **details: Any) -> ImportReport:
         """The report on what write_session wrote, with the importer's own details."""
         return cls(
             session=written.session,
@@ -98,289 +92,6 @@ class ImportReport:
         return lines
 
 
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat() if value else None
-
-
-def export_session(session: Session) -> dict[str, Any]:
-    turns = session.turns.select_related("kernel_version__kernel").order_by("number")
-    kernels = session.kernels.prefetch_related("versions__turn").order_by("name")
-    return {
-        "format": FORMAT,
-        "session": {
-            "slug": session.slug,
-            "title": session.title,
-            "summary": session.summary,
-            "learner": session.learner,
-            "tutor_model": session.tutor_model,
-            "source": session.source,
-            "source_key": session.source_key,
-            "visibility": session.visibility,
-            "tags": [tag.name for tag in session.tags.all()],
-            "created": _iso(session.created),
-            "published_at": _iso(session.published_at),
-        },
-        "turns": [
-            {
-                "number": turn.number,
-                "role": turn.role,
-                "content": turn.content,
-                "timestamp": _iso(turn.timestamp),
-                "meta": turn.meta,
-                "kernel": {
-                    "name": turn.kernel_version.kernel.name,
-                    "version": turn.kernel_version.number,
-                }
-                if turn.kernel_version
-                else None,
-            }
-            for turn in turns
-        ],
-        "kernels": [
-            {
-                "name": kernel.name,
-                "title": kernel.title,
-                "harness": kernel.harness,
-                "versions": [
-                    {
-                        "number": version.number,
-                        "source": version.source,
-                        "sha256": version.sha256,
-                        "turn": version.turn.number if version.turn else None,
-                        "note": version.note,
-                        "expected_status": version.expected_status,
-                        "harness_override": version.harness_override,
-                        "meta": version.meta,
-                    }
-                    for version in kernel.versions.all()
-                ],
-            }
-            for kernel in kernels
-        ],
-    }
-
-
-def fence_for(text: str) -> str:
-    """A backtick fence longer than any run of backticks inside the text."""
-    longest = max((len(run) for run in _BACKTICKS.findall(text)), default=0)
-    return "`" * max(3, longest + 1)
-
-
-_BACKTICKS = re.compile(r"`{3,}")
-
-
-def export_markdown(session: Session) -> str:
-    lines = [f"# {session.title}", ""]
-    if session.summary:
-        lines += [session.summary, ""]
-    details = [f"Source: {session.source}"]
-    if session.learner:
-        details.append(f"Learner: {session.learner}")
-    if session.tutor_model:
-        details.append(f"Tutor: {session.tutor_model}")
-    lines += [" · ".join(details), ""]
-    for turn in session.turns.select_related("kernel_version__kernel").order_by("number"):
-        heading = f"## Turn {turn.number} · {turn.get_role_display()}"
-        if turn.kernel_version:
-            version = turn.kernel_version
-            heading += f" · kernel `{version.kernel.name}` v{version.number}"
-        lines += [heading, "", turn.content.rstrip(), ""]
-    for kernel in session.kernels.prefetch_related("versions").order_by("name"):
-        lines += [f"## Kernel `{kernel.name}`", ""]
-        for version in kernel.versions.all():
-            note = f": {version.note}" if version.note else ""
-            fence = fence_for(version.source)
-            lines += [f"### v{version.number}{note}", "", f"{fence}wgsl", version.source.rstrip()]
-            lines += [fence, ""]
-    return "\n".join(lines)
-
-
-def read_export(stream: IO[bytes], size: int | None = None) -> dict[str, Any]:
-    """Parse a kernelbin/1 file, refusing oversize or non-JSON input with a clear message."""
-    limit = settings.IMPORT_MAX_BYTES
-    raw = stream.read(limit + 1)
-    if len(raw) > limit or (size is not None and size > limit):
-        raise ImportProblem(f"The file is larger than the import limit of {limit:,} bytes.")
-    if not raw.strip():
-        raise ImportProblem("The file is empty.")
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError as error:
-        raise ImportProblem(f"The file is not UTF-8 text (byte {error.start}).") from None
-    except json.JSONDecodeError as error:
-        raise ImportProblem(
-            f"Not valid JSON: {error.msg} at line {error.lineno}, column {error.colno}."
-        ) from None
-    return data
-
-
-def _get(obj: dict, key: str, kind: type | tuple, where: str, required: bool = True) -> Any:
-    if key not in obj:
-        if required:
-            raise ImportProblem(f"{where}: the field '{key}' is missing.")
-        return None
-    value = obj[key]
-    if value is None and not required:
-        return None
-    # bool is an int subclass; a turn number of true is a mistake, not 1.
-    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
-        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-        raise ImportProblem(f"{where}.{key}: expected {names}, got {type(value).__name__}.")
-    return value
-
-
-def _timestamp(obj: dict, key: str, where: str) -> datetime | None:
-    value = _get(obj, key, str, where, required=False)
-    if value is None:
-        return None
-    parsed = parse_datetime(value)
-    if parsed is None:
-        raise ImportProblem(f"{where}.{key}: not an ISO 8601 date-time: {value!r}.")
-    return parsed
-
-
-def _choice(value: str, choices: type, where: str) -> str:
-    if value not in choices.values:
-        allowed = ", ".join(choices.values)
-        raise ImportProblem(f"{where}: '{value}' is not one of {allowed}.")
-    return value
-
-
-@dataclass
-class _Plan:
-    """A validated file, ready to write."""
-
-    session: dict[str, Any]
-    tags: list[str]
-    turns: list[dict[str, Any]]
-    kernels: list[dict[str, Any]]
-
-
-def _validate(data: Any) -> _Plan:
-    if not isinstance(data, dict):
-        raise ImportProblem("The file must hold a JSON object.")
-    tag = data.get("format")
-    if tag != FORMAT:
-        raise ImportProblem(f"Unknown format {tag!r}: this importer reads '{FORMAT}' files.")
-    raw_session = _get(data, "session", dict, "file")
-    session = {
-        "slug": _get(raw_session, "slug", str, "session"),
-        "title": _get(raw_session, "title", str, "session"),
-        "summary": _get(raw_session, "summary", str, "session", required=False) or "",
-        "learner": _get(raw_session, "learner", str, "session", required=False) or "",
-        "tutor_model": _get(raw_session, "tutor_model", str, "session", required=False) or "",
-        "source_key": _get(raw_session, "source_key", str, "session", required=False) or "",
-        "created": _timestamp(raw_session, "created", "session"),
-        "published_at": _timestamp(raw_session, "published_at", "session"),
-    }
-    if slugify(session["slug"]) != session["slug"] or not session["slug"]:
-        raise ImportProblem(f"session.slug: {session['slug']!r} is not a valid slug.")
-    if not session["title"].strip():
-        raise ImportProblem("session.title: must not be empty.")
-    source = _get(raw_session, "source", str, "session", required=False)
-    session["source"] = _choice(source, Session.Source, "session.source") if source else None
-    visibility = _get(raw_session, "visibility", str, "session", required=False) or "private"
-    session["visibility"] = _choice(visibility, Session.Visibility, "session.visibility")
-    tags = _get(raw_session, "tags", list, "session", required=False) or []
-    if not all(isinstance(name, str) and slugify(name) for name in tags):
-        raise ImportProblem("session.tags: must be a list of tag names.")
-
-    raw_turns = _get(data, "turns", list, "file")
-    turns, numbers = [], set()
-    for index, raw in enumerate(raw_turns):
-        where = f"turns[{index}]"
-        if not isinstance(raw, dict):
-            raise ImportProblem(f"{where}: must be an object.")
-        number = _get(raw, "number", int, where)
-        if number < 1:
-            raise ImportProblem(f"{where}.number: turn numbers start at 1 (got {number}).")
-        if number in numbers:
-            raise ImportProblem(f"{where}.number: turn {number} appears more than once.")
-        numbers.add(number)
-        kernel_ref = _get(raw, "kernel", dict, where, required=False)
-        if kernel_ref is not None:
-            kernel_ref = (
-                _get(kernel_ref, "name", str, f"{where}.kernel"),
-                _get(kernel_ref, "version", int, f"{where}.kernel"),
-            )
-        turns.append(
-            {
-                "number": number,
-                "role": _choice(_get(raw, "role", str, where), Turn.Role, f"{where}.role"),
-                "content": _get(raw, "content", str, where),
-                "timestamp": _timestamp(raw, "timestamp", where),
-                "meta": _get(raw, "meta", dict, where, required=False) or {},
-                "kernel": kernel_ref,
-            }
-        )
-
-    raw_kernels = _get(data, "kernels", list, "file", required=False) or []
-    kernels, versions_known = [], set()
-    for index, raw in enumerate(raw_kernels):
-        where = f"kernels[{index}]"
-        if not isinstance(raw, dict):
-            raise ImportProblem(f"{where}: must be an object.")
-        name = _get(raw, "name", str, where)
-        if slugify(name) != name:
-            raise ImportProblem(f"{where}.name: {name!r} is not a valid kernel name.")
-        if any(kernel["name"] == name for kernel in kernels):
-            raise ImportProblem(f"{where}.name: kernel '{name}' appears more than once.")
-        harness = _get(raw, "harness", dict, where, required=False) or {}
-        _check_harness(harness, f"{where}.harness")
-        versions = []
-        for vindex, rawv in enumerate(_get(raw, "versions", list, where)):
-            vwhere = f"{where}.versions[{vindex}]"
-            if not isinstance(rawv, dict):
-                raise ImportProblem(f"{vwhere}: must be an object.")
-            number = _get(rawv, "number", int, vwhere)
-            if number < 1 or any(v["number"] == number for v in versions):
-                raise ImportProblem(f"{vwhere}.number: {number} is not a new number from 1 up.")
-            turn = _get(rawv, "turn", int, vwhere, required=False)
-            if turn is not None and turn not in numbers:
-                raise ImportProblem(f"{vwhere}.turn: there is no turn {turn} in this file.")
-            override = _get(rawv, "harness_override", dict, vwhere, required=False)
-            if override is not None:
-                _check_harness(override, f"{vwhere}.harness_override")
-            expected = _get(rawv, "expected_status", str, vwhere, required=False) or ""
-            if expected and expected not in set(Status):
-                raise ImportProblem(f"{vwhere}.expected_status: unknown status '{expected}'.")
-            versions.append(
-                {
-                    "number": number,
-                    "source": _get(rawv, "source", str, vwhere),
-                    "turn": turn,
-                    "note": _get(rawv, "note", str, vwhere, required=False) or "",
-                    "expected_status": expected,
-                    "harness_override": override,
-                    "meta": _get(rawv, "meta", dict, vwhere, required=False) or {},
-                }
-            )
-            versions_known.add((name, number))
-        title = _get(raw, "title", str, where, required=False) or ""
-        kernels.append({"name": name, "title": title, "harness": harness, "versions": versions})
-
-    for turn in turns:
-        if turn["kernel"] is not None and turn["kernel"] not in versions_known:
-            name, number = turn["kernel"]
-            raise ImportProblem(
-                f"turn {turn['number']}: refers to kernel '{name}' version {number}, "
-                "which is not in the file."
-            )
-    return _Plan(session=session, tags=tags, turns=turns, kernels=kernels)
-
-
-def _check_harness(harness: dict, where: str) -> None:
-    if not harness:
-        return
-    try:
-        parse_harness(harness)
-    except HarnessError as error:
-        raise ImportProblem(f"{where}: {error}") from None
-
-
-# The writer ---------------------------------------------------------------------------
-
-
 @dataclass
 class TurnSpec:
     number: int
@@ -409,6 +120,11 @@ class VersionSpec:
     expected_status: str = ""
     harness_override: dict[str, Any] | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+
+
+# What an importer hands the writer, in order: a turn, or a kernel, or a version of a
+# kernel handed over before.
+Item = TurnSpec | KernelSpec | VersionSpec
 
 
 @dataclass
@@ -451,7 +167,7 @@ def _unique_slug(base: str) -> str:
     return next(f"{base}-{n}" for n in range(2, len(taken) + 3) if f"{base}-{n}" not in taken)
 
 
-def _claim_session(spec: SessionSpec, owner, notes: list[str]) -> tuple[Session, bool]:
+def _claim_session(spec: SessionSpec, owner: User | None, notes: list[str]) -> tuple[Session, bool]:
     sessions = Session.objects.select_for_update()
     if spec.match_source_key and spec.source_key:
         session = sessions.filter(source_key=spec.source_key).first()
@@ -513,7 +229,7 @@ class _Batches:
         self.turn_count = 0
         self.version_count = 0
 
-    def add(self, item: TurnSpec | KernelSpec | VersionSpec) -> None:
+    def add(self, item: Item) -> None:
         if isinstance(item, TurnSpec):
             self.turns.append(item)
             if len(self.turns) >= self.batch_size:
@@ -549,7 +265,7 @@ class _Batches:
 
     def _write_turns(self) -> list[tuple[int, int, tuple[str, int]]]:
         """Insert the pending turns; (number, pk, version) for each that links a version."""
-        self.batch_pks: dict[int, int] = {}
+        self.batch_pks = {}
         if not self.turns:
             return []
         numbers = [spec.number for spec in self.turns]
@@ -579,7 +295,7 @@ class _Batches:
         self.turns = []
         return links
 
-    def _check_identity(self, old) -> None:
+    def _check_identity(self, old: QuerySet[Turn]) -> None:
         """A published turn number must keep pointing at the same recorded message."""
         new = {spec.number: spec.meta.get("source_id") for spec in self.turns}
         for number, meta in old.values_list("number", "meta"):
@@ -604,7 +320,9 @@ class _Batches:
                 number=spec.number,
                 source=spec.source,
                 sha256=sha256_text(spec.source),
-                turn_id=batch.get(spec.turn) or earlier.get(spec.turn),
+                turn_id=None
+                if spec.turn is None
+                else batch.get(spec.turn) or earlier.get(spec.turn),
                 note=spec.note,
                 expected_status=spec.expected_status,
                 harness_override=spec.harness_override,
@@ -650,7 +368,13 @@ class _Batches:
         return found
 
     def finish(self) -> None:
+        """Write what is pending, drop the old turns left over, set the forward links."""
         self.flush()
+        self._drop_leftover_turns()
+        self._link_waiting_versions()
+        self._link_waiting_turns()
+
+    def _drop_leftover_turns(self) -> None:
         leftover = Turn.objects.filter(session=self.session, pk__lte=self.old_max_pk)
         if self.frozen and leftover.exists():
             lost = sorted(leftover.values_list("number", flat=True))
@@ -661,6 +385,8 @@ class _Batches:
             )
         leftover.delete()
 
+    def _link_waiting_versions(self) -> None:
+        """Versions made by a turn that came after them in the file."""
         turn_pks = self._turn_pks(sorted({number for _, number in self.waiting_versions}))
         pairs = []
         for version_pk, number in self.waiting_versions:
@@ -669,6 +395,8 @@ class _Batches:
             pairs.append((turn_pks[number], version_pk))
         _set_column(KernelVersion, "turn_id", pairs)
 
+    def _link_waiting_turns(self) -> None:
+        """Turns that point at a version that came after them in the file."""
         turn_pks = self._turn_pks(sorted({number for number, _ in self.waiting_turns}))
         pairs = []
         for number, (name, version) in self.waiting_turns:
@@ -682,7 +410,7 @@ class _Batches:
         _set_column(Turn, "kernel_version_id", pairs)
 
 
-def _set_column(model, column: str, pairs: list[tuple[int, int]]) -> None:
+def _set_column(model: type[models.Model], column: str, pairs: list[tuple[int, int]]) -> None:
     """UPDATE model SET column = value WHERE id = pk, for (value, pk) pairs, in one go.
 
     bulk_update() writes one CASE WHEN per row, which is slow for thousands of rows;
@@ -700,9 +428,9 @@ def _set_column(model, column: str, pairs: list[tuple[int, int]]) -> None:
 
 def write_session(
     spec: SessionSpec,
-    items: Iterable[TurnSpec | KernelSpec | VersionSpec],
+    items: Iterable[Item],
     *,
-    owner=None,
+    owner: User | None = None,
     batch_size: int | None = None,
 ) -> Written:
     """Write one session and everything in it, or nothing.
@@ -723,10 +451,12 @@ def write_session(
             if key != "published_at" or session.published_at is None:
                 setattr(session, key, value)
         if spec.source_key:
-            holder = Session.objects.filter(source_key=spec.source_key).exclude(pk=session.pk)
-            if holder.exists():
+            holder = (
+                Session.objects.filter(source_key=spec.source_key).exclude(pk=session.pk).first()
+            )
+            if holder is not None:
                 notes.append(
-                    f"Session '{holder.first().slug}' already holds this recording's source "
+                    f"Session '{holder.slug}' already holds this recording's source "
                     "key, so this copy has none."
                 )
                 session.source_key = ""
@@ -752,50 +482,3 @@ def write_session(
         versions=batches.version_count,
         notes=notes,
     )
-
-
-def _kernelbin_items(plan: _Plan) -> Iterable[TurnSpec | KernelSpec | VersionSpec]:
-    for turn in plan.turns:
-        yield TurnSpec(**turn)
-    for kernel in plan.kernels:
-        yield KernelSpec(name=kernel["name"], title=kernel["title"], harness=kernel["harness"])
-        for version in kernel["versions"]:
-            yield VersionSpec(kernel=kernel["name"], **version)
-
-
-def import_session(
-    data: Any,
-    *,
-    slug: str | None = None,
-    title: str | None = None,
-    visibility: str | None = None,
-    source: str | None = None,
-    owner=None,
-    scrubber: Scrubber | None = None,
-) -> ImportReport:
-    """Validate a kernelbin/1 document and write it: a new session, or an update in place.
-
-    The file is the authority here: every session field is set from it (a Claude Code
-    re-import, by contrast, keeps what a curator changed). With a scrubber, every string
-    in the document is cleaned (and redacted) before validation.
-    """
-    if scrubber is not None:
-        data = scrubber.value(data)
-    plan = _validate(data)
-    fields = dict(plan.session)
-    if slug is not None:
-        fields["slug"] = slug
-    if title is not None:
-        fields["title"] = title
-    if visibility is not None:
-        fields["visibility"] = _choice(visibility, Session.Visibility, "visibility")
-    fields["source"] = source or fields["source"] or Session.Source.IMPORTED
-    session_slug = fields.pop("slug")
-    source_key = fields.pop("source_key")
-    for key in ("created", "published_at"):
-        if not fields[key]:
-            del fields[key]
-    spec = SessionSpec(slug=session_slug, fields=fields, tags=plan.tags, source_key=source_key)
-    written = write_session(spec, _kernelbin_items(plan), owner=owner)
-    redaction = scrubber.summary() if scrubber else ""
-    return ImportReport.of(written, redaction=redaction, notes=written.notes)

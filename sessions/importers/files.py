@@ -16,10 +16,11 @@ from typing import BinaryIO
 from django.conf import settings
 from django.utils.text import slugify
 
-from sessions.claude_code import import_claude_code
-from sessions.exchange import FORMAT, ImportProblem, ImportReport, import_session, read_export
+from sessions.importers.claude_code import import_claude_code
+from sessions.importers.kernelbin import FORMAT, import_session, read_export
+from sessions.importers.options import DEFAULTS, ImportOptions
+from sessions.importers.writer import ImportProblem, ImportReport
 from sessions.models import Session
-from sessions.redact import Scrubber
 
 logger = logging.getLogger(__name__)
 
@@ -88,13 +89,9 @@ def sniff(stream: BinaryIO, name: str = "") -> str:
 def import_file(
     stream: BinaryIO,
     *,
+    options: ImportOptions = DEFAULTS,
     size: int | None = None,
     name: str = "",
-    title: str | None = None,
-    slug: str | None = None,
-    visibility: str | None = None,
-    redact: bool = True,
-    owner=None,
 ) -> ImportReport:
     """Import a Claude Code transcript or a kernelbin/1 export from a binary stream."""
     if size is None:
@@ -106,6 +103,7 @@ def import_file(
             f"The file is larger than the import limit of {limit:,} bytes "
             f"({_megabytes(size)} > {_megabytes(limit)})."
         )
+    slug, visibility = options.slug, options.visibility
     if slug is not None and (not slug or slugify(slug) != slug):
         raise ImportProblem(f"{slug!r} is not a valid slug (lowercase letters, digits, '-').")
     if visibility is not None and visibility not in Session.Visibility.values:
@@ -114,23 +112,8 @@ def import_file(
     try:
         if fmt == KERNELBIN:
             data = read_export(stream, size=size)
-            return import_session(
-                data,
-                slug=slug,
-                title=title,
-                visibility=visibility,
-                owner=owner,
-                scrubber=Scrubber(redact),
-            )
-        return import_claude_code(
-            stream,
-            title=title,
-            slug=slug,
-            visibility=visibility,
-            redact=redact,
-            owner=owner,
-            file_name=name,
-        )
+            return import_session(data, options=options)
+        return import_claude_code(stream, options=options, file_name=name)
     except ImportProblem:
         raise
     except Exception as error:

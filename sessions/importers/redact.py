@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from typing import Any
+from typing import Any, cast
 
 # One alternation, so each string is scanned once. Order matters where patterns overlap:
 # private key blocks first, Anthropic before the generic sk- form.
@@ -116,9 +116,10 @@ class Scrubber:
         self.redact = redact
         self.counts: Counter[str] = Counter()
 
-    def _replace(self, match: re.Match) -> str:
-        kind = _KINDS[match.lastgroup]
-        whole = match.group(0)
+    def _replace(self, match: re.Match[str]) -> str:
+        # Each alternative of _SCAN is a named group: the one that matched is the kind.
+        kind = _KINDS[cast(str, match.lastgroup)]
+        whole: str = match.group(0)
         if kind == "home-path":
             prefix, who = (
                 (match["home"], match["who"]) if match["home"] else (match["enc"], match["encwho"])

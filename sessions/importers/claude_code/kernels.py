@@ -335,8 +335,14 @@ class KernelHistory:
         return []
 
     def _edit(
-        self, tool: str, path: str, params: dict, result: dict, meta: dict[str, Any]
+        self,
+        tool: str,
+        path: str,
+        params: dict[str, Any],
+        result: dict[str, Any],
+        meta: dict[str, Any],
     ) -> list[NewVersion]:
+        edits: list[Any]
         if tool == "Edit":
             edits = [params]
             # The result says what was applied (the user may have changed the proposal).
@@ -351,7 +357,8 @@ class KernelHistory:
                     }
                 ]
         else:
-            edits = params.get("edits") if isinstance(params.get("edits"), list) else []
+            listed = params.get("edits")
+            edits = listed if isinstance(listed, list) else []
         if isinstance(result.get("originalFile"), str):
             base, how = result["originalFile"], "edit_original"
         elif path in self.files:
@@ -390,7 +397,7 @@ class KernelHistory:
         note = "reconstructed" if how == "reconstructed" else ""
         return self._file_changed(path, text, {**meta, "how": how}, note=note)
 
-    def _read(self, path: str, result: dict, meta: dict[str, Any]) -> list[NewVersion]:
+    def _read(self, path: str, result: dict[str, Any], meta: dict[str, Any]) -> list[NewVersion]:
         file = result.get("file")
         if not isinstance(file, dict) or not isinstance(file.get("content"), str):
             return []

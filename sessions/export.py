@@ -1,0 +1,99 @@
+"""A session as a file: the kernelbin/1 JSON export, which re-imports losslessly
+(sessions.importers.kernelbin reads it), and a Markdown export for reading."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sessions.importers.kernelbin import FORMAT
+from sessions.markdown import fence_for
+from sessions.models import Session
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None
+
+
+def export_session(session: Session) -> dict[str, Any]:
+    turns = session.turns.select_related("kernel_version__kernel").order_by("number")
+    kernels = session.kernels.prefetch_related("versions__turn").order_by("name")
+    return {
+        "format": FORMAT,
+        "session": {
+            "slug": session.slug,
+            "title": session.title,
+            "summary": session.summary,
+            "learner": session.learner,
+            "tutor_model": session.tutor_model,
+            "source": session.source,
+            "source_key": session.source_key,
+            "visibility": session.visibility,
+            "tags": [tag.name for tag in session.tags.all()],
+            "created": _iso(session.created),
+            "published_at": _iso(session.published_at),
+        },
+        "turns": [
+            {
+                "number": turn.number,
+                "role": turn.role,
+                "content": turn.content,
+                "timestamp": _iso(turn.timestamp),
+                "meta": turn.meta,
+                "kernel": {
+                    "name": turn.kernel_version.kernel.name,
+                    "version": turn.kernel_version.number,
+                }
+                if turn.kernel_version
+                else None,
+            }
+            for turn in turns
+        ],
+        "kernels": [
+            {
+                "name": kernel.name,
+                "title": kernel.title,
+                "harness": kernel.harness,
+                "versions": [
+                    {
+                        "number": version.number,
+                        "source": version.source,
+                        "sha256": version.sha256,
+                        "turn": version.turn.number if version.turn else None,
+                        "note": version.note,
+                        "expected_status": version.expected_status,
+                        "harness_override": version.harness_override,
+                        "meta": version.meta,
+                    }
+                    for version in kernel.versions.all()
+                ],
+            }
+            for kernel in kernels
+        ],
+    }
+
+
+def export_markdown(session: Session) -> str:
+    lines = [f"# {session.title}", ""]
+    if session.summary:
+        lines += [session.summary, ""]
+    details = [f"Source: {session.source}"]
+    if session.learner:
+        details.append(f"Learner: {session.learner}")
+    if session.tutor_model:
+        details.append(f"Tutor: {session.tutor_model}")
+    lines += [" · ".join(details), ""]
+    for turn in session.turns.select_related("kernel_version__kernel").order_by("number"):
+        heading = f"## Turn {turn.number} · {turn.get_role_display()}"
+        if turn.kernel_version:
+            version = turn.kernel_version
+            heading += f" · kernel `{version.kernel.name}` v{version.number}"
+        lines += [heading, "", turn.content.rstrip(), ""]
+    for kernel in session.kernels.prefetch_related("versions").order_by("name"):
+        lines += [f"## Kernel `{kernel.name}`", ""]
+        for version in kernel.versions.all():
+            note = f": {version.note}" if version.note else ""
+            fence = fence_for(version.source)
+            lines += [f"### v{version.number}{note}", "", f"{fence}wgsl", version.source.rstrip()]
+            lines += [fence, ""]
+    return "\n".join(lines)

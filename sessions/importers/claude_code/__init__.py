@@ -1,0 +1,100 @@
+"""Claude Code transcripts (JSON Lines) into Kernelbin sessions.
+
+The format is unofficial and changes between Claude Code versions (see
+notes/claude-code-transcripts.md), so this reader is tolerant: a line it cannot read is
+skipped and reported with its number, and a line or block of a type it does not know is
+kept raw, in a collapsed turn, never dropped and never fatal.
+
+Two passes over the file, so memory stays flat however long the transcript is:
+
+1. `index.index_transcript` reads every line once and keeps a compact index.
+2. `plan.plan_main_line` picks what to show, from the index alone.
+3. `reader.TranscriptReader.items()` reads the chosen lines by offset and yields turns
+   and kernel versions (`kernels`) for the writer, which inserts them in batches.
+"""
+
+from __future__ import annotations
+
+from typing import Any, BinaryIO
+
+from django.conf import settings
+from django.utils.text import slugify
+
+from sessions.importers.claude_code.index import Index, as_numpy, index_transcript
+from sessions.importers.claude_code.lines import timestamp_of
+from sessions.importers.claude_code.plan import Plan, plan_main_line
+from sessions.importers.claude_code.reader import TranscriptReader
+from sessions.importers.claude_code.turns import short
+from sessions.importers.options import DEFAULTS, ImportOptions
+from sessions.importers.redact import Scrubber
+from sessions.importers.writer import ImportProblem, ImportReport, SessionSpec, write_session
+from sessions.models import Session
+
+FORMAT = "Claude Code JSONL"
+
+
+def _title_from(index: Index, plan: Plan, first_prompt: str, scrubber: Scrubber) -> str:
+    if index.custom_title.strip():
+        return scrubber.text(index.custom_title)
+    if index.ai_title.strip():
+        return scrubber.text(index.ai_title)
+    if index.summaries:
+        on_main = as_numpy(index.uuids)[as_numpy(plan.main)]
+        matched = [text for leaf, text in index.summaries if leaf and (on_main == leaf).any()]
+        return scrubber.text((matched or [index.summaries[0][1]])[-1])
+    lines = [x for x in first_prompt.splitlines() if x.strip() and not x.lstrip().startswith("<")]
+    return short(lines[0] if lines else first_prompt, 80) or "Imported session"
+
+
+def import_claude_code(
+    stream: BinaryIO, *, options: ImportOptions = DEFAULTS, file_name: str = ""
+) -> ImportReport:
+    """Import one Claude Code transcript; the same recording again updates its session."""
+    title, slug, visibility = options.title, options.slug, options.visibility
+    scrubber = Scrubber(options.redact)
+    index = index_transcript(stream, settings.TRANSCRIPT_MAX_LINE_BYTES)
+    plan = plan_main_line(index)
+    reader = TranscriptReader(stream, index, plan, scrubber)
+    first_prompt = reader.first_prompt()
+    if first_prompt is None:
+        raise ImportProblem(
+            "This transcript has no human prompt on its conversation, so there is no tutoring "
+            "session to import."
+        )
+    session_title = (title or _title_from(index, plan, first_prompt, scrubber))[:200]
+    index.release_graph()
+    source_key = plan.session_id or (file_name.rsplit(".", 1)[0] if file_name else "")
+    started = timestamp_of(reader.source.load(plan.main[0]).get("timestamp"))
+    defaults: dict[str, Any] = {
+        "title": session_title,
+        "visibility": Session.Visibility.PRIVATE,
+    }
+    if started:
+        defaults["created"] = started
+    fields: dict[str, Any] = {
+        "source": Session.Source.IMPORTED,
+        "tutor_model": scrubber.text(index.model)[:100],
+    }
+    if title is not None:
+        fields["title"] = session_title
+    if visibility is not None:
+        fields["visibility"] = visibility
+    spec = SessionSpec(
+        slug=slug or slugify(session_title)[:60].strip("-") or f"session-{source_key[:8]}",
+        fields=fields,
+        defaults=defaults,
+        source_key=source_key[:200],
+        match_source_key=True,
+        slug_given=slug is not None,
+    )
+    written = write_session(spec, reader.items(), owner=options.owner)
+    stats = index.stats
+    return ImportReport.of(
+        written,
+        format=FORMAT,
+        lines=stats.lines,
+        skipped=stats.skipped,
+        skipped_total=stats.skipped_total,
+        redaction=scrubber.summary(),
+        notes=[*written.notes, *reader.notes()],
+    )

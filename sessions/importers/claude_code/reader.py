@@ -1,0 +1,384 @@
+"""Pass 2: the lines the plan chose, read by offset, as turns and kernel versions.
+
+`TranscriptReader.items()` walks the main line with the side lines merged in after it,
+notes abandoned and detached branches, and yields the turns and kernel versions for the
+writer, which inserts them in batches. Human lines (prompts, slash commands, notes) are
+made here; assistant responses in `responses`, tool calls in `tools`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from sessions.importers.claude_code.index import Index, as_numpy
+from sessions.importers.claude_code.kernels import KernelHistory
+from sessions.importers.claude_code.lines import (
+    ASSISTANT,
+    BOUNDARY,
+    COMPACT_SUMMARY,
+    HARNESS,
+    HIDDEN,
+    PROMPT,
+    REMINDER,
+    RESULT,
+    STEERING,
+    SYSTEM,
+    blocks_of,
+    dict_at,
+    is_harness_text,
+    key_of,
+    prompt_text,
+    str_or_none,
+    texts_of,
+    timestamp_of,
+)
+from sessions.importers.claude_code.plan import Branch, Plan
+from sessions.importers.claude_code.responses import Responses
+from sessions.importers.claude_code.source import LineSource
+from sessions.importers.claude_code.tools import RESULT_MAX_CHARS, ToolCalls, result_text
+from sessions.importers.claude_code.turns import TurnMaker, code, raw_json, short
+from sessions.importers.redact import Scrubber
+from sessions.importers.writer import Item, TurnSpec
+from sessions.models import Turn
+
+
+class TranscriptReader:
+    """Pass 2: the chosen lines, read by offset, as turns and kernel versions."""
+
+    def __init__(self, stream: BinaryIO, index: Index, plan: Plan, scrubber: Scrubber) -> None:
+        self.index = index
+        self.plan = plan
+        self.stats = index.stats
+        self.source = LineSource(stream, index, scrubber)
+        self.history = KernelHistory(cwd=scrubber.text(index.cwd))
+        self.turns = TurnMaker()
+        self.tools = ToolCalls(self.source, self.turns, self.history, index, plan)
+        self.responses = Responses(self.turns, self.tools, self.stats)
+        # The lines shown, main line and merged side branches (one byte per line).
+        self.shown = np.zeros(len(index), dtype=bool)
+        self.shown[as_numpy(plan.main)] = True
+        for lines in [*plan.after.values(), plan.tail]:
+            self.shown[lines] = True
+        self.shown_calls: set[int] | None = None
+
+    def first_prompt(self) -> str | None:
+        for i in self.plan.main:
+            if self.index.kinds[i] == PROMPT:
+                text = prompt_text(blocks_of(self.source.load(i).get("message")))
+                return text or "(an image)"
+        return None
+
+    def items(self) -> Iterator[Item]:
+        plan = self.plan
+        extras: dict[int, list[tuple[int, int, int, int]]] = {}
+        for extra in self.index.extras:
+            anchor = extra[0] if extra[0] < 0 or self.shown[extra[0]] else len(self.index)
+            extras.setdefault(anchor, []).append(extra)
+        yield from self._extras(extras.pop(-1, []))
+        for i in plan.main:
+            yield from self.line(i)
+            for j in plan.after.get(i, ()):
+                yield from self.line(j)
+                if j in extras:
+                    yield from self.responses.close()
+                    yield from self._extras(extras.pop(j))
+            for branch in plan.branches.get(i, ()):
+                yield from self.responses.close()
+                yield self._branch_note(branch, "abandoned")
+            if i in extras:
+                yield from self.responses.close()
+                yield from self._extras(extras.pop(i))
+        for i in plan.tail:
+            yield from self.line(i)
+        yield from self.responses.close()
+        for anchor in sorted(extras):
+            yield from self._extras(extras[anchor])
+        for branch in plan.detached:
+            yield self._branch_note(branch, "detached")
+        yield from self.tools.unlinked_sidechains()
+
+    def _extras(self, extras: list[tuple[int, int, int, int]]) -> Iterator[Item]:
+        for _, number, offset, length in extras:
+            value = self.source.read(offset, length)
+            kind = value.get("type")
+            what = (
+                f"a {json.dumps(kind)} line without a usable uuid"
+                if kind in ("user", "assistant", "system", "progress", "attachment")
+                else f"a line of type {json.dumps(kind)} this importer does not know"
+            )
+            yield self.turns.raw(
+                value,
+                f"Line {number}: {what}, kept as recorded.",
+                f"line:{number}",
+                value.get("timestamp"),
+            )
+
+    def _branch_note(self, branch: Branch, how: str) -> TurnSpec:
+        root = self.source.load(branch.root)
+        first = ""
+        if branch.prompt >= 0:
+            text = prompt_text(blocks_of(self.source.load(branch.prompt).get("message")))
+            first = f" It began with:\n\n> {short(text, 500)}"
+        size = f"{branch.lines} line{'s' if branch.lines != 1 else ''}"
+        if how == "abandoned":
+            summary = f"An abandoned attempt (rewound): {size}, not shown"
+            content = (
+                "The conversation was rewound here and taken up again. The abandoned attempt "
+                f"({size}, {branch.replies} tutor line{'s' if branch.replies != 1 else ''}) "
+                f"is not shown.{first}"
+            )
+        else:
+            summary = f"Lines not connected to this conversation: {size}, not shown"
+            content = f"These lines do not connect to the conversation shown ({size}).{first}"
+        return self.turns.note(content, root, "branch", summary, f"branch:{root.get('uuid', '')}")
+
+    def line(self, i: int) -> Iterator[Item]:
+        """Line i of the index as turns (none for a line shown elsewhere or hidden)."""
+        kind = self.index.kinds[i]
+        if kind == RESULT and i not in self.plan.read_results:
+            return  # its results are shown under their calls
+        if kind == HIDDEN:
+            self.stats.hidden["progress and hook"] += 1
+            return
+        line = self.source.load(i)
+        if kind == ASSISTANT:
+            yield from self.responses.add(line)
+            return
+        if kind == RESULT:
+            yield from self._orphan_results(line)
+            return
+        yield from self.responses.close()
+        if kind == PROMPT:
+            yield from self._prompt(line)
+        elif kind == STEERING:
+            yield from self._steering(line)
+        elif kind == HARNESS:
+            yield from self._harness(line, blocks_of(line.get("message")))
+        elif kind == COMPACT_SUMMARY:
+            text = prompt_text(blocks_of(line.get("message"))) or texts_of(
+                blocks_of(line.get("message"))
+            )
+            yield self.turns.note(
+                text,
+                line,
+                "compact_summary",
+                "Summary of the earlier conversation, written when it was compacted",
+            )
+        elif kind == BOUNDARY:
+            meta = dict_at(line, "compactMetadata")
+            details = [str(meta["trigger"])] if str_or_none(meta.get("trigger")) else []
+            if isinstance(meta.get("preTokens"), int):
+                details.append(f"{meta['preTokens']:,} tokens before")
+            suffix = f" ({', '.join(details)})" if details else ""
+            yield self.turns.note(f"*Conversation compacted{suffix}.*", line, "compact_boundary")
+        elif kind == SYSTEM:
+            yield from self._system(line)
+        else:
+            yield self.turns.raw(
+                line,
+                f"A line of type {json.dumps(line.get('type'))} this importer does not know, "
+                "kept as recorded.",
+                str(line.get("uuid", "")),
+                line.get("timestamp"),
+            )
+
+    def _prompt(self, line: dict[str, Any]) -> Iterator[Item]:
+        blocks = blocks_of(line.get("message"))
+        parts = [prompt_text(blocks)] if prompt_text(blocks) else []
+        for block in blocks:
+            if block.get("type") in ("image", "document"):
+                self.stats.images += 1
+                source = dict_at(block, "source")
+                media = source.get("media_type", block["type"])
+                parts.append(f"*[{block['type']}: {media}, not stored]*")
+            elif block.get("type") not in ("text", None):
+                parts.append(f"*[a {block.get('type')} block, kept raw:]*\n\n{raw_json(block)}")
+        text = "\n\n".join(parts)
+        uuid = str(line.get("uuid", ""))
+        turn = self.turns.turn(
+            Turn.Role.LEARNER,
+            text,
+            timestamp_of(line.get("timestamp")),
+            {"uuid": uuid, "source_id": uuid},
+        )
+        versions = self.history.learner_text(text, {"uuid": uuid})
+        yield from self.turns.with_versions(turn, versions)
+
+    def _steering(self, line: dict[str, Any]) -> Iterator[Item]:
+        attachment = line.get("attachment") or {}
+        text = next(
+            (
+                attachment[k]
+                for k in ("prompt", "content", "text")
+                if str_or_none(attachment.get(k))
+            ),
+            "",
+        )
+        if not text:
+            self.stats.hidden["harness"] += 1
+            return
+        uuid = str(line.get("uuid", ""))
+        yield self.turns.turn(
+            Turn.Role.LEARNER,
+            text,
+            timestamp_of(line.get("timestamp")),
+            {"kind": "steering", "uuid": uuid, "source_id": uuid},
+        )
+
+    def _harness(
+        self, line: dict[str, Any], blocks: list[dict[str, Any]], text: str | None = None
+    ) -> Iterator[Item]:
+        """Slash commands, their output, interrupts, notifications: system notes or nothing."""
+        if line.get("isMeta"):
+            self.stats.hidden["harness"] += 1
+            return
+        text = REMINDER.sub("", texts_of(blocks) if text is None else text).strip()
+        if name := re.search(r"<command-name>(.*?)</command-name>", text, re.S):
+            args = re.search(r"<command-args>(.*?)</command-args>", text, re.S)
+            command = f"{name[1].strip()} {args[1].strip() if args else ''}".strip()
+            yield self.turns.note(f"Ran `{command}`", line, "command")
+        elif output := re.search(
+            r"<local-command-(stdout|stderr)>(.*?)(?:</local-command-\1>|\Z)", text, re.S
+        ):
+            if output[2].strip():
+                yield self.turns.note(
+                    code(output[2].strip()), line, "command_output", "Command output"
+                )
+            else:
+                self.stats.hidden["harness"] += 1
+        elif shell := re.search(r"<bash-input>(.*?)</bash-input>", text, re.S):
+            yield self.turns.note(
+                f"Ran in the shell:\n\n{code(shell[1].strip(), 'bash')}", line, "command"
+            )
+        elif output := re.search(r"<bash-(stdout|stderr)>(.*?)(?:</bash-\1>|\Z)", text, re.S):
+            if output[2].strip():
+                yield self.turns.note(
+                    code(output[2].strip()), line, "command_output", "Shell output"
+                )
+            else:
+                self.stats.hidden["harness"] += 1
+        elif text.startswith("[Request interrupted by user"):
+            yield self.turns.note("*Interrupted by the user.*", line, "interrupt")
+        elif text.startswith("<task-notification>"):
+            summary = re.search(r"<summary>(.*?)</summary>", text, re.S)
+            yield self.turns.note(
+                code(text),
+                line,
+                "notification",
+                short(summary[1]) if summary else "A background task finished",
+            )
+        elif text.startswith("Stop hook feedback:"):
+            yield self.turns.note(code(text), line, "hook", "Stop hook feedback")
+        else:
+            self.stats.hidden["harness"] += 1  # caveats, IDE context, memory input
+
+    def _system(self, line: dict[str, Any]) -> Iterator[Item]:
+        subtype = line.get("subtype")
+        content = line.get("content")
+        if subtype == "local_command" and isinstance(content, str):
+            yield from self._harness(line, [], content)
+        elif subtype == "api_error":
+            detail = str_or_none(content) or "The API returned an error; Claude Code retried."
+            yield self.turns.note(f"*{detail}*", line, "api_error")
+        elif isinstance(content, str) and content.strip():
+            yield self.turns.note(content, line, f"system_{subtype}" if subtype else "system")
+        else:
+            yield self.turns.raw(
+                line,
+                f"A system line ({subtype or 'no subtype'}) kept as recorded.",
+                str(line.get("uuid", "")),
+                line.get("timestamp"),
+            )
+
+    def _orphan_results(self, line: dict[str, Any]) -> Iterator[Item]:
+        """Results whose call is not shown (lost to compaction or a resume), and stray text."""
+        blocks = blocks_of(line.get("message"))
+        for k, block in enumerate(blocks):
+            if block.get("type") == "tool_result":
+                if self._call_shown(block.get("tool_use_id")):
+                    continue
+                text, images = result_text(block.get("content"))
+                self.stats.images += images
+                yield from self.responses.close()
+                yield self.turns.turn(
+                    Turn.Role.TOOL,
+                    "A tool result whose call is not in this transcript:\n\n"
+                    + code(text[:RESULT_MAX_CHARS]),
+                    timestamp_of(line.get("timestamp")),
+                    {
+                        "kind": "tool_result",
+                        "summary": "Result of a call not in this transcript",
+                        "is_error": bool(block.get("is_error")),
+                        "source_id": f"{line.get('uuid', '')}:{k}",
+                    },
+                )
+            elif block.get("type") == "text":
+                yield from self.responses.close()
+                text = prompt_text([block])
+                if text and not is_harness_text(text):
+                    uuid = str(line.get("uuid", ""))
+                    meta = {"kind": "steering", "uuid": uuid, "source_id": f"{uuid}:{k}"}
+                    yield self.turns.turn(
+                        Turn.Role.LEARNER, text, timestamp_of(line.get("timestamp")), meta
+                    )
+                else:
+                    yield from self._harness(line, [block])
+
+    def _call_shown(self, tool_use_id: Any) -> bool:
+        if not str_or_none(tool_use_id):
+            return False
+        if self.shown_calls is None:
+            # Built once, and only for transcripts that have results to check at all.
+            keys, lines = as_numpy(self.index.call_keys), as_numpy(self.index.call_lines)
+            self.shown_calls = set(keys[self.shown[lines]].tolist()) if len(lines) else set()
+        return key_of(tool_use_id) in self.shown_calls
+
+    def notes(self) -> list[str]:
+        """What the report says about what was left out, merged or not linked."""
+        notes = []
+        hidden = self.stats.hidden
+        labels = {
+            "harness": "harness lines (isMeta, command caveats, reminders, IDE context)",
+            "progress and hook": "progress and hook lines",
+            "bookkeeping": "bookkeeping lines (titles, file-history snapshots, queue operations)",
+        }
+        if hidden:
+            listed = ", ".join(
+                f"{count:,} {labels.get(k, k)}" for k, count in sorted(hidden.items())
+            )
+            notes.append(f"Not shown: {listed}.")
+        if self.plan.duplicates:
+            notes.append(
+                f"Resumed session: {self.plan.duplicates:,} repeated lines (uuids seen before) "
+                "were merged into their first copy."
+            )
+        if self.plan.replays:
+            notes.append(f"{self.plan.replays} compaction replays were skipped.")
+        abandoned = sum(len(b) for b in self.plan.branches.values())
+        if abandoned:
+            notes.append(
+                f"{abandoned} abandoned attempt{'s' if abandoned != 1 else ''} (rewinds) noted, "
+                "not mixed in."
+            )
+        if self.plan.detached:
+            notes.append(f"{len(self.plan.detached)} group(s) of unconnected lines noted.")
+        if self.plan.sidechains:
+            linked = len(self.tools.linked_agents)
+            notes.append(
+                f"Sub-agents: {linked} transcript(s) nested in their calls, "
+                f"{len(self.plan.sidechains) - linked} shown on their own."
+            )
+        if rejected := self.stats.rejected_edits:
+            notes.append(f"{rejected} failed or rejected edit(s) of kernel files: no version.")
+        for path, why in self.history.unresolved[:10]:
+            notes.append(f"No version from an edit of {path}: {why}.")
+        if self.stats.images:
+            notes.append(
+                f"{self.stats.images} image(s) were not stored (a placeholder marks each)."
+            )
+        return notes

@@ -1,0 +1,323 @@
+"""Tool calls as turns: the call, its result, the kernel versions it made, and the
+transcript of a sub-agent it started."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from sessions.importers.claude_code.index import Index
+from sessions.importers.claude_code.kernels import (
+    SCRIPT_SUFFIXES,
+    WGSL_SUFFIXES,
+    KernelHistory,
+    NewVersion,
+    Outcome,
+)
+from sessions.importers.claude_code.lines import (
+    ASSISTANT,
+    PROMPT,
+    REMINDER,
+    blocks_of,
+    key_of,
+    prompt_text,
+    str_or_none,
+)
+from sessions.importers.claude_code.plan import Plan
+from sessions.importers.claude_code.source import LineSource, ToolResult
+from sessions.importers.claude_code.turns import TurnMaker, code, raw_json, short
+from sessions.importers.writer import Item
+from sessions.models import Turn
+
+if TYPE_CHECKING:
+    from sessions.importers.claude_code.responses import Response
+
+# A tool result longer than this is cut in its turn (the call and its effect stay whole).
+RESULT_MAX_CHARS = 20_000
+# How much of a sub-agent's own transcript is shown inside its call.
+SUBAGENT_MAX_ITEMS = 60
+
+KERNEL_FILE_SUFFIXES = WGSL_SUFFIXES + SCRIPT_SUFFIXES
+
+REJECTED = "The user doesn't want to proceed with this tool use"
+_LEADING_BLANK = re.compile(r"\A\s*\n")
+_TOOL_ERROR = re.compile(r"</?tool_use_error>")
+_AGENT_ID = re.compile(r"agentId:\s*([\w-]+)")
+_LANG_BY_SUFFIX = {
+    "wgsl": "wgsl",
+    "js": "js",
+    "mjs": "js",
+    "cjs": "js",
+    "jsx": "js",
+    "ts": "ts",
+    "tsx": "ts",
+    "mts": "ts",
+    "py": "python",
+    "json": "json",
+    "sh": "bash",
+    "rs": "rust",
+    "c": "c",
+    "cpp": "cpp",
+    "cu": "cuda",
+}
+
+
+def result_text(content: Any) -> tuple[str, int]:
+    """A tool result's text, and how many images it held."""
+    if isinstance(content, str):
+        text, images = content, 0
+    elif isinstance(content, list):
+        parts, images = [], 0
+        for item in content:
+            if isinstance(item, str):
+                parts.append(item)
+            elif isinstance(item, dict) and item.get("type") == "text":
+                parts.append(str(item.get("text", "")))
+            elif isinstance(item, dict) and item.get("type") == "image":
+                images += 1
+                parts.append("[image, not stored]")
+            elif isinstance(item, dict) and item.get("type") == "tool_reference":
+                parts.append(f"[tool: {item.get('tool_name')}]")
+            else:
+                parts.append(json.dumps(item, ensure_ascii=False))
+        text = "\n".join(parts)
+    elif content is None:
+        text, images = "", 0
+    else:
+        text, images = json.dumps(content, ensure_ascii=False), 0
+    # Blank lines go; the first line's indentation stays (cat -n numbers are padded).
+    return _LEADING_BLANK.sub("", REMINDER.sub("", text)).rstrip(), images
+
+
+def lang_of(path: str) -> str:
+    suffix = path.rsplit(".", 1)[-1].lower() if "." in path else ""
+    return _LANG_BY_SUFFIX.get(suffix, "")
+
+
+def describe(name: str, params: Any, target: str) -> str:
+    """The call in Markdown: its name and target, and its input (a diff for an edit)."""
+    head = f"**{name}**" + (f" `{target}`" if target and name not in ("Bash",) else "")
+    if not isinstance(params, dict):
+        return f"{head}\n\n{raw_json(params)}" if params is not None else head
+    path = str(params.get("file_path", ""))
+    if name == "Write" and isinstance(params.get("content"), str):
+        return f"{head}\n\n{code(params['content'], lang_of(path))}"
+    if name in ("Edit", "MultiEdit"):
+        edits = [params] if name == "Edit" else params.get("edits") or []
+        diffs = []
+        for edit in edits if isinstance(edits, list) else []:
+            if isinstance(edit, dict):
+                old = str(edit.get("old_string", "")).splitlines()
+                new = str(edit.get("new_string", "")).splitlines()
+                diff = "\n".join([*(f"-{x}" for x in old), *(f"+{x}" for x in new)])
+                diffs.append(code(diff, "diff"))
+        extra = " (all occurrences)" if params.get("replace_all") else ""
+        return "\n\n".join([head + extra, *diffs])
+    if name == "Bash" and str_or_none(params.get("command")):
+        description = (
+            f" · {params['description']}" if str_or_none(params.get("description")) else ""
+        )
+        return f"{head}{description}\n\n{code(params['command'], 'bash')}"
+    if name == "Read":
+        span = ""
+        if isinstance(params.get("offset"), int) or isinstance(params.get("limit"), int):
+            span = f" (from line {params.get('offset', 1)}, {params.get('limit', 'all')} lines)"
+        return head + span
+    if name == "TodoWrite" and isinstance(params.get("todos"), list):
+        marks: dict[Any, str] = {"completed": "x", "in_progress": "~"}
+        todos = [
+            f"- [{marks.get(t.get('status'), ' ')}] {t.get('content', '')}"
+            for t in params["todos"]
+            if isinstance(t, dict)
+        ]
+        return "\n".join([head, "", *todos])
+    if name in ("Task", "Agent") and str_or_none(params.get("prompt")):
+        quoted = "\n".join(f"> {x}" for x in params["prompt"][:4000].splitlines())
+        return f"{head}\n\n{quoted}"
+    return f"{head}\n\n{raw_json(params)}"
+
+
+def _status(found: bool, rejected: bool, is_error: bool) -> str:
+    if rejected:
+        return " · rejected"
+    if is_error:
+        return " · error"
+    return "" if found else " · no result"
+
+
+def _result_section(text: str, rejected: bool, is_error: bool) -> str:
+    label = (
+        "**Result** · rejected by the user"
+        if rejected
+        else "**Result** · error"
+        if is_error
+        else "**Result**"
+    )
+    shown = (
+        text
+        if len(text) <= RESULT_MAX_CHARS
+        else (
+            text[:RESULT_MAX_CHARS]
+            + f"\n… ({len(text) - RESULT_MAX_CHARS:,} more characters not kept)"
+        )
+    )
+    return f"{label}\n\n{code(shown) if shown else '*(no output)*'}"
+
+
+class ToolCalls:
+    """Each tool call becomes one tool turn, with its result and the versions it made."""
+
+    def __init__(
+        self,
+        source: LineSource,
+        turns: TurnMaker,
+        history: KernelHistory,
+        index: Index,
+        plan: Plan,
+    ) -> None:
+        self.source = source
+        self.turns = turns
+        self.history = history
+        self.index = index
+        self.plan = plan
+        self.stats = index.stats
+        self.linked_agents: set[int] = set()  # sub-agents shown inside their calls
+
+    def call(self, block: dict[str, Any], response: Response) -> list[Item]:
+        name = str(block.get("name") or "tool")
+        tool_id = str(block.get("id") or "")
+        params = block.get("input")
+        found = self.source.result(tool_id)
+        text, images = result_text(found.block.get("content")) if found else ("", 0)
+        self.stats.images += images
+        is_error = bool(found and found.block.get("is_error"))
+        if _TOOL_ERROR.search(text):
+            is_error, text = True, _TOOL_ERROR.sub("", text).strip()
+        rejected = REJECTED in text
+        ok = found is not None and not is_error and not rejected
+        target = self.target(name, params)
+        meta: dict[str, Any] = {
+            "kind": "tool_call",
+            "tool": name,
+            "tool_use_id": tool_id,
+            "summary": f"{name} {target}".strip() + _status(found is not None, rejected, is_error),
+            "is_error": is_error,
+            "source_id": tool_id or f"{response.message_id}:{name}",
+        }
+        if rejected:
+            meta["rejected"] = True
+        if found is None:
+            meta["no_result"] = True
+        if isinstance(params, dict) and str_or_none(params.get("file_path")):
+            meta["file_path"] = params["file_path"]
+        parts = [describe(name, params, target)]
+        versions: list[NewVersion] = []
+        if name in ("Task", "Agent"):
+            nested, nested_versions = self._subagent(params, found, text)
+            if nested:
+                parts.append(nested)
+                meta["subagent"] = True
+            versions += nested_versions
+        if found is None:
+            parts.append("*No result was recorded for this call.*")
+        else:
+            parts.append(_result_section(text, rejected, is_error))
+        detail = found.detail if found else None
+        made = self.history.tool_call(
+            name, params, Outcome(ok=ok, result=detail), {"tool_use_id": tool_id}
+        )
+        path = str(params.get("file_path", "")) if isinstance(params, dict) else ""
+        if found and not ok and name in ("Write", "Edit", "MultiEdit"):
+            self.stats.rejected_edits += path.lower().endswith(KERNEL_FILE_SUFFIXES)
+        versions += made
+        content = "\n\n".join(p for p in parts if p)
+        turn = self.turns.turn(Turn.Role.TOOL, content, response.timestamp, meta)
+        return list(self.turns.with_versions(turn, versions))
+
+    def target(self, name: str, params: Any) -> str:
+        """What the call works on, in a few words: a file, a command, a pattern."""
+        if not isinstance(params, dict):
+            return ""
+        if str_or_none(params.get("file_path")):
+            return self.history.title_for(params["file_path"])
+        for key in ("command", "pattern", "url", "query", "description", "notebook_path", "prompt"):
+            if str_or_none(params.get(key)):
+                return short(params[key], 60)
+        return ""
+
+    def _subagent(
+        self, params: Any, found: ToolResult | None, text: str
+    ) -> tuple[str, list[NewVersion]]:
+        key = 0
+        detail = found.detail if found else None
+        if isinstance(detail, dict) and str_or_none(detail.get("agentId")):
+            key = key_of(detail["agentId"])
+        elif m := _AGENT_ID.search(text):
+            key = key_of(m[1])
+        if (
+            key not in self.plan.sidechains
+            and isinstance(params, dict)
+            and str_or_none(params.get("prompt"))
+        ):
+            root = self.index.sidechain_prompts.get(key_of(params["prompt"].strip()))
+            if root is not None:
+                key = next((k for k, lines in self.plan.sidechains.items() if root in lines), 0)
+        if key not in self.plan.sidechains or key in self.linked_agents:
+            return "", []
+        self.linked_agents.add(key)
+        return self._render_sidechain(self.plan.sidechains[key])
+
+    def _render_sidechain(self, lines: list[int]) -> tuple[str, list[NewVersion]]:
+        entries: list[str] = []
+        versions: list[NewVersion] = []
+        for i in lines:
+            line = self.source.load(i)
+            kind = self.index.kinds[i]
+            blocks = blocks_of(line.get("message"))
+            if kind == PROMPT and len(entries) < SUBAGENT_MAX_ITEMS:
+                entries.append("- *prompt:* " + short(prompt_text(blocks), 300))
+            elif kind == ASSISTANT:
+                for block in blocks:
+                    if block.get("type") == "text" and len(entries) < SUBAGENT_MAX_ITEMS:
+                        entries.append("- " + short(str(block.get("text", "")), 300))
+                    elif block.get("type") == "tool_use":
+                        tool_id = str(block.get("id") or "")
+                        found = self.source.result(tool_id)
+                        result, _ = result_text(found.block.get("content")) if found else ("", 0)
+                        failed = not found or found.block.get("is_error") or REJECTED in result
+                        made = self.history.tool_call(
+                            str(block.get("name")),
+                            block.get("input"),
+                            Outcome(ok=not failed, result=found.detail if found else None),
+                            {"tool_use_id": tool_id, "subagent": True},
+                        )
+                        versions += made
+                        if len(entries) < SUBAGENT_MAX_ITEMS:
+                            name = str(block.get("name"))
+                            mark = " · error" if failed else ""
+                            made_note = "".join(f" → `{v.kernel}` v{v.number}" for v in made)
+                            target = self.target(name, block.get("input"))
+                            entries.append(f"- `{name}` {target}{mark}{made_note}")
+        more = len(lines) - len(entries)
+        if len(entries) >= SUBAGENT_MAX_ITEMS and more > 0:
+            entries.append(f"- … ({more} more lines)")
+        heading = f"**Sub-agent transcript** ({len(lines)} line{'s' if len(lines) != 1 else ''})"
+        return "\n".join([heading, "", *entries]), versions
+
+    def unlinked_sidechains(self) -> Iterator[Item]:
+        """Sub-agents whose call is not shown, each as a note of its own."""
+        for key, lines in self.plan.sidechains.items():
+            if key in self.linked_agents:
+                continue
+            content, versions = self._render_sidechain(lines)
+            first = self.source.load(lines[0])
+            turn = self.turns.note(
+                "A sub-agent's transcript whose call is not in this file.\n\n" + content,
+                first,
+                "subagent",
+                f"Sub-agent transcript, not linked to a call: {len(lines)} lines",
+                f"agent:{first.get('agentId') or first.get('uuid', '')}",
+            )
+            yield from self.turns.with_versions(turn, versions)

@@ -1,0 +1,101 @@
+"""Pass 2's output: turns numbered in order and linked to the kernel versions they made
+or reviewed, and the Markdown helpers their content is written with."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+
+from sessions.importers.claude_code.kernels import NewVersion
+from sessions.importers.claude_code.lines import timestamp_of
+from sessions.importers.writer import Item, KernelSpec, TurnSpec, VersionSpec
+from sessions.markdown import fence_for
+from sessions.models import Turn
+
+
+def code(text: str, lang: str = "") -> str:
+    fence = fence_for(text)
+    return f"{fence}{lang}\n{text.rstrip()}\n{fence}"
+
+
+def short(text: str, limit: int = 80) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def raw_json(value: Any) -> str:
+    return code(json.dumps(value, indent=2, ensure_ascii=False), "json")
+
+
+class TurnMaker:
+    """Numbers turns as they are made and links the tutor's reviews to kernel versions."""
+
+    def __init__(self) -> None:
+        self.number = 0
+        self.review: tuple[str, int] | None = None  # the version the next tutor turn reviews
+        self.kernels_seen: set[str] = set()
+
+    def turn(
+        self,
+        role: str,
+        content: str,
+        timestamp: datetime | None,
+        meta: dict[str, Any],
+        kernel: tuple[str, int] | None = None,
+    ) -> TurnSpec:
+        self.number += 1
+        if role == Turn.Role.TUTOR and meta.get("kind") != "thinking" and self.review:
+            kernel, self.review = kernel or self.review, None
+        return TurnSpec(
+            number=self.number,
+            role=role,
+            content=content or "*(empty)*",
+            timestamp=timestamp,
+            meta=meta,
+            kernel=kernel,
+        )
+
+    def note(
+        self,
+        content: str,
+        line: dict[str, Any],
+        kind: str,
+        summary: str = "",
+        source_id: str = "",
+    ) -> TurnSpec:
+        meta: dict[str, Any] = {"kind": kind, "source_id": source_id or str(line.get("uuid", ""))}
+        if summary:
+            meta["summary"] = summary
+            meta["collapsed"] = True
+        return self.turn(Turn.Role.SYSTEM, content, timestamp_of(line.get("timestamp")), meta)
+
+    def raw(self, value: Any, why: str, source_id: str, timestamp: Any = None) -> TurnSpec:
+        meta = {"kind": "raw", "summary": why, "collapsed": True, "source_id": source_id}
+        content = f"{why}\n\n{raw_json(value)}"
+        return self.turn(Turn.Role.SYSTEM, content, timestamp_of(timestamp), meta)
+
+    def with_versions(self, turn: TurnSpec, versions: list[NewVersion]) -> Iterator[Item]:
+        """A turn that made versions points at the last; the next tutor turn reviews it."""
+        if versions:
+            turn.kernel = (versions[-1].kernel, versions[-1].number)
+            self.review = turn.kernel
+        yield from self._specs(versions, turn.number)
+        yield turn
+
+    def _specs(
+        self, versions: list[NewVersion], turn_number: int
+    ) -> Iterator[KernelSpec | VersionSpec]:
+        for version in versions:
+            if version.kernel not in self.kernels_seen:
+                self.kernels_seen.add(version.kernel)
+                yield KernelSpec(name=version.kernel, title=version.kernel_title[:200])
+            yield VersionSpec(
+                kernel=version.kernel,
+                number=version.number,
+                source=version.source,
+                turn=turn_number,
+                note=version.note[:200],
+                meta=version.meta,
+            )

@@ -1,0 +1,300 @@
+"""Kernelbin's own exchange format, "kernelbin/1": reading and validating a file.
+
+The JSON export (sessions.export) re-imports losslessly. A kernelbin/1 file is
+validated whole, every error naming the path of the field at fault, before anything
+is written; then the one writer (`writer.write_session`) writes it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import IO, Any
+
+from django.conf import settings
+from django.db.models import TextChoices
+from django.utils.dateparse import parse_datetime
+from django.utils.text import slugify
+
+from kernels.engine.harness import HarnessError, parse_harness
+from kernels.engine.outcome import Status
+from sessions.importers.options import ImportOptions
+from sessions.importers.redact import Scrubber
+from sessions.importers.writer import (
+    ImportProblem,
+    ImportReport,
+    Item,
+    KernelSpec,
+    SessionSpec,
+    TurnSpec,
+    VersionSpec,
+    write_session,
+)
+from sessions.models import Session, Turn
+
+FORMAT = "kernelbin/1"
+
+
+def read_export(stream: IO[bytes], size: int | None = None) -> Any:
+    """Parse a kernelbin/1 file, refusing oversize or non-JSON input with a clear message."""
+    limit = settings.IMPORT_MAX_BYTES
+    raw = stream.read(limit + 1)
+    if len(raw) > limit or (size is not None and size > limit):
+        raise ImportProblem(f"The file is larger than the import limit of {limit:,} bytes.")
+    if not raw.strip():
+        raise ImportProblem("The file is empty.")
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as error:
+        raise ImportProblem(f"The file is not UTF-8 text (byte {error.start}).") from None
+    except json.JSONDecodeError as error:
+        raise ImportProblem(
+            f"Not valid JSON: {error.msg} at line {error.lineno}, column {error.colno}."
+        ) from None
+    return data
+
+
+def _get(
+    obj: dict[str, Any],
+    key: str,
+    kind: type | tuple[type, ...],
+    where: str,
+    required: bool = True,
+) -> Any:
+    if key not in obj:
+        if required:
+            raise ImportProblem(f"{where}: the field '{key}' is missing.")
+        return None
+    value = obj[key]
+    if value is None and not required:
+        return None
+    # bool is an int subclass; a turn number of true is a mistake, not 1.
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise ImportProblem(f"{where}.{key}: expected {names}, got {type(value).__name__}.")
+    return value
+
+
+def _timestamp(obj: dict[str, Any], key: str, where: str) -> datetime | None:
+    value = _get(obj, key, str, where, required=False)
+    if value is None:
+        return None
+    parsed = parse_datetime(value)
+    if parsed is None:
+        raise ImportProblem(f"{where}.{key}: not an ISO 8601 date-time: {value!r}.")
+    return parsed
+
+
+def _choice(value: str, choices: type[TextChoices], where: str) -> str:
+    if value not in choices.values:
+        allowed = ", ".join(choices.values)
+        raise ImportProblem(f"{where}: '{value}' is not one of {allowed}.")
+    return value
+
+
+@dataclass
+class _Plan:
+    """A validated file, ready to write."""
+
+    session: dict[str, Any]
+    tags: list[str]
+    turns: list[dict[str, Any]]
+    kernels: list[dict[str, Any]]
+
+
+def _validate(data: Any) -> _Plan:
+    if not isinstance(data, dict):
+        raise ImportProblem("The file must hold a JSON object.")
+    tag = data.get("format")
+    if tag != FORMAT:
+        raise ImportProblem(f"Unknown format {tag!r}: this importer reads '{FORMAT}' files.")
+    session, tags = _validate_session(_get(data, "session", dict, "file"))
+    turns = _validate_turns(_get(data, "turns", list, "file"))
+    numbers = {turn["number"] for turn in turns}
+    kernels = _validate_kernels(_get(data, "kernels", list, "file", required=False) or [], numbers)
+    _check_kernel_refs(turns, kernels)
+    return _Plan(session=session, tags=tags, turns=turns, kernels=kernels)
+
+
+def _validate_session(raw_session: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The session header's fields, and its tags."""
+    session = {
+        "slug": _get(raw_session, "slug", str, "session"),
+        "title": _get(raw_session, "title", str, "session"),
+        "summary": _get(raw_session, "summary", str, "session", required=False) or "",
+        "learner": _get(raw_session, "learner", str, "session", required=False) or "",
+        "tutor_model": _get(raw_session, "tutor_model", str, "session", required=False) or "",
+        "source_key": _get(raw_session, "source_key", str, "session", required=False) or "",
+        "created": _timestamp(raw_session, "created", "session"),
+        "published_at": _timestamp(raw_session, "published_at", "session"),
+    }
+    if slugify(session["slug"]) != session["slug"] or not session["slug"]:
+        raise ImportProblem(f"session.slug: {session['slug']!r} is not a valid slug.")
+    if not session["title"].strip():
+        raise ImportProblem("session.title: must not be empty.")
+    source = _get(raw_session, "source", str, "session", required=False)
+    session["source"] = _choice(source, Session.Source, "session.source") if source else None
+    visibility = _get(raw_session, "visibility", str, "session", required=False) or "private"
+    session["visibility"] = _choice(visibility, Session.Visibility, "session.visibility")
+    tags = _get(raw_session, "tags", list, "session", required=False) or []
+    if not all(isinstance(name, str) and slugify(name) for name in tags):
+        raise ImportProblem("session.tags: must be a list of tag names.")
+    return session, tags
+
+
+def _validate_turns(raw_turns: list[Any]) -> list[dict[str, Any]]:
+    turns: list[dict[str, Any]] = []
+    numbers: set[int] = set()
+    for index, raw in enumerate(raw_turns):
+        turns.append(_validate_turn(raw, f"turns[{index}]", numbers))
+    return turns
+
+
+def _validate_turn(raw: Any, where: str, numbers: set[int]) -> dict[str, Any]:
+    """One turn; `numbers` holds the numbers of the turns before it, and gets its own."""
+    if not isinstance(raw, dict):
+        raise ImportProblem(f"{where}: must be an object.")
+    number = _get(raw, "number", int, where)
+    if number < 1:
+        raise ImportProblem(f"{where}.number: turn numbers start at 1 (got {number}).")
+    if number in numbers:
+        raise ImportProblem(f"{where}.number: turn {number} appears more than once.")
+    numbers.add(number)
+    kernel_ref = _get(raw, "kernel", dict, where, required=False)
+    if kernel_ref is not None:
+        kernel_ref = (
+            _get(kernel_ref, "name", str, f"{where}.kernel"),
+            _get(kernel_ref, "version", int, f"{where}.kernel"),
+        )
+    return {
+        "number": number,
+        "role": _choice(_get(raw, "role", str, where), Turn.Role, f"{where}.role"),
+        "content": _get(raw, "content", str, where),
+        "timestamp": _timestamp(raw, "timestamp", where),
+        "meta": _get(raw, "meta", dict, where, required=False) or {},
+        "kernel": kernel_ref,
+    }
+
+
+def _validate_kernels(raw_kernels: list[Any], turn_numbers: set[int]) -> list[dict[str, Any]]:
+    kernels: list[dict[str, Any]] = []
+    for index, raw in enumerate(raw_kernels):
+        kernels.append(_validate_kernel(raw, f"kernels[{index}]", kernels, turn_numbers))
+    return kernels
+
+
+def _validate_kernel(
+    raw: Any, where: str, earlier: list[dict[str, Any]], turn_numbers: set[int]
+) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        raise ImportProblem(f"{where}: must be an object.")
+    name = _get(raw, "name", str, where)
+    if slugify(name) != name:
+        raise ImportProblem(f"{where}.name: {name!r} is not a valid kernel name.")
+    if any(kernel["name"] == name for kernel in earlier):
+        raise ImportProblem(f"{where}.name: kernel '{name}' appears more than once.")
+    harness = _get(raw, "harness", dict, where, required=False) or {}
+    _check_harness(harness, f"{where}.harness")
+    versions: list[dict[str, Any]] = []
+    for vindex, rawv in enumerate(_get(raw, "versions", list, where)):
+        vwhere = f"{where}.versions[{vindex}]"
+        versions.append(_validate_version(rawv, vwhere, versions, turn_numbers))
+    title = _get(raw, "title", str, where, required=False) or ""
+    return {"name": name, "title": title, "harness": harness, "versions": versions}
+
+
+def _validate_version(
+    rawv: Any, vwhere: str, earlier: list[dict[str, Any]], turn_numbers: set[int]
+) -> dict[str, Any]:
+    if not isinstance(rawv, dict):
+        raise ImportProblem(f"{vwhere}: must be an object.")
+    number = _get(rawv, "number", int, vwhere)
+    if number < 1 or any(v["number"] == number for v in earlier):
+        raise ImportProblem(f"{vwhere}.number: {number} is not a new number from 1 up.")
+    turn = _get(rawv, "turn", int, vwhere, required=False)
+    if turn is not None and turn not in turn_numbers:
+        raise ImportProblem(f"{vwhere}.turn: there is no turn {turn} in this file.")
+    override = _get(rawv, "harness_override", dict, vwhere, required=False)
+    if override is not None:
+        _check_harness(override, f"{vwhere}.harness_override")
+    expected = _get(rawv, "expected_status", str, vwhere, required=False) or ""
+    if expected and expected not in set(Status):
+        raise ImportProblem(f"{vwhere}.expected_status: unknown status '{expected}'.")
+    return {
+        "number": number,
+        "source": _get(rawv, "source", str, vwhere),
+        "turn": turn,
+        "note": _get(rawv, "note", str, vwhere, required=False) or "",
+        "expected_status": expected,
+        "harness_override": override,
+        "meta": _get(rawv, "meta", dict, vwhere, required=False) or {},
+    }
+
+
+def _check_kernel_refs(turns: list[dict[str, Any]], kernels: list[dict[str, Any]]) -> None:
+    """Every kernel version a turn points at is in the file."""
+    known = {
+        (kernel["name"], version["number"]) for kernel in kernels for version in kernel["versions"]
+    }
+    for turn in turns:
+        if turn["kernel"] is not None and turn["kernel"] not in known:
+            name, number = turn["kernel"]
+            raise ImportProblem(
+                f"turn {turn['number']}: refers to kernel '{name}' version {number}, "
+                "which is not in the file."
+            )
+
+
+def _check_harness(harness: dict[str, Any], where: str) -> None:
+    if not harness:
+        return
+    try:
+        parse_harness(harness)
+    except HarnessError as error:
+        raise ImportProblem(f"{where}: {error}") from None
+
+
+def _items(plan: _Plan) -> Iterator[Item]:
+    for turn in plan.turns:
+        yield TurnSpec(**turn)
+    for kernel in plan.kernels:
+        yield KernelSpec(name=kernel["name"], title=kernel["title"], harness=kernel["harness"])
+        for version in kernel["versions"]:
+            yield VersionSpec(kernel=kernel["name"], **version)
+
+
+def import_session(
+    data: Any, *, options: ImportOptions | None = None, source: str | None = None
+) -> ImportReport:
+    """Validate a kernelbin/1 document and write it: a new session, or an update in place.
+
+    The file is the authority here: every session field is set from it, unless the
+    options say otherwise (a Claude Code re-import, by contrast, keeps what a curator
+    changed). A file brought from outside comes with options: every string in it is
+    cleaned (and redacted, unless they turn that off) before validation. Without options,
+    as for the showcase we ship, the document is taken as written.
+    """
+    scrubber = None if options is None else Scrubber(options.redact)
+    if scrubber is not None:
+        data = scrubber.value(data)
+    options = options or ImportOptions()
+    plan = _validate(data)
+    fields = dict(plan.session)
+    if options.slug is not None:
+        fields["slug"] = options.slug
+    if options.title is not None:
+        fields["title"] = options.title
+    if options.visibility is not None:
+        fields["visibility"] = _choice(options.visibility, Session.Visibility, "visibility")
+    fields["source"] = source or fields["source"] or Session.Source.IMPORTED
+    session_slug = fields.pop("slug")
+    source_key = fields.pop("source_key")
+    for key in ("created", "published_at"):
+        if not fields[key]:
+            del fields[key]
+    spec = SessionSpec(slug=session_slug, fields=fields, tags=plan.tags, source_key=source_key)
+    written = write_session(spec, _items(plan), owner=options.owner)
+    redaction = scrubber.summary() if scrubber else ""
+    return ImportReport.of(written, format=FORMAT, redaction=redaction, notes=written.notes)

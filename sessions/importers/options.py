@@ -1,0 +1,26 @@
+"""What the person importing chose, the same for every format and every way in."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
+
+@dataclass(frozen=True)
+class ImportOptions:
+    """None keeps what the file says (or, on a re-import, what the session has)."""
+
+    title: str | None = None
+    slug: str | None = None
+    visibility: str | None = None
+    # Secrets and home-directory names out of the file; characters no database column
+    # accepts are replaced either way.
+    redact: bool = True
+    # A new session's owner.
+    owner: User | None = None
+
+
+DEFAULTS = ImportOptions()
