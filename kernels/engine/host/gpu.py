@@ -1,0 +1,622 @@
+"""The device timeline: the shim's record of WebGPU calls, replayed on wgpu-py.
+
+Entries are applied in the order the program made them. Requests (requestDevice, mapAsync,
+fetch ...) return the answer that settles the program's promise. The first error stops the
+replay as a HostError naming the program line of the call at fault: wgpu-py raises
+validation errors at the call, except those of command encoders, which surface at finish();
+for those the encoder's calls are encoded again one prefix at a time, to find the first
+call that fails (the one a browser's console would point at).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from kernels.engine.device import Environment, import_wgpu
+from kernels.engine.limits import Limits
+from kernels.engine.naga import clean_wgpu_error, compile_message, parse_compile_error
+from kernels.engine.outcome import CompileError
+from kernels.engine.wgsl import workgroup_size
+
+from . import trace as traces
+from .trace import Trace
+
+# The bits a never-written cell keeps in the diagnostic run: compare.SENTINEL_BITS["f32"],
+# a quiet NaN with a payload that arithmetic does not produce.
+SENTINEL_WORD = 0x7FC0DEAD
+STORAGE = 0x80
+MAP_READ, MAP_WRITE = 0x1, 0x2
+MAX_CALLS = 100_000
+BISECT_UP_TO = 2000
+
+CALLS = {
+    "createBuffer": "device.createBuffer",
+    "writeBuffer": "queue.writeBuffer",
+    "unmap": "buffer.unmap",
+    "destroyBuffer": "buffer.destroy",
+    "createShaderModule": "device.createShaderModule",
+    "createComputePipeline": "device.createComputePipeline",
+    "getBindGroupLayout": "pipeline.getBindGroupLayout",
+    "createBindGroupLayout": "device.createBindGroupLayout",
+    "createPipelineLayout": "device.createPipelineLayout",
+    "createBindGroup": "device.createBindGroup",
+    "createCommandEncoder": "device.createCommandEncoder",
+    "beginComputePass": "encoder.beginComputePass",
+    "setPipeline": "pass.setPipeline",
+    "setBindGroup": "pass.setBindGroup",
+    "dispatchWorkgroups": "pass.dispatchWorkgroups",
+    "endPass": "pass.end",
+    "copyBufferToBuffer": "encoder.copyBufferToBuffer",
+    "clearBuffer": "encoder.clearBuffer",
+    "finish": "encoder.finish",
+    "submit": "queue.submit",
+    "mapAsync": "buffer.mapAsync",
+}
+
+
+class HostError(Exception):
+    """Where and why the replay stopped.
+
+    kind: "validation" (what WebGPU would report), "compile" (WGSL), "limit" (over
+    Kernelbin's caps), "fetch" (a file that is not attached never reaches this: fetch rejects).
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        message: str,
+        entry: Mapping[str, Any],
+        detail: str = "",
+        compile: CompileError | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.line = entry.get("line")
+        self.call = CALLS.get(entry.get("op", ""), entry.get("op", ""))
+        self.detail = detail
+        self.compile = compile
+
+
+@dataclass
+class Readback:
+    """The bytes a mapAsync(READ) gave the program, and how the program viewed them."""
+
+    buffer: str
+    source: str
+    offset: int
+    data: bytes
+    dtype: str
+    viewed: bool
+    line: int | None
+
+
+@dataclass
+class Encoder:
+    gpu: Any
+    entries: list[dict[str, Any]] = field(default_factory=list)
+    compute_pass: Any = None
+    traced_pass: Any = None
+    pipeline: str = ""
+    bind_groups: dict[str, str] = field(default_factory=dict)
+
+
+class Timeline:
+    """wgpu-py objects for the ids the shim hands out, and what happened to them."""
+
+    def __init__(
+        self,
+        device: Any,
+        env: Environment,
+        limits: Limits,
+        files: Mapping[str, bytes],
+        sentinel: bool,
+    ) -> None:
+        self.device = device
+        self.env = env
+        self.limits = limits
+        self.files = files
+        self.sentinel = sentinel
+        self.objects: dict[int, Any] = {}
+        self.names: dict[int, str] = {}
+        self.sizes: dict[int, int] = {}
+        self.sources: dict[int, str] = {}  # shader module id -> WGSL
+        self.pipeline_stage: dict[int, tuple[int, str | None]] = {}
+        self.encoders: dict[int, Encoder] = {}
+        self.copied_from: dict[int, str] = {}
+        self.views: dict[int, str] = {}
+        self.live_bytes = 0
+        self.readback_bytes = 0
+        self.invocations = 0
+        self.calls = 0
+        self.dispatches = 0
+        self.counts: dict[str, int] = {}
+        self.readbacks: list[Readback] = []
+        self.trace: Trace = traces.new_trace()
+
+    def apply(self, entry: dict[str, Any], blob: Callable[[int], bytes]) -> Any:
+        """Replay one entry; for a request, the answer: a dict, or (dict, bytes)."""
+        self.calls += 1
+        if self.calls > MAX_CALLS:
+            raise HostError("limit", f"The program made more than {MAX_CALLS:,} WebGPU calls.", entry)
+        wgpu = import_wgpu()
+        op = entry["op"]
+        try:
+            if op in ENCODER_OPS:
+                return self.encode_call(entry)
+            return getattr(self, "op_" + op)(entry, blob)
+        except wgpu.GPUValidationError as e:
+            text = clean_wgpu_error(str(e))
+            raise HostError("validation", text, entry, str(e)) from None
+
+    def release(self) -> None:
+        for key, size in self.sizes.items():
+            if size:
+                self.objects[key].destroy()
+
+    # -- adapter, device --------------------------------------------------------------------
+
+    def op_requestAdapter(self, entry: dict, blob: Callable) -> dict:
+        return self.device_answer()
+
+    def op_requestDevice(self, entry: dict, blob: Callable) -> dict:
+        return self.device_answer()
+
+    def device_answer(self) -> dict:
+        limits = {_camel(k): v for k, v in self.device.limits.items()}
+        info = {
+            "vendor": self.env.adapter,
+            "architecture": self.env.backend,
+            "device": self.env.adapter,
+            "description": self.env.description,
+        }
+        return {"features": sorted(self.device.features), "limits": limits, "info": info}
+
+    def op_popErrorScope(self, entry: dict, blob: Callable) -> dict:
+        return {}
+
+    def op_onSubmittedWorkDone(self, entry: dict, blob: Callable) -> dict:
+        self.device.queue.on_submitted_work_done_sync()
+        return {}
+
+    def op_destroyDevice(self, entry: dict, blob: Callable) -> None:
+        return None
+
+    # -- buffers ----------------------------------------------------------------------------
+
+    def op_createBuffer(self, entry: dict, blob: Callable) -> None:
+        size, usage = entry["size"], entry["usage"]
+        name = self.name(entry, "buffer")
+        if isinstance(size, int) and size > self.limits.max_buffer_bytes:
+            raise HostError(
+                "limit",
+                f"Buffer {name} is {size:,} bytes, over the limit of "
+                f"{self.limits.max_buffer_bytes:,} bytes per buffer.",
+                entry,
+            )
+        if isinstance(size, int) and self.live_bytes + size > self.limits.max_total_bytes:
+            raise HostError(
+                "limit",
+                f"Buffer {name} ({size:,} bytes) takes the program's buffers to "
+                f"{self.live_bytes + size:,} bytes, over the limit of "
+                f"{self.limits.max_total_bytes:,} bytes in all.",
+                entry,
+            )
+        fill = self.sentinel and bool(usage & STORAGE) and size % 4 == 0
+        buf = self.device.create_buffer(
+            label=name, size=size, usage=usage, mapped_at_creation=entry["mappedAtCreation"] or fill
+        )
+        if fill:
+            buf.write_mapped(np.full(size // 4, SENTINEL_WORD, dtype=np.uint32))
+            if not entry["mappedAtCreation"]:
+                buf.unmap()
+        self.objects[entry["id"]], self.names[entry["id"]] = buf, name
+        self.sizes[entry["id"]] = size
+        self.live_bytes += size
+        traces.append(
+            self.trace,
+            "buffers",
+            {
+                "name": name,
+                "size": size,
+                "usage": traces.usage_names(usage),
+                "mapped_at_creation": entry["mappedAtCreation"],
+                "line": entry["line"],
+            },
+        )
+
+    def op_writeBuffer(self, entry: dict, blob: Callable) -> None:
+        data = blob(entry["blob"])
+        self.device.queue.write_buffer(self.objects[entry["buffer"]], entry["offset"], data)
+        self.trace_write(entry, entry["buffer"], entry["offset"], data, entry["dtype"])
+
+    def trace_write(self, entry: dict, buffer: int, offset: int, data: bytes, dtype: str) -> None:
+        traces.append(
+            self.trace,
+            "writes",
+            {
+                "buffer": self.names[buffer],
+                "offset": offset,
+                "size": len(data),
+                "dtype": dtype,
+                "values": traces.values_of(data, "u8" if dtype == "bytes" else dtype),
+                "line": entry["line"],
+            },
+        )
+
+    def op_unmap(self, entry: dict, blob: Callable) -> None:
+        buf = self.objects[entry["buffer"]]
+        for mapped in entry["ranges"]:
+            data = blob(mapped["blob"])
+            buf.write_mapped(data, mapped["offset"])
+            dtype = self.views.get(entry["buffer"], "bytes")
+            self.trace_write(entry, entry["buffer"], mapped["offset"], data, dtype)
+        buf.unmap()
+
+    def op_destroyBuffer(self, entry: dict, blob: Callable) -> None:
+        self.objects[entry["buffer"]].destroy()
+        self.live_bytes -= self.sizes[entry["buffer"]]
+        self.sizes[entry["buffer"]] = 0
+
+    def op_mapAsync(self, entry: dict, blob: Callable) -> tuple[dict, bytes]:
+        buf, mode = self.objects[entry["buffer"]], entry["mode"]
+        offset, size = entry["offset"], entry["size"]
+        if mode & MAP_READ:
+            self.readback_bytes += size
+            if self.readback_bytes > self.limits.max_readback_bytes:
+                raise HostError(
+                    "limit",
+                    f"The program read back {self.readback_bytes:,} bytes, over the limit of "
+                    f"{self.limits.max_readback_bytes:,} bytes.",
+                    entry,
+                )
+        wgpu = import_wgpu()
+        map_mode = wgpu.MapMode.READ if mode & MAP_READ else wgpu.MapMode.WRITE
+        buf.map_sync(map_mode, offset, size)
+        if not mode & MAP_READ:
+            # A write mapping starts from zeros here: the program is about to fill it.
+            return {"size": size}, bytes(size)
+        data = bytes(buf.read_mapped(offset, size))
+        readback = Readback(
+            buffer=self.names[entry["buffer"]],
+            source=self.copied_from.get(entry["buffer"], ""),
+            offset=offset,
+            data=data,
+            dtype="f32" if size % 4 == 0 else "u8",
+            viewed=False,
+            line=entry["line"],
+        )
+        self.readbacks.append(readback)
+        traces.append(self.trace, "readbacks", self.traced_readback(readback))
+        return {"size": size}, data
+
+    def op_view(self, entry: dict, blob: Callable) -> None:
+        """The program made a typed array on a mapped range: that is how it reads it."""
+        self.views[entry["buffer"]] = entry["dtype"]
+        name = self.names[entry["buffer"]]
+        for index in range(len(self.readbacks) - 1, -1, -1):
+            readback = self.readbacks[index]
+            if readback.buffer == name:
+                if not readback.viewed and len(readback.data) % _itemsize(entry["dtype"]) == 0:
+                    readback.dtype, readback.viewed = entry["dtype"], True
+                    if index < len(self.trace["readbacks"]):
+                        self.trace["readbacks"][index] = self.traced_readback(readback)
+                break
+
+    def traced_readback(self, readback: Readback) -> traces.TracedReadback:
+        return {
+            "buffer": readback.buffer,
+            "source": readback.source,
+            "offset": readback.offset,
+            "size": len(readback.data),
+            "dtype": readback.dtype,
+            "values": traces.values_of(readback.data, readback.dtype),
+            "line": readback.line,
+        }
+
+    # -- shaders, pipelines, bind groups ------------------------------------------------------
+
+    def op_createShaderModule(self, entry: dict, blob: Callable) -> None:
+        wgpu = import_wgpu()
+        name = self.name(entry, "module")
+        try:
+            module = self.device.create_shader_module(label=name, code=entry["code"])
+        except wgpu.GPUValidationError as e:
+            info = parse_compile_error(name, str(e))
+            raise HostError(
+                "compile", compile_message(info), entry, info["text"], compile=info
+            ) from None
+        self.objects[entry["id"]], self.names[entry["id"]] = module, name
+        self.sources[entry["id"]] = entry["code"]
+        traces.append(
+            self.trace,
+            "modules",
+            {"name": name, "bytes": len(entry["code"].encode()), "line": entry["line"]},
+        )
+
+    def op_getCompilationInfo(self, entry: dict, blob: Callable) -> dict:
+        # A module that did not compile stopped the replay at createShaderModule.
+        return {"messages": []}
+
+    def op_createComputePipeline(self, entry: dict, blob: Callable) -> None:
+        stage = entry["compute"]
+        compute: dict[str, Any] = {"module": self.objects[stage["module"]]}
+        if stage["entryPoint"] is not None:
+            compute["entry_point"] = stage["entryPoint"]
+        if stage["constants"]:
+            compute["constants"] = stage["constants"]
+        layout = entry["layout"]
+        name = self.name(entry, "pipeline")
+        pipeline = self.device.create_compute_pipeline(
+            label=name,
+            layout="auto" if layout == "auto" else self.objects[layout],
+            compute=compute,
+        )
+        self.objects[entry["id"]], self.names[entry["id"]] = pipeline, name
+        self.pipeline_stage[entry["id"]] = (stage["module"], stage["entryPoint"])
+        traces.append(
+            self.trace,
+            "pipelines",
+            {
+                "name": name,
+                "module": self.names[stage["module"]],
+                "entry_point": stage["entryPoint"] or "",
+                "layout": "auto" if layout == "auto" else self.names[layout],
+                "line": entry["line"],
+            },
+        )
+
+    def op_getBindGroupLayout(self, entry: dict, blob: Callable) -> None:
+        pipeline = self.objects[entry["pipeline"]]
+        self.objects[entry["id"]] = pipeline.get_bind_group_layout(entry["index"])
+        self.names[entry["id"]] = f"{self.names[entry['pipeline']]}.getBindGroupLayout({entry['index']})"
+
+    def op_createBindGroupLayout(self, entry: dict, blob: Callable) -> None:
+        entries = [
+            {
+                "binding": e["binding"],
+                "visibility": e["visibility"],
+                "buffer": {
+                    "type": e["buffer"]["type"],
+                    "has_dynamic_offset": e["buffer"]["hasDynamicOffset"],
+                    "min_binding_size": e["buffer"]["minBindingSize"],
+                },
+            }
+            for e in entry["entries"]
+        ]
+        name = self.name(entry, "bind group layout")
+        self.objects[entry["id"]] = self.device.create_bind_group_layout(label=name, entries=entries)
+        self.names[entry["id"]] = name
+
+    def op_createPipelineLayout(self, entry: dict, blob: Callable) -> None:
+        layouts = [self.objects[i] for i in entry["bindGroupLayouts"]]
+        name = self.name(entry, "pipeline layout")
+        self.objects[entry["id"]] = self.device.create_pipeline_layout(
+            label=name, bind_group_layouts=layouts
+        )
+        self.names[entry["id"]] = name
+
+    def op_createBindGroup(self, entry: dict, blob: Callable) -> None:
+        entries = []
+        for e in entry["entries"]:
+            resource = {"buffer": self.objects[e["buffer"]], "offset": e["offset"]}
+            if e["size"] is not None:
+                resource["size"] = e["size"]
+            entries.append({"binding": e["binding"], "resource": resource})
+        name = self.name(entry, "bind group")
+        self.objects[entry["id"]] = self.device.create_bind_group(
+            label=name, layout=self.objects[entry["layout"]], entries=entries
+        )
+        self.names[entry["id"]] = name
+        traced = [
+            {
+                "binding": e["binding"],
+                "buffer": self.names[e["buffer"]],
+                "offset": e["offset"],
+                "size": e["size"],
+            }
+            for e in entry["entries"]
+        ]
+        traces.append(
+            self.trace, "bind_groups", {"name": name, "entries": traced, "line": entry["line"]}
+        )
+
+    # -- command encoders -------------------------------------------------------------------
+
+    def op_createCommandEncoder(self, entry: dict, blob: Callable) -> None:
+        gpu = self.device.create_command_encoder(label=self.name(entry, "encoder"))
+        self.encoders[entry["id"]] = Encoder(gpu)
+
+    def encode_call(self, entry: dict) -> None:
+        wgpu = import_wgpu()
+        encoder = self.encoders[entry["encoder"]]
+        encoder.entries.append(entry)
+        if entry["op"] == "dispatchWorkgroups":
+            self.check_dispatch(encoder, entry)
+        try:
+            done = encode(encoder, entry, self.objects)
+        except wgpu.GPUValidationError as e:
+            culprit = self.culprit(encoder.entries) or entry
+            text = clean_wgpu_error(str(e))
+            raise HostError("validation", text, culprit, str(e)) from None
+        if entry["op"] == "finish":
+            self.objects[entry["id"]] = done
+        self.trace_call(encoder, entry)
+
+    def check_dispatch(self, encoder: Encoder, entry: dict) -> None:
+        counts = entry["workgroups"]
+        for axis, count in zip("xyz", counts, strict=True):
+            if count > self.limits.max_workgroups_per_dim:
+                raise HostError(
+                    "limit",
+                    f"The dispatch's workgroup count in {axis} is {count:,}, over the limit of "
+                    f"{self.limits.max_workgroups_per_dim:,} per dimension.",
+                    entry,
+                )
+        pipeline = next(
+            (e["pipeline"] for e in reversed(encoder.entries) if e["op"] == "setPipeline"), None
+        )
+        if pipeline in self.pipeline_stage:
+            module, entry_point = self.pipeline_stage[pipeline]
+            source = self.sources[module]
+            per_group = workgroup_size(source, entry_point or _only_entry_point(source))
+            self.invocations += math.prod(counts) * per_group
+        if self.invocations > self.limits.max_invocations:
+            raise HostError(
+                "limit",
+                f"The program's dispatches add up to {self.invocations:,} invocations, over the "
+                f"limit of {self.limits.max_invocations:,}.",
+                entry,
+            )
+
+    def culprit(self, entries: list[dict]) -> dict | None:
+        """The first of an encoder's calls whose prefix no longer encodes and finishes."""
+        wgpu = import_wgpu()
+        for end in range(1, min(len(entries), BISECT_UP_TO) + 1):
+            trial = Encoder(self.device.create_command_encoder(label="bisect"))
+            try:
+                for entry in entries[:end]:
+                    if entry["op"] != "finish":
+                        encode(trial, entry, self.objects)
+                if trial.compute_pass is not None:
+                    trial.compute_pass.end()
+                trial.gpu.finish()
+            except wgpu.GPUValidationError:
+                return entries[end - 1]
+        return None
+
+    def trace_call(self, encoder: Encoder, entry: dict) -> None:
+        op = entry["op"]
+        if op == "beginComputePass":
+            encoder.traced_pass = {
+                "name": entry["label"] or f"pass {len(self.trace['passes']) + 1}",
+                "dispatches": [],
+                "line": entry["line"],
+            }
+            traces.append(self.trace, "passes", encoder.traced_pass)
+        elif op == "setPipeline":
+            encoder.pipeline = self.names[entry["pipeline"]]
+        elif op == "setBindGroup" and entry["group"] is not None:
+            encoder.bind_groups[str(entry["index"])] = self.names[entry["group"]]
+        elif op == "dispatchWorkgroups":
+            self.dispatches += 1
+            dispatches = encoder.traced_pass["dispatches"] if encoder.traced_pass else []
+            if len(dispatches) < traces.MAX_ENTRIES:
+                dispatches.append(
+                    {
+                        "pipeline": encoder.pipeline,
+                        "bind_groups": dict(encoder.bind_groups),
+                        "workgroups": list(entry["workgroups"]),
+                        "line": entry["line"],
+                    }
+                )
+        elif op == "copyBufferToBuffer":
+            self.copied_from[entry["destination"]] = self.names[entry["source"]]
+            traces.append(
+                self.trace,
+                "copies",
+                {
+                    "source": self.names[entry["source"]],
+                    "source_offset": entry["sourceOffset"],
+                    "destination": self.names[entry["destination"]],
+                    "destination_offset": entry["destinationOffset"],
+                    "size": entry["size"],
+                    "line": entry["line"],
+                },
+            )
+
+    def op_submit(self, entry: dict, blob: Callable) -> None:
+        self.device.queue.submit([self.objects[i] for i in entry["commandBuffers"]])
+        self.trace["submits"] += 1
+
+    # -- files --------------------------------------------------------------------------------
+
+    def op_fetch(self, entry: dict, blob: Callable) -> tuple[dict, bytes] | dict:
+        name = attached_name(entry["url"], self.files)
+        if name is None:
+            return {"failed": True}
+        data = self.files[name]
+        return {"url": entry["url"], "size": len(data)}, data
+
+    def name(self, entry: dict, kind: str) -> str:
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+        return entry.get("label") or f"{kind} {self.counts[kind]}"
+
+
+ENCODER_OPS = {
+    "beginComputePass",
+    "setPipeline",
+    "setBindGroup",
+    "dispatchWorkgroups",
+    "endPass",
+    "copyBufferToBuffer",
+    "clearBuffer",
+    "finish",
+}
+
+
+def encode(encoder: Encoder, entry: dict, objects: Mapping[int, Any]) -> Any:
+    """One recorded encoder call on a wgpu-py encoder; finish returns the command buffer."""
+    op = entry["op"]
+    if op == "beginComputePass":
+        encoder.compute_pass = encoder.gpu.begin_compute_pass(label=entry["label"])
+    elif op == "setPipeline":
+        encoder.compute_pass.set_pipeline(objects[entry["pipeline"]])
+    elif op == "setBindGroup":
+        group = objects[entry["group"]] if entry["group"] is not None else None
+        encoder.compute_pass.set_bind_group(entry["index"], group, entry["offsets"])
+    elif op == "dispatchWorkgroups":
+        encoder.compute_pass.dispatch_workgroups(*entry["workgroups"])
+    elif op == "endPass":
+        encoder.compute_pass.end()
+        encoder.compute_pass = None
+    elif op == "copyBufferToBuffer":
+        encoder.gpu.copy_buffer_to_buffer(
+            objects[entry["source"]],
+            entry["sourceOffset"],
+            objects[entry["destination"]],
+            entry["destinationOffset"],
+            entry["size"],
+        )
+    elif op == "clearBuffer":
+        encoder.gpu.clear_buffer(objects[entry["buffer"]], entry["offset"], entry["size"])
+    elif op == "finish":
+        return encoder.gpu.finish()
+    return None
+
+
+def attached_name(url: str, files: Mapping[str, bytes]) -> str | None:
+    """The attached file a program's relative URL names, or None (anything with a scheme,
+    or a name that is not attached, fails as fetch does offline)."""
+    if "://" in url or url.startswith(("data:", "blob:", "//")):
+        return None
+    path = url.split("#", 1)[0].split("?", 1)[0]
+    while path.startswith(("./", "/")):
+        path = path[1:] if path.startswith("/") else path[2:]
+    if path in files:
+        return path
+    base = path.rsplit("/", 1)[-1]
+    matches = [name for name in files if name.rsplit("/", 1)[-1] == base]
+    return matches[0] if len(matches) == 1 else None
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("-")
+    return head + "".join(part.capitalize() for part in rest)
+
+
+def _itemsize(dtype: str) -> int:
+    return np.dtype(traces.NP_VIEWS.get(dtype, np.uint8)).itemsize
+
+
+def _only_entry_point(source: str) -> str:
+    """The name of a module's compute entry point, for a pipeline that names none."""
+    import re
+
+    match = re.search(r"@compute[^{]*?fn\s+(\w+)", source)
+    return match.group(1) if match else ""

@@ -1,0 +1,169 @@
+"""The JavaScript side of a program run: one QuickJS context with the WebGPU shim loaded.
+
+QuickJS, through the `quickjs` package, cannot call into Python while a time limit is set,
+so nothing in the shim calls Python: the program records WebGPU calls and waits on promises,
+and Python reads the record between turns of QuickJS's job queue and answers the promises
+(see shim.js). Every entry into JavaScript runs under the time left before the deadline, so a
+loop that never ends is interrupted inside its own job, with its line.
+
+QuickJS strings cross into Python as C strings (a NUL byte ends them), so bytes leave
+JavaScript as escape()d Latin-1 and come in as JSON lists of uint32 words.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import quickjs
+
+SHIM = (Path(__file__).parent / "shim.js").read_text()
+# The program runs inside an async arrow, so `await` works at its top level; it starts on the
+# line after this prefix, which is how the shim tells program frames from its own.
+PROGRAM_PREFIX = "__host.start({offset}, async () => {{\n"
+PROGRAM_SUFFIX = "\n});\n"
+
+HEX_DIGITS = np.zeros(256, dtype=np.uint8)
+for _i, _c in enumerate(b"0123456789abcdef"):
+    HEX_DIGITS[_c] = _i
+    HEX_DIGITS[ord(chr(_c).upper())] = _i
+
+
+class Interrupted(Exception):
+    """JavaScript ran past the deadline; line is the program line it was running, if known."""
+
+    def __init__(self, line: int | None) -> None:
+        super().__init__("interrupted")
+        self.line = line
+
+
+class OutOfMemory(Exception):
+    def __init__(self, line: int | None) -> None:
+        super().__init__("out of memory")
+        self.line = line
+
+
+class ScriptError(Exception):
+    """The program does not parse (or the shim failed to load): name, message and line."""
+
+    def __init__(self, name: str, message: str, line: int | None) -> None:
+        super().__init__(message)
+        self.name = name
+        self.message = message
+        self.line = line
+
+
+@dataclass
+class Taken:
+    record: list[dict[str, Any]]
+    blobs: int
+    state: str
+    error: dict[str, Any] | None
+    pending: int
+    timers: int
+
+
+class Script:
+    """A program loaded into a fresh QuickJS context with the shim, under a deadline."""
+
+    def __init__(self, source: str, deadline: float, heap_bytes: int) -> None:
+        self.deadline = deadline
+        self.context = quickjs.Context()
+        self.context.set_memory_limit(heap_bytes)
+        self.offset = SHIM.count("\n") + 1
+        self.text = SHIM + PROGRAM_PREFIX.format(offset=self.offset) + source + PROGRAM_SUFFIX
+
+    def start(self) -> None:
+        """Load the shim and run the program up to its first wait."""
+        self._enter(lambda: self.context.eval(self.text))
+
+    def run_jobs(self) -> None:
+        """Run the promise jobs that are ready (the program's continuations)."""
+        while self._enter(self.context.execute_pending_job):
+            pass
+
+    def run_timer(self) -> bool:
+        return bool(self._enter(lambda: self.context.eval("__host.runTimer()")))
+
+    def take(self) -> Taken:
+        taken = json.loads(self._enter(lambda: self.context.eval("__host.take()")))
+        return Taken(**taken)
+
+    def blob(self, index: int) -> bytes:
+        text = self._enter(lambda: self.context.eval(f"__host.blob({int(index)})"))
+        return unescape_latin1(text)
+
+    def drop_blobs(self) -> None:
+        self._enter(lambda: self.context.eval("__host.dropBlobs()"))
+
+    def answer(self, request: int, answer: dict[str, Any], data: bytes | None = None) -> None:
+        self.context.set("__answer", json.dumps(answer, allow_nan=False))
+        if data is None:
+            code = f"__host.answer({int(request)}, __answer)"
+        else:
+            self.context.set("__words", uint32_words(data))
+            code = f"__host.answer({int(request)}, __answer, __words)"
+        self._enter(lambda: self.context.eval(code))
+
+    def console(self) -> dict[str, Any]:
+        self.context.set_time_limit(-1)
+        return json.loads(self.context.eval("__host.console()"))
+
+    def _enter(self, call: Any) -> Any:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise Interrupted(None)
+        # QuickJS measures this limit in process CPU time (clock()): a loop spinning on one
+        # thread uses it at the pace of the wall clock. Between entries the wall clock rules.
+        self.context.set_time_limit(left)
+        try:
+            return call()
+        except quickjs.JSException as e:
+            raise self._failure(str(e)) from None
+        finally:
+            self.context.set_time_limit(-1)
+
+    def _failure(self, text: str) -> Exception:
+        headline, _, stack = text.partition("\n")
+        name, _, message = headline.partition(": ")
+        line = self.program_line(stack)
+        if headline == "InternalError: interrupted":
+            return Interrupted(line)
+        if headline == "InternalError: out of memory":
+            return OutOfMemory(line)
+        return ScriptError(name, message or headline, line)
+
+    def program_line(self, stack: str) -> int | None:
+        for frame in stack.splitlines():
+            number = frame.rstrip(")").rpartition(":")[2]
+            if number.isdigit() and int(number) > self.offset:
+                return int(number) - self.offset
+        return None
+
+
+def unescape_latin1(text: str) -> bytes:
+    """The bytes behind JavaScript's escape() of a Latin-1 string, decoded with numpy.
+
+    escape() writes %XX for every byte outside [A-Za-z0-9@*_+-./] and the byte itself
+    otherwise.
+    """
+    raw = np.frombuffer(text.encode("ascii"), dtype=np.uint8)
+    if raw.size == 0:
+        return b""
+    percent = np.flatnonzero(raw == ord("%"))
+    values = raw.copy()
+    values[percent] = HEX_DIGITS[raw[percent + 1]] * 16 + HEX_DIGITS[raw[percent + 2]]
+    keep = np.ones(raw.size, dtype=bool)
+    keep[percent + 1] = False
+    keep[percent + 2] = False
+    return values[keep].tobytes()
+
+
+def uint32_words(data: bytes) -> str:
+    """data as a JSON list of little-endian uint32 words, zero-padded to a multiple of 4."""
+    padded = data + b"\0" * (-len(data) % 4)
+    return json.dumps(np.frombuffer(padded, dtype="<u4").tolist())

@@ -1,0 +1,319 @@
+"""Run a learner's WebGPU host program and say how it went.
+
+run_program() runs the JavaScript against the shim and replays its WebGPU calls on the
+worker's device; program_outcome() turns what came back into an Outcome, comparing the
+program's readbacks with expected values when there are some; replay_program() does both,
+and when the outputs are wrong runs the program a second time with storage buffers filled
+with a sentinel, to find the cells no kernel wrote (the first run keeps WebGPU's zeroed
+buffers, so a correct program computes what it computes in a browser).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NotRequired, TypedDict
+
+import numpy as np
+
+from kernels.engine.compare import SENTINEL_BITS, compare_output, no_reference_message, verdict
+from kernels.engine.device import Environment
+from kernels.engine.harness import Buffer
+from kernels.engine.limits import DEFAULT_LIMITS, MiB, Limits
+from kernels.engine.outcome import CompileError, Outcome, Status
+
+from .gpu import SENTINEL_WORD, HostError, Readback, Timeline
+from .js import Interrupted, OutOfMemory, Script, ScriptError
+from .trace import NP_VIEWS, Trace
+
+JS_HEAP_BYTES = 256 * MiB
+COMPARABLE = ("f32", "u32", "i32")
+
+
+class ProgramError(TypedDict):
+    """Why a program stopped before its end.
+
+    kind     "javascript" (it threw), "syntax", "webgpu" (a validation error WebGPU would
+             report), "compile" (WGSL), "limit" (over Kernelbin's caps), "timeout",
+             "memory" (the JavaScript heap cap), "unsupported" (an API the shim lacks)
+    message  one sentence, naming the line
+    line     the program line (1-based) of the call or statement at fault, when known
+    call     the WebGPU call at fault ("device.createBindGroup"), "" for JavaScript errors
+    detail   the full text behind the message (wgpu's or naga's, or the JavaScript stack)
+    """
+
+    kind: str
+    message: str
+    line: int | None
+    call: str
+    detail: str
+    compile: NotRequired[CompileError]
+
+
+class ConsoleLine(TypedDict):
+    level: str  # log, info, debug, warn, error
+    text: str
+    line: int | None
+
+
+@dataclass
+class ProgramResult:
+    readbacks: list[Readback] = field(default_factory=list)
+    console: list[ConsoleLine] = field(default_factory=list)
+    console_dropped: int = 0
+    trace: Trace | None = None
+    error: ProgramError | None = None
+    dispatches: int = 0
+    run_ms: float = 0.0
+
+    def report(self) -> dict[str, Any]:
+        """The JSON for the replay page: console, trace and error (readbacks are in trace)."""
+        return {
+            "console": self.console,
+            "console_dropped": self.console_dropped,
+            "trace": self.trace,
+            "error": self.error,
+            "dispatches": self.dispatches,
+        }
+
+
+def run_program(
+    device: Any,
+    env: Environment,
+    source: str,
+    files: Mapping[str, bytes] | None = None,
+    limits: Limits = DEFAULT_LIMITS,
+    deadline: float | None = None,
+    *,
+    sentinel: bool = False,
+    heap_bytes: int = JS_HEAP_BYTES,
+) -> ProgramResult:
+    """Run source (a WebGPU host program) to its end, its deadline or its first error.
+
+    deadline is a time.monotonic() value (default: 10 s from now). files are what fetch()
+    may load, by name. sentinel=True fills new storage buffers with the never-written
+    sentinel instead of zeros (the diagnostic run).
+    """
+    started = time.perf_counter()
+    deadline = time.monotonic() + 10.0 if deadline is None else deadline
+    timeline = Timeline(device, env, limits, files or {}, sentinel)
+    script = Script(source, deadline, heap_bytes)
+    result = ProgramResult(trace=timeline.trace)
+    try:
+        result.error = _drive(script, timeline)
+    finally:
+        timeline.release()
+    try:
+        console = script.console()
+        result.console, result.console_dropped = console["lines"], console["dropped"]
+    except Exception:  # noqa: S110 - a context that ran out of memory may not answer
+        pass
+    result.readbacks = timeline.readbacks
+    result.dispatches = timeline.dispatches
+    result.run_ms = round((time.perf_counter() - started) * 1000, 2)
+    return result
+
+
+def _drive(script: Script, timeline: Timeline) -> ProgramError | None:
+    """Turn by turn: run JavaScript until it waits, replay its calls, answer its requests."""
+    try:
+        script.start()
+        while True:
+            script.run_jobs()
+            taken = script.take()
+            for entry in taken.record:
+                answer = timeline.apply(entry, script.blob)
+                if "request" in entry:
+                    data = None
+                    if isinstance(answer, tuple):
+                        answer, data = answer
+                    script.answer(entry["request"], answer, data)
+            script.drop_blobs()
+            if taken.state == "failed":
+                return _thrown(taken.error or {})
+            if taken.record:
+                continue
+            if taken.state == "done" and not taken.timers:
+                return None
+            if not script.run_timer():
+                return _stuck(taken)
+    except HostError as e:
+        return _host_error(e)
+    except Interrupted as e:
+        where = f" at line {e.line}" if e.line else ""
+        return _error("timeout", f"The program was still running{where} at its deadline.", e.line)
+    except OutOfMemory as e:
+        where = f" at line {e.line}" if e.line else ""
+        return _error(
+            "memory", f"The program ran out of JavaScript memory{where}.", e.line, "out of memory"
+        )
+    except ScriptError as e:
+        kind = "syntax" if e.name == "SyntaxError" else "javascript"
+        return _error(kind, _js_message(e.name, e.message, e.line), e.line, f"{e.name}: {e.message}")
+
+
+def _thrown(error: dict[str, Any]) -> ProgramError:
+    name, message, line = error.get("name", "Error"), error.get("message", ""), error.get("line")
+    kind = "unsupported" if name == "NotSupportedError" else "javascript"
+    return _error(kind, _js_message(name, message, line), line, error.get("stack", ""))
+
+
+def _stuck(taken: Any) -> ProgramError:
+    return _error(
+        "javascript",
+        "The program is waiting on a promise that never settles (nothing the shim does is "
+        "left to wait for).",
+        None,
+    )
+
+
+def _host_error(e: HostError) -> ProgramError:
+    where = f"Line {e.line}" if e.line else "The program"
+    kind = {"validation": "webgpu"}.get(e.kind, e.kind)
+    call = f" ({e.call})" if e.call else ""
+    error = _error(kind, f"{where}{call}: {e.message}", e.line, e.detail or e.message, e.call)
+    if e.compile is not None:
+        error["compile"] = e.compile
+    return error
+
+
+def _js_message(name: str, message: str, line: int | None) -> str:
+    where = f"Line {line}" if line else "The program"
+    return f"{where}: {name}: {message}"
+
+
+def _error(kind: str, message: str, line: int | None, detail: str = "", call: str = "") -> ProgramError:
+    return {"kind": kind, "message": message, "line": line, "call": call, "detail": detail}
+
+
+# -- outcomes -----------------------------------------------------------------------------------
+
+STATUS_OF_ERROR = {
+    "compile": Status.COMPILE_ERROR,
+    "webgpu": Status.PIPELINE_ERROR,
+    "limit": Status.REJECTED,
+    "memory": Status.REJECTED,
+    "unsupported": Status.REJECTED,
+    "timeout": Status.TIMEOUT,
+    "syntax": Status.CRASHED,
+    "javascript": Status.CRASHED,
+}
+
+
+def readback_values(readback: Readback) -> np.ndarray:
+    return np.frombuffer(readback.data, dtype=NP_VIEWS.get(readback.dtype, np.uint8))
+
+
+def expected_from(result: ProgramResult) -> list[np.ndarray]:
+    """Another run's readbacks as expected values (an earlier version against the final one)."""
+    return [readback_values(r).astype(np.float64) for r in result.readbacks]
+
+
+def program_outcome(
+    result: ProgramResult,
+    env: Environment,
+    expected: Sequence[np.ndarray | None] | None = None,
+    atol: float = 1e-5,
+    rtol: float = 1e-5,
+    sentinel: ProgramResult | None = None,
+) -> Outcome:
+    """The outcome of a run. expected lines up with result.readbacks (None: show only);
+    sentinel is the diagnostic run, whose never-written cells mark the wrong ones here."""
+    outcome: dict[str, Any] = {
+        "status": "",
+        "message": "",
+        "environment": env.as_dict(),
+        "timings": {"compile_ms": None, "run_ms": result.run_ms, "wall_ms": None},
+        "warnings": [],
+        "outputs": [],
+        "program": result.report(),
+    }
+    if result.error is not None:
+        error = result.error
+        outcome.update(status=str(STATUS_OF_ERROR[error["kind"]]), message=error["message"])
+        outcome["error"] = error["detail"]
+        if "compile" in error:
+            outcome["compile"] = error["compile"]
+        return outcome  # type: ignore[return-value]
+    outputs = []
+    for index, readback in enumerate(result.readbacks):
+        if readback.dtype not in COMPARABLE:
+            continue
+        want = expected[index] if expected is not None and index < len(expected) else None
+        values = readback_values(readback)
+        if want is not None and want.size != values.size:
+            want = None
+        if want is not None and sentinel is not None and index < len(sentinel.readbacks):
+            values = _mark_unwritten(values, want, sentinel.readbacks[index], atol, rtol)
+        buf = Buffer(
+            name=readback.source or readback.buffer,
+            usage="read_write",
+            dtype=readback.dtype,
+            shape=(values.size,),
+            fill="zeros",
+        )
+        outputs.append(compare_output(buf, values, want, atol, rtol))
+    outcome["outputs"] = outputs
+    compared = [o for o in outputs if o["bad"] is not None]
+    if not result.readbacks:
+        what = "dispatched work but" if result.dispatches else "never dispatched and"
+        outcome.update(
+            status=str(Status.NO_REFERENCE),
+            message=f"The program ran to its end but {what} never read a buffer back "
+            "(mapAsync and getMappedRange), so there is nothing to show.",
+        )
+    elif compared:
+        status, message = verdict(compared)
+        outcome.update(status=str(status), message=message)
+    else:
+        outcome.update(status=str(Status.NO_REFERENCE), message=no_reference_message(outputs))
+    return outcome  # type: ignore[return-value]
+
+
+def _mark_unwritten(
+    values: np.ndarray, want: np.ndarray, diagnostic: Readback, atol: float, rtol: float
+) -> np.ndarray:
+    """values with the sentinel in cells that are wrong here and never written there."""
+    bits = np.frombuffer(diagnostic.data, dtype=np.uint32)
+    if bits.size != values.size or values.dtype.itemsize != 4:
+        return values
+    wrong = ~np.isclose(values.astype(np.float64), want.reshape(-1), rtol=rtol, atol=atol)
+    never = wrong & (bits == SENTINEL_WORD)
+    if not never.any():
+        return values
+    marked = values.copy().view(np.uint32)
+    marked[never] = SENTINEL_BITS[_dtype_name(values.dtype)]
+    return marked.view(values.dtype)
+
+
+def _dtype_name(dtype: np.dtype) -> str:
+    return {"f": "f32", "u": "u32", "i": "i32"}[dtype.kind]
+
+
+def needs_diagnosis(outcome: Outcome) -> bool:
+    """Whether a second, sentinel-filled run could say more: only wrong outputs need one."""
+    return outcome["status"] in (Status.MISMATCH, Status.NONFINITE)
+
+
+def replay_program(
+    device: Any,
+    env: Environment,
+    source: str,
+    files: Mapping[str, bytes] | None = None,
+    limits: Limits = DEFAULT_LIMITS,
+    deadline: float | None = None,
+    expected: Sequence[np.ndarray | None] | None = None,
+    atol: float = 1e-5,
+    rtol: float = 1e-5,
+) -> Outcome:
+    """Run, compare, and on a mismatch run again with the sentinel to find unwritten cells."""
+    deadline = time.monotonic() + 10.0 if deadline is None else deadline
+    result = run_program(device, env, source, files, limits, deadline)
+    outcome = program_outcome(result, env, expected, atol, rtol)
+    if not needs_diagnosis(outcome) or time.monotonic() >= deadline:
+        return outcome
+    diagnostic = run_program(device, env, source, files, limits, deadline, sentinel=True)
+    if diagnostic.error is not None:
+        return outcome
+    return program_outcome(result, env, expected, atol, rtol, sentinel=diagnostic)

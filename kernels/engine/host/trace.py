@@ -1,0 +1,173 @@
+"""What a host program did on the GPU, as plain JSON data for the replay page's picture.
+
+Every entry carries `line`, the program line of the call that made it (1-based, None when
+unknown). Buffers are named by their label, or "buffer N" (N counts createBuffer calls) for
+a buffer without one. Lists are capped at MAX_ENTRIES and values at MAX_VALUES per entry;
+`dropped` counts what the caps left out, per list.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+import numpy as np
+
+from kernels.engine.compare import json_number
+
+MAX_ENTRIES = 200
+MAX_VALUES = 256
+
+USAGE_NAMES = (
+    "MAP_READ",
+    "MAP_WRITE",
+    "COPY_SRC",
+    "COPY_DST",
+    "INDEX",
+    "VERTEX",
+    "UNIFORM",
+    "STORAGE",
+    "INDIRECT",
+    "QUERY_RESOLVE",
+)
+NP_VIEWS = {
+    "f32": np.float32,
+    "u32": np.uint32,
+    "i32": np.int32,
+    "f64": np.float64,
+    "u8": np.uint8,
+    "i8": np.int8,
+    "u16": np.uint16,
+    "i16": np.int16,
+}
+
+
+class TracedBuffer(TypedDict):
+    name: str
+    size: int  # bytes
+    usage: list[str]  # GPUBufferUsage flag names
+    mapped_at_creation: bool
+    line: int | None
+
+
+class TracedWrite(TypedDict):
+    """queue.writeBuffer, or the bytes a program put in a mapped range before unmap()."""
+
+    buffer: str
+    offset: int
+    size: int
+    dtype: str  # the TypedArray the program passed ("f32", "u32", ...), "bytes" otherwise
+    values: list[Any]  # the first MAX_VALUES values, read as dtype (bytes as u8)
+    line: int | None
+
+
+class TracedModule(TypedDict):
+    name: str  # label, or "module N"
+    bytes: int
+    line: int | None
+
+
+class TracedPipeline(TypedDict):
+    name: str
+    module: str
+    entry_point: str
+    layout: str  # "auto", or the pipeline layout's label
+    line: int | None
+
+
+class TracedBinding(TypedDict):
+    binding: int
+    buffer: str
+    offset: int
+    size: int | None  # None: the rest of the buffer
+
+
+class TracedBindGroup(TypedDict):
+    name: str
+    entries: list[TracedBinding]
+    line: int | None
+
+
+class TracedDispatch(TypedDict):
+    pipeline: str
+    bind_groups: dict[str, str]  # group index -> bind group name
+    workgroups: list[int]  # x, y, z
+    line: int | None
+
+
+class TracedPass(TypedDict):
+    name: str
+    dispatches: list[TracedDispatch]
+    line: int | None
+
+
+class TracedCopy(TypedDict):
+    source: str
+    source_offset: int
+    destination: str
+    destination_offset: int
+    size: int
+    line: int | None
+
+
+class TracedReadback(TypedDict):
+    """A mapAsync(READ) that resolved: what the program could see."""
+
+    buffer: str
+    source: str  # the buffer last copied into it, "" when none
+    offset: int
+    size: int
+    dtype: str  # how the program viewed the range; "f32" assumed when it did not
+    values: list[Any]
+    line: int | None
+
+
+class Trace(TypedDict):
+    buffers: list[TracedBuffer]
+    writes: list[TracedWrite]
+    modules: list[TracedModule]
+    pipelines: list[TracedPipeline]
+    bind_groups: list[TracedBindGroup]
+    passes: list[TracedPass]
+    copies: list[TracedCopy]
+    readbacks: list[TracedReadback]
+    submits: int
+    dropped: dict[str, int]
+
+
+def new_trace() -> Trace:
+    return {
+        "buffers": [],
+        "writes": [],
+        "modules": [],
+        "pipelines": [],
+        "bind_groups": [],
+        "passes": [],
+        "copies": [],
+        "readbacks": [],
+        "submits": 0,
+        "dropped": {},
+    }
+
+
+def append(trace: Trace, key: str, entry: Any) -> None:
+    """Add entry to the list trace[key] unless it is full (then count it as dropped)."""
+    entries = trace[key]  # type: ignore[literal-required]
+    if len(entries) < MAX_ENTRIES:
+        entries.append(entry)
+    else:
+        trace["dropped"][key] = trace["dropped"].get(key, 0) + 1
+
+
+def usage_names(usage: int) -> list[str]:
+    return [name for bit, name in enumerate(USAGE_NAMES) if usage & (1 << bit)]
+
+
+def values_of(data: bytes, dtype: str) -> list[Any]:
+    """The first MAX_VALUES values of data read as dtype, as JSON numbers."""
+    np_type = NP_VIEWS.get(dtype, np.uint8)
+    itemsize = np.dtype(np_type).itemsize
+    count = min(len(data) // itemsize, MAX_VALUES)
+    array = np.frombuffer(data, dtype=np_type, count=count)
+    if array.dtype.kind == "f":
+        return [json_number(float(v)) for v in array]
+    return [int(v) for v in array]
