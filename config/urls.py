@@ -1,14 +1,13 @@
 from django.contrib import admin
 from django.urls import include, path
 
-from config import views
-from tutor import views as tutor_views
+from config import accounts, views
 
 urlpatterns = [
     path("", include("sessions.urls")),
     path("", include("kernels.urls")),
-    path("accounts/signup/", tutor_views.signup, name="signup"),
-    path("accounts/login/", tutor_views.signin, name="login"),
+    path("accounts/signup/", accounts.signup, name="signup"),
+    path("accounts/login/", accounts.signin, name="login"),
     path("accounts/", include("django.contrib.auth.urls")),
     path("tutor/", include("tutor.urls")),
     path("admin/", admin.site.urls),
