@@ -11,6 +11,7 @@ call that fails (the one a browser's console would point at).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,13 +19,12 @@ from typing import Any
 import numpy as np
 
 from kernels.engine.device import Environment, import_wgpu
+from kernels.engine.host import trace as traces
+from kernels.engine.host.trace import Trace
 from kernels.engine.limits import Limits
 from kernels.engine.naga import clean_wgpu_error, compile_message, parse_compile_error
 from kernels.engine.outcome import CompileError
 from kernels.engine.wgsl import workgroup_size
-
-from . import trace as traces
-from .trace import Trace
 
 # The bits a never-written cell keeps in the diagnostic run: compare.SENTINEL_BITS["f32"],
 # a quiet NaN with a payload that arithmetic does not produce.
@@ -33,6 +33,11 @@ STORAGE = 0x80
 MAP_READ, MAP_WRITE = 0x1, 0x2
 MAX_CALLS = 100_000
 BISECT_UP_TO = 2000
+# How far above the line QuickJS reports for a call (where its last argument ends) to look
+# for the line where the call begins, which is the line a reader looks for.
+CALL_SPAN_LINES = 40
+# The JavaScript method behind a recorded entry, where the names differ.
+METHODS = {"endPass": "end", "destroyBuffer": "destroy", "destroyDevice": "destroy"}
 
 CALLS = {
     "createBuffer": "device.createBuffer",
@@ -116,7 +121,9 @@ class Timeline:
         limits: Limits,
         files: Mapping[str, bytes],
         sentinel: bool,
+        source: str = "",
     ) -> None:
+        self.lines = source.splitlines()
         self.device = device
         self.env = env
         self.limits = limits
@@ -143,9 +150,12 @@ class Timeline:
         """Replay one entry; for a request, the answer: a dict, or (dict, bytes)."""
         self.calls += 1
         if self.calls > MAX_CALLS:
-            raise HostError("limit", f"The program made more than {MAX_CALLS:,} WebGPU calls.", entry)
+            raise HostError(
+                "limit", f"The program made more than {MAX_CALLS:,} WebGPU calls.", entry
+            )
         wgpu = import_wgpu()
         op = entry["op"]
+        entry["line"] = call_start(self.lines, entry.get("line"), METHODS.get(op, op))
         try:
             if op in ENCODER_OPS:
                 return self.encode_call(entry)
@@ -181,7 +191,12 @@ class Timeline:
         return {}
 
     def op_onSubmittedWorkDone(self, entry: dict, blob: Callable) -> dict:
-        self.device.queue.on_submitted_work_done_sync()
+        # wgpu-py 0.32's on_submitted_work_done fails in cffi (a callback signature from
+        # an older wgpu-native); mapping a buffer waits for the same submitted work.
+        wgpu = import_wgpu()
+        fence = self.device.create_buffer(size=4, usage=wgpu.BufferUsage.MAP_READ)
+        fence.map_sync(wgpu.MapMode.READ)
+        fence.destroy()
         return {}
 
     def op_destroyDevice(self, entry: dict, blob: Callable) -> None:
@@ -374,7 +389,9 @@ class Timeline:
     def op_getBindGroupLayout(self, entry: dict, blob: Callable) -> None:
         pipeline = self.objects[entry["pipeline"]]
         self.objects[entry["id"]] = pipeline.get_bind_group_layout(entry["index"])
-        self.names[entry["id"]] = f"{self.names[entry['pipeline']]}.getBindGroupLayout({entry['index']})"
+        self.names[entry["id"]] = (
+            f"{self.names[entry['pipeline']]}.getBindGroupLayout({entry['index']})"
+        )
 
     def op_createBindGroupLayout(self, entry: dict, blob: Callable) -> None:
         entries = [
@@ -390,7 +407,9 @@ class Timeline:
             for e in entry["entries"]
         ]
         name = self.name(entry, "bind group layout")
-        self.objects[entry["id"]] = self.device.create_bind_group_layout(label=name, entries=entries)
+        self.objects[entry["id"]] = self.device.create_bind_group_layout(
+            label=name, entries=entries
+        )
         self.names[entry["id"]] = name
 
     def op_createPipelineLayout(self, entry: dict, blob: Callable) -> None:
@@ -590,6 +609,17 @@ def encode(encoder: Encoder, entry: dict, objects: Mapping[int, Any]) -> Any:
     return None
 
 
+def call_start(lines: list[str], line: int | None, method: str) -> int | None:
+    """The line where the call to method that QuickJS reports at line begins."""
+    if line is None or not 1 <= line <= len(lines):
+        return line
+    call = re.compile(rf"\b{re.escape(method)}\s*\(")
+    for number in range(line, max(0, line - CALL_SPAN_LINES), -1):
+        if call.search(lines[number - 1]):
+            return number
+    return line
+
+
 def attached_name(url: str, files: Mapping[str, bytes]) -> str | None:
     """The attached file a program's relative URL names, or None (anything with a scheme,
     or a name that is not attached, fails as fetch does offline)."""
@@ -616,7 +646,5 @@ def _itemsize(dtype: str) -> int:
 
 def _only_entry_point(source: str) -> str:
     """The name of a module's compute entry point, for a pipeline that names none."""
-    import re
-
     match = re.search(r"@compute[^{]*?fn\s+(\w+)", source)
     return match.group(1) if match else ""

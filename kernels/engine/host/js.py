@@ -26,6 +26,10 @@ SHIM = (Path(__file__).parent / "shim.js").read_text()
 # line after this prefix, which is how the shim tells program frames from its own.
 PROGRAM_PREFIX = "__host.start({offset}, async () => {{\n"
 PROGRAM_SUFFIX = "\n});\n"
+# Calls that run only the shim's own code (reading the record, settling promises) get this
+# long whatever the deadline, so what the program did is read even after it timed out.
+BOOKKEEPING_SECONDS = 10.0
+GRACE_SECONDS = 0.25
 
 HEX_DIGITS = np.zeros(256, dtype=np.uint8)
 for _i, _c in enumerate(b"0123456789abcdef"):
@@ -82,23 +86,31 @@ class Script:
         self._enter(lambda: self.context.eval(self.text))
 
     def run_jobs(self) -> None:
-        """Run the promise jobs that are ready (the program's continuations)."""
-        while self._enter(self.context.execute_pending_job):
-            pass
+        """Run the promise jobs that are ready (the program's continuations).
+
+        A job interrupted at the deadline rejects the program's promise, with the line it
+        was running, in jobs that run after it: those get a short grace, so take() can read
+        where the program was.
+        """
+        while time.monotonic() < self.deadline:
+            if not self._enter(self.context.execute_pending_job):
+                return
+        grace_ends = time.monotonic() + GRACE_SECONDS
+        while (left := grace_ends - time.monotonic()) > 0:
+            if not self._enter(self.context.execute_pending_job, left):
+                return
 
     def run_timer(self) -> bool:
         return bool(self._enter(lambda: self.context.eval("__host.runTimer()")))
 
     def take(self) -> Taken:
-        taken = json.loads(self._enter(lambda: self.context.eval("__host.take()")))
-        return Taken(**taken)
+        return Taken(**json.loads(self._shim("__host.take()")))
 
     def blob(self, index: int) -> bytes:
-        text = self._enter(lambda: self.context.eval(f"__host.blob({int(index)})"))
-        return unescape_latin1(text)
+        return unescape_latin1(self._shim(f"__host.blob({int(index)})"))
 
     def drop_blobs(self) -> None:
-        self._enter(lambda: self.context.eval("__host.dropBlobs()"))
+        self._shim("__host.dropBlobs()")
 
     def answer(self, request: int, answer: dict[str, Any], data: bytes | None = None) -> None:
         self.context.set("__answer", json.dumps(answer, allow_nan=False))
@@ -107,14 +119,16 @@ class Script:
         else:
             self.context.set("__words", uint32_words(data))
             code = f"__host.answer({int(request)}, __answer, __words)"
-        self._enter(lambda: self.context.eval(code))
+        self._shim(code)
 
     def console(self) -> dict[str, Any]:
-        self.context.set_time_limit(-1)
-        return json.loads(self.context.eval("__host.console()"))
+        return json.loads(self._shim("__host.console()"))
 
-    def _enter(self, call: Any) -> Any:
-        left = self.deadline - time.monotonic()
+    def _shim(self, code: str) -> Any:
+        return self._enter(lambda: self.context.eval(code), BOOKKEEPING_SECONDS)
+
+    def _enter(self, call: Any, seconds: float | None = None) -> Any:
+        left = self.deadline - time.monotonic() if seconds is None else seconds
         if left <= 0:
             raise Interrupted(None)
         # QuickJS measures this limit in process CPU time (clock()): a loop spinning on one

@@ -20,12 +20,11 @@ import numpy as np
 from kernels.engine.compare import SENTINEL_BITS, compare_output, no_reference_message, verdict
 from kernels.engine.device import Environment
 from kernels.engine.harness import Buffer
-from kernels.engine.limits import DEFAULT_LIMITS, MiB, Limits
+from kernels.engine.host.gpu import SENTINEL_WORD, HostError, Readback, Timeline
+from kernels.engine.host.js import Interrupted, OutOfMemory, Script, ScriptError
+from kernels.engine.host.trace import NP_VIEWS, Trace
+from kernels.engine.limits import DEFAULT_LIMITS, Limits, MiB
 from kernels.engine.outcome import CompileError, Outcome, Status
-
-from .gpu import SENTINEL_WORD, HostError, Readback, Timeline
-from .js import Interrupted, OutOfMemory, Script, ScriptError
-from .trace import NP_VIEWS, Trace
 
 JS_HEAP_BYTES = 256 * MiB
 COMPARABLE = ("f32", "u32", "i32")
@@ -97,7 +96,7 @@ def run_program(
     """
     started = time.perf_counter()
     deadline = time.monotonic() + 10.0 if deadline is None else deadline
-    timeline = Timeline(device, env, limits, files or {}, sentinel)
+    timeline = Timeline(device, env, limits, files or {}, sentinel, source)
     script = Script(source, deadline, heap_bytes)
     result = ProgramResult(trace=timeline.trace)
     try:
@@ -141,22 +140,37 @@ def _drive(script: Script, timeline: Timeline) -> ProgramError | None:
     except HostError as e:
         return _host_error(e)
     except Interrupted as e:
-        where = f" at line {e.line}" if e.line else ""
-        return _error("timeout", f"The program was still running{where} at its deadline.", e.line)
+        return _timed_out(e.line)
     except OutOfMemory as e:
-        where = f" at line {e.line}" if e.line else ""
-        return _error(
-            "memory", f"The program ran out of JavaScript memory{where}.", e.line, "out of memory"
-        )
+        return _out_of_memory(e.line)
     except ScriptError as e:
         kind = "syntax" if e.name == "SyntaxError" else "javascript"
-        return _error(kind, _js_message(e.name, e.message, e.line), e.line, f"{e.name}: {e.message}")
+        return _error(
+            kind, _js_message(e.name, e.message, e.line), e.line, f"{e.name}: {e.message}"
+        )
 
 
 def _thrown(error: dict[str, Any]) -> ProgramError:
+    """The error that ended the program's promise. QuickJS's interrupt and out-of-memory
+    errors end up here too: an async function turns them into its rejection."""
     name, message, line = error.get("name", "Error"), error.get("message", ""), error.get("line")
+    if (name, message) == ("InternalError", "interrupted"):
+        return _timed_out(line)
+    if (name, message) == ("InternalError", "out of memory"):
+        return _out_of_memory(line)
     kind = "unsupported" if name == "NotSupportedError" else "javascript"
     return _error(kind, _js_message(name, message, line), line, error.get("stack", ""))
+
+
+def _timed_out(line: int | None) -> ProgramError:
+    where = f" at line {line}" if line else ""
+    return _error("timeout", f"The program was still running{where} at its deadline.", line)
+
+
+def _out_of_memory(line: int | None) -> ProgramError:
+    where = f" at line {line}" if line else ""
+    message = f"The program ran out of JavaScript memory{where}."
+    return _error("memory", message, line, "out of memory")
 
 
 def _stuck(taken: Any) -> ProgramError:
@@ -183,7 +197,9 @@ def _js_message(name: str, message: str, line: int | None) -> str:
     return f"{where}: {name}: {message}"
 
 
-def _error(kind: str, message: str, line: int | None, detail: str = "", call: str = "") -> ProgramError:
+def _error(
+    kind: str, message: str, line: int | None, detail: str = "", call: str = ""
+) -> ProgramError:
     return {"kind": kind, "message": message, "line": line, "call": call, "detail": detail}
 
 

@@ -14,6 +14,10 @@
   const MAX_LINE_CHARS = 2000;
   const MAX_TIMERS = 10000;
 
+  // The shim's own typed arrays, made before the program's constructors are wrapped below.
+  const U8 = Uint8Array;
+  const U32 = Uint32Array;
+
   const host = {
     offset: 0, // lines before the program's first line in this script
     nextId: 1,
@@ -74,10 +78,17 @@
     return host.blobs.length - 1;
   }
 
+  // A promise Python settles. A rejection carries the line of the call that made the
+  // request: its own stack holds only the shim's frames.
   function request(op, fields) {
     const id = host.nextId++;
-    push(op, Object.assign({ request: id }, fields));
-    return new Promise((resolve, reject) => host.pending.set(id, { resolve, reject }));
+    const entry = push(op, Object.assign({ request: id }, fields));
+    return new Promise((resolve, reject) => host.pending.set(id, { resolve, reject, line: entry.line }));
+  }
+
+  function rejection(error, line) {
+    error.programLine = line;
+    return error;
   }
 
   function idOf(object, what) {
@@ -106,10 +117,10 @@
     let view;
     let unit = 1;
     if (data instanceof ArrayBuffer) {
-      view = new Uint8Array(data);
+      view = new U8(data);
     } else if (ArrayBuffer.isView(data)) {
       unit = data instanceof DataView ? 1 : data.BYTES_PER_ELEMENT;
-      view = new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+      view = new U8(data.buffer, data.byteOffset, data.byteLength);
     } else {
       throw new TypeError(`${what}: data must be an ArrayBuffer, a TypedArray or a DataView`);
     }
@@ -227,20 +238,21 @@
       this.usage = descriptor.usage;
       this.mapState = descriptor.mappedAtCreation ? "mapped" : "unmapped";
       this.__ranges = [];
-      this.__mapping = descriptor.mappedAtCreation ? { offset: 0, bytes: new Uint8Array(this.size), write: true } : null;
+      this.__mapping = descriptor.mappedAtCreation ? { offset: 0, bytes: new U8(this.size), write: true } : null;
     }
 
     mapAsync(mode, offset, size) {
       const start = offset || 0;
       const length = size === undefined ? this.size - start : size;
       if (this.mapState !== "unmapped") {
-        return Promise.reject(webgpuError("OperationError", `mapAsync: buffer '${this.label}' is already ${this.mapState}`));
+        const error = webgpuError("OperationError", `mapAsync: buffer '${this.label}' is already ${this.mapState}`);
+        return Promise.reject(rejection(error, callLine()));
       }
       this.mapState = "pending";
       return request("mapAsync", { buffer: this.__id, mode: mode, offset: start, size: length }).then(
         (answer) => {
           this.mapState = "mapped";
-          this.__mapping = { offset: start, bytes: new Uint8Array(answer.data), write: (mode & GPUMapMode.WRITE) !== 0 };
+          this.__mapping = { offset: start, bytes: new U8(answer.data), write: (mode & GPUMapMode.WRITE) !== 0 };
         }
       );
     }
@@ -266,7 +278,7 @@
       const ranges = [];
       if (mapping && mapping.write) {
         for (const range of this.__ranges) {
-          ranges.push({ offset: range.offset, blob: blob(new Uint8Array(range.buffer).slice()) });
+          ranges.push({ offset: range.offset, blob: blob(new U8(range.buffer).slice()) });
         }
       }
       push("unmap", { buffer: this.__id, ranges: ranges });
@@ -588,7 +600,7 @@
     }
 
     text() {
-      const bytes = new Uint8Array(this.__bytes);
+      const bytes = new U8(this.__bytes);
       let text = "";
       for (let i = 0; i < bytes.length; i += 8192) {
         text += String.fromCharCode.apply(null, bytes.subarray(i, i + 8192));
@@ -603,10 +615,7 @@
 
   function fetch(resource) {
     const url = typeof resource === "string" ? resource : resource && resource.url;
-    return request("fetch", { url: String(url) }).then((answer) => {
-      if (answer.failed) throw new TypeError("Failed to fetch");
-      return new Response(answer);
-    });
+    return request("fetch", { url: String(url) }).then((answer) => new Response(answer));
   }
 
   // -- timers: run in order as soon as the program waits, with no real delay --------------------
@@ -680,9 +689,9 @@
       const waiting = host.pending.get(id);
       host.pending.delete(id);
       if (words !== undefined) {
-        answer.data = sliceBuffer.call(new Uint32Array(JSON.parse(words)).buffer, 0, answer.size);
+        answer.data = sliceBuffer.call(new U32(JSON.parse(words)).buffer, 0, answer.size);
       }
-      if (answer.error) waiting.reject(webgpuError(answer.error.name, answer.error.message));
+      if (answer.failed) waiting.reject(rejection(new TypeError("Failed to fetch"), waiting.line));
       else waiting.resolve(answer);
     },
 
@@ -707,7 +716,8 @@
 
   function describe(error) {
     if (error instanceof Error) {
-      return { name: error.name, message: error.message, line: programLine(error.stack), stack: String(error.stack || "") };
+      const line = error.programLine !== undefined ? error.programLine : programLine(error.stack);
+      return { name: error.name, message: error.message, line: line, stack: String(error.stack || "") };
     }
     return { name: "Error", message: `Uncaught ${show(error, 0)}`, line: null, stack: "" };
   }
