@@ -13,13 +13,14 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from kernels.engine.device import Environment, import_wgpu
 from kernels.engine.host import trace as traces
+from kernels.engine.host.encoder import ENCODER_OPS, Encoder, encode, first_failing
 from kernels.engine.host.trace import Trace
 from kernels.engine.limits import Limits
 from kernels.engine.naga import clean_wgpu_error, compile_message, parse_compile_error
@@ -32,7 +33,6 @@ SENTINEL_WORD = 0x7FC0DEAD
 STORAGE = 0x80
 MAP_READ, MAP_WRITE = 0x1, 0x2
 MAX_CALLS = 100_000
-BISECT_UP_TO = 2000
 # How far above the line QuickJS reports for a call (where its last argument ends) to look
 # for the line where the call begins, which is the line a reader looks for.
 CALL_SPAN_LINES = 40
@@ -99,16 +99,6 @@ class Readback:
     dtype: str
     viewed: bool
     line: int | None
-
-
-@dataclass
-class Encoder:
-    gpu: Any
-    entries: list[dict[str, Any]] = field(default_factory=list)
-    compute_pass: Any = None
-    traced_pass: Any = None
-    pipeline: str = ""
-    bind_groups: dict[str, str] = field(default_factory=dict)
 
 
 class Timeline:
@@ -460,7 +450,7 @@ class Timeline:
         try:
             done = encode(encoder, entry, self.objects)
         except wgpu.GPUValidationError as e:
-            culprit = self.culprit(encoder.entries) or entry
+            culprit = first_failing(self.device, encoder.entries, self.objects) or entry
             text = clean_wgpu_error(str(e))
             raise HostError("validation", text, culprit, str(e)) from None
         if entry["op"] == "finish":
@@ -492,22 +482,6 @@ class Timeline:
                 f"limit of {self.limits.max_invocations:,}.",
                 entry,
             )
-
-    def culprit(self, entries: list[dict]) -> dict | None:
-        """The first of an encoder's calls whose prefix no longer encodes and finishes."""
-        wgpu = import_wgpu()
-        for end in range(1, min(len(entries), BISECT_UP_TO) + 1):
-            trial = Encoder(self.device.create_command_encoder(label="bisect"))
-            try:
-                for entry in entries[:end]:
-                    if entry["op"] != "finish":
-                        encode(trial, entry, self.objects)
-                if trial.compute_pass is not None:
-                    trial.compute_pass.end()
-                trial.gpu.finish()
-            except wgpu.GPUValidationError:
-                return entries[end - 1]
-        return None
 
     def trace_call(self, encoder: Encoder, entry: dict) -> None:
         op = entry["op"]
@@ -565,48 +539,6 @@ class Timeline:
     def name(self, entry: dict, kind: str) -> str:
         self.counts[kind] = self.counts.get(kind, 0) + 1
         return entry.get("label") or f"{kind} {self.counts[kind]}"
-
-
-ENCODER_OPS = {
-    "beginComputePass",
-    "setPipeline",
-    "setBindGroup",
-    "dispatchWorkgroups",
-    "endPass",
-    "copyBufferToBuffer",
-    "clearBuffer",
-    "finish",
-}
-
-
-def encode(encoder: Encoder, entry: dict, objects: Mapping[int, Any]) -> Any:
-    """One recorded encoder call on a wgpu-py encoder; finish returns the command buffer."""
-    op = entry["op"]
-    if op == "beginComputePass":
-        encoder.compute_pass = encoder.gpu.begin_compute_pass(label=entry["label"])
-    elif op == "setPipeline":
-        encoder.compute_pass.set_pipeline(objects[entry["pipeline"]])
-    elif op == "setBindGroup":
-        group = objects[entry["group"]] if entry["group"] is not None else None
-        encoder.compute_pass.set_bind_group(entry["index"], group, entry["offsets"])
-    elif op == "dispatchWorkgroups":
-        encoder.compute_pass.dispatch_workgroups(*entry["workgroups"])
-    elif op == "endPass":
-        encoder.compute_pass.end()
-        encoder.compute_pass = None
-    elif op == "copyBufferToBuffer":
-        encoder.gpu.copy_buffer_to_buffer(
-            objects[entry["source"]],
-            entry["sourceOffset"],
-            objects[entry["destination"]],
-            entry["destinationOffset"],
-            entry["size"],
-        )
-    elif op == "clearBuffer":
-        encoder.gpu.clear_buffer(objects[entry["buffer"]], entry["offset"], entry["size"])
-    elif op == "finish":
-        return encoder.gpu.finish()
-    return None
 
 
 def call_start(lines: list[str], line: int | None, method: str) -> int | None:

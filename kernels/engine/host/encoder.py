@@ -1,0 +1,84 @@
+"""Command encoders: a recorded encoder call on wgpu-py, and finding the call at fault.
+
+wgpu-py reports an encoder's validation errors at finish(), for the whole encoder; the call
+a browser's console would point at is found by encoding the calls again, one prefix at a
+time, until a prefix fails.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kernels.engine.device import import_wgpu
+
+MAX_PREFIXES = 2000
+
+ENCODER_OPS = {
+    "beginComputePass",
+    "setPipeline",
+    "setBindGroup",
+    "dispatchWorkgroups",
+    "endPass",
+    "copyBufferToBuffer",
+    "clearBuffer",
+    "finish",
+}
+
+
+@dataclass
+class Encoder:
+    gpu: Any
+    entries: list[dict[str, Any]] = field(default_factory=list)
+    compute_pass: Any = None
+    traced_pass: Any = None
+    pipeline: str = ""
+    bind_groups: dict[str, str] = field(default_factory=dict)
+
+
+def encode(encoder: Encoder, entry: dict, objects: Mapping[int, Any]) -> Any:
+    """One recorded encoder call on a wgpu-py encoder; finish returns the command buffer."""
+    op = entry["op"]
+    if op == "beginComputePass":
+        encoder.compute_pass = encoder.gpu.begin_compute_pass(label=entry["label"])
+    elif op == "setPipeline":
+        encoder.compute_pass.set_pipeline(objects[entry["pipeline"]])
+    elif op == "setBindGroup":
+        group = objects[entry["group"]] if entry["group"] is not None else None
+        encoder.compute_pass.set_bind_group(entry["index"], group, entry["offsets"])
+    elif op == "dispatchWorkgroups":
+        encoder.compute_pass.dispatch_workgroups(*entry["workgroups"])
+    elif op == "endPass":
+        encoder.compute_pass.end()
+        encoder.compute_pass = None
+    elif op == "copyBufferToBuffer":
+        encoder.gpu.copy_buffer_to_buffer(
+            objects[entry["source"]],
+            entry["sourceOffset"],
+            objects[entry["destination"]],
+            entry["destinationOffset"],
+            entry["size"],
+        )
+    elif op == "clearBuffer":
+        encoder.gpu.clear_buffer(objects[entry["buffer"]], entry["offset"], entry["size"])
+    elif op == "finish":
+        return encoder.gpu.finish()
+    return None
+
+
+def first_failing(device: Any, entries: list[dict], objects: Mapping[int, Any]) -> dict | None:
+    """The first of an encoder's calls whose prefix no longer encodes and finishes."""
+    wgpu = import_wgpu()
+    for end in range(1, min(len(entries), MAX_PREFIXES) + 1):
+        trial = Encoder(device.create_command_encoder(label="prefix"))
+        try:
+            for entry in entries[:end]:
+                if entry["op"] != "finish":
+                    encode(trial, entry, objects)
+            if trial.compute_pass is not None:
+                trial.compute_pass.end()
+            trial.gpu.finish()
+        except wgpu.GPUValidationError:
+            return entries[end - 1]
+    return None
