@@ -3,6 +3,7 @@ wgpu device (llvmpipe here). No database."""
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 
@@ -16,6 +17,7 @@ from kernels.engine.host.program import (
     program_outcome,
     replay_program,
     run_program,
+    run_program_job,
 )
 from kernels.engine.host.trace import MAX_ENTRIES
 
@@ -552,3 +554,26 @@ def test_the_trace_is_bounded(run):
 
     assert len(trace["writes"]) == MAX_ENTRIES
     assert trace["dropped"] == {"writes": 50}
+
+
+def test_a_worker_job_of_kind_program_round_trips_through_json(gpu):
+    device, env = gpu
+    job = json.loads(
+        json.dumps(
+            {
+                "kind": "program",
+                "source": 'const w = new Float32Array(await (await fetch("w.bin")).arrayBuffer());\n'
+                + VECTOR_ADD.replace("(_, i) => i)", "(_, i) => i * w[0])"),
+                "files": {"w.bin": base64.b64encode(np.float32([1]).tobytes()).decode()},
+                "expected": [list(range(0, 3000, 3))],
+                "tolerance": {"atol": 1e-5, "rtol": 1e-5},
+                "limits": {"max_total_bytes": 1 << 20},
+                "deadline_s": 5,
+            }
+        )
+    )
+
+    outcome = run_program_job(device, env, job)
+
+    assert outcome["status"] == "passed", outcome["message"]
+    json.dumps(outcome, allow_nan=False)

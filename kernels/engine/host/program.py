@@ -10,6 +10,7 @@ buffers, so a correct program computes what it computes in a browser).
 
 from __future__ import annotations
 
+import base64
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -333,3 +334,40 @@ def replay_program(
     if diagnostic.error is not None:
         return outcome
     return program_outcome(result, env, expected, atol, rtol, sentinel=diagnostic)
+
+
+# Seconds a program job may run when the job does not say: under the pool's default
+# deadline (10 s), so the program's own interrupt, which names the line, comes first.
+JOB_SECONDS = 8.0
+
+
+def run_program_job(device: Any, env: Environment, job: Mapping[str, Any]) -> Outcome:
+    """A worker job of kind "program" (kernels/engine/worker.py):
+
+        {"kind": "program", "source": str, "files": {name: base64} | null,
+         "expected": [list of numbers | null, ...] | null  (one per readback, in order),
+         "tolerance": {"atol": float, "rtol": float} | null, "limits": {...} | null,
+         "deadline_s": float | null}
+
+    Raises ValueError for a malformed job (invalid limits, files that are not base64).
+    """
+    limits = Limits.from_dict(job.get("limits") or {})
+    attached = job.get("files") or {}
+    files = {name: base64.b64decode(data, validate=True) for name, data in attached.items()}
+    expected = job.get("expected")
+    wanted = None
+    if expected is not None:
+        wanted = [None if v is None else np.array(v, dtype=np.float64) for v in expected]
+    tolerance = job.get("tolerance") or {}
+    deadline = time.monotonic() + float(job.get("deadline_s") or JOB_SECONDS)
+    return replay_program(
+        device,
+        env,
+        job["source"],
+        files,
+        limits,
+        deadline,
+        wanted,
+        atol=float(tolerance.get("atol", 1e-5)),
+        rtol=float(tolerance.get("rtol", 1e-5)),
+    )
