@@ -34,10 +34,10 @@ class Encoder:
     compute_pass: Any = None
     traced_pass: Any = None
     pipeline: str = ""
-    bind_groups: dict[str, str] = field(default_factory=dict)
+    bind_groups: dict[str, str] = field(default_factory=dict[str, Any])
 
 
-def encode(encoder: Encoder, entry: dict, objects: Mapping[int, Any]) -> Any:
+def encode(encoder: Encoder, entry: dict[str, Any], objects: Mapping[int, Any]) -> Any:
     """One recorded encoder call on a wgpu-py encoder; finish returns the command buffer."""
     op = entry["op"]
     if op == "beginComputePass":
@@ -67,7 +67,9 @@ def encode(encoder: Encoder, entry: dict, objects: Mapping[int, Any]) -> Any:
     return None
 
 
-def first_failing(device: Any, entries: list[dict], objects: Mapping[int, Any]) -> dict | None:
+def first_failing(
+    device: Any, entries: list[dict[str, Any]], objects: Mapping[int, Any]
+) -> dict[str, Any] | None:
     """The first of an encoder's calls whose prefix no longer encodes and finishes."""
     wgpu = import_wgpu()
     for end in range(1, min(len(entries), MAX_PREFIXES) + 1):

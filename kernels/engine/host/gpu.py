@@ -37,7 +37,9 @@ MAX_CALLS = 100_000
 # for the line where the call begins, which is the line a reader looks for.
 CALL_SPAN_LINES = 40
 # The JavaScript method behind a recorded entry, where the names differ.
-METHODS = {"endPass": "end", "destroyBuffer": "destroy", "destroyDevice": "destroy"}
+Entry = dict[str, Any]  # one recorded call, as the shim wrote it
+Blob = Callable[[int], bytes]  # reads the bytes a call handed over, by index
+METHODS: dict[str, str] = {"endPass": "end", "destroyBuffer": "destroy", "destroyDevice": "destroy"}
 
 CALLS = {
     "createBuffer": "device.createBuffer",
@@ -136,15 +138,15 @@ class Timeline:
         self.readbacks: list[Readback] = []
         self.trace: Trace = traces.new_trace()
 
-    def apply(self, entry: dict[str, Any], blob: Callable[[int], bytes]) -> Any:
-        """Replay one entry; for a request, the answer: a dict, or (dict, bytes)."""
+    def apply(self, entry: Entry, blob: Blob) -> Any:
+        """Replay one entry; for a request, the answer: a dict, or a dict and bytes."""
         self.calls += 1
         if self.calls > MAX_CALLS:
             raise HostError(
                 "limit", f"The program made more than {MAX_CALLS:,} WebGPU calls.", entry
             )
         wgpu = import_wgpu()
-        op = entry["op"]
+        op: str = entry["op"]
         entry["line"] = call_start(self.lines, entry.get("line"), METHODS.get(op, op))
         try:
             if op in ENCODER_OPS:
@@ -161,13 +163,13 @@ class Timeline:
 
     # -- adapter, device --------------------------------------------------------------------
 
-    def op_requestAdapter(self, entry: dict, blob: Callable) -> dict:
+    def op_requestAdapter(self, entry: Entry, blob: Blob) -> dict[str, Any]:
         return self.device_answer()
 
-    def op_requestDevice(self, entry: dict, blob: Callable) -> dict:
+    def op_requestDevice(self, entry: Entry, blob: Blob) -> dict[str, Any]:
         return self.device_answer()
 
-    def device_answer(self) -> dict:
+    def device_answer(self) -> dict[str, Any]:
         limits = {_camel(k): v for k, v in self.device.limits.items()}
         info = {
             "vendor": self.env.adapter,
@@ -177,10 +179,10 @@ class Timeline:
         }
         return {"features": sorted(self.device.features), "limits": limits, "info": info}
 
-    def op_popErrorScope(self, entry: dict, blob: Callable) -> dict:
+    def op_popErrorScope(self, entry: Entry, blob: Blob) -> dict[str, Any]:
         return {}
 
-    def op_onSubmittedWorkDone(self, entry: dict, blob: Callable) -> dict:
+    def op_onSubmittedWorkDone(self, entry: Entry, blob: Blob) -> dict[str, Any]:
         # wgpu-py 0.32's on_submitted_work_done fails in cffi (a callback signature from
         # an older wgpu-native); mapping a buffer waits for the same submitted work.
         wgpu = import_wgpu()
@@ -189,12 +191,12 @@ class Timeline:
         fence.destroy()
         return {}
 
-    def op_destroyDevice(self, entry: dict, blob: Callable) -> None:
+    def op_destroyDevice(self, entry: Entry, blob: Blob) -> None:
         return None
 
     # -- buffers ----------------------------------------------------------------------------
 
-    def op_createBuffer(self, entry: dict, blob: Callable) -> None:
+    def op_createBuffer(self, entry: Entry, blob: Blob) -> None:
         size, usage = entry["size"], entry["usage"]
         name = self.name(entry, "buffer")
         if isinstance(size, int) and size > self.limits.max_buffer_bytes:
@@ -235,12 +237,12 @@ class Timeline:
             },
         )
 
-    def op_writeBuffer(self, entry: dict, blob: Callable) -> None:
+    def op_writeBuffer(self, entry: Entry, blob: Blob) -> None:
         data = blob(entry["blob"])
         self.device.queue.write_buffer(self.objects[entry["buffer"]], entry["offset"], data)
         self.trace_write(entry, entry["buffer"], entry["offset"], data, entry["dtype"])
 
-    def trace_write(self, entry: dict, buffer: int, offset: int, data: bytes, dtype: str) -> None:
+    def trace_write(self, entry: Entry, buffer: int, offset: int, data: bytes, dtype: str) -> None:
         traces.append(
             self.trace,
             "writes",
@@ -254,7 +256,7 @@ class Timeline:
             },
         )
 
-    def op_unmap(self, entry: dict, blob: Callable) -> None:
+    def op_unmap(self, entry: Entry, blob: Blob) -> None:
         buf = self.objects[entry["buffer"]]
         for mapped in entry["ranges"]:
             data = blob(mapped["blob"])
@@ -263,12 +265,12 @@ class Timeline:
             self.trace_write(entry, entry["buffer"], mapped["offset"], data, dtype)
         buf.unmap()
 
-    def op_destroyBuffer(self, entry: dict, blob: Callable) -> None:
+    def op_destroyBuffer(self, entry: Entry, blob: Blob) -> None:
         self.objects[entry["buffer"]].destroy()
         self.live_bytes -= self.sizes[entry["buffer"]]
         self.sizes[entry["buffer"]] = 0
 
-    def op_mapAsync(self, entry: dict, blob: Callable) -> tuple[dict, bytes]:
+    def op_mapAsync(self, entry: Entry, blob: Blob) -> tuple[dict[str, Any], bytes]:
         buf, mode = self.objects[entry["buffer"]], entry["mode"]
         offset, size = entry["offset"], entry["size"]
         if mode & MAP_READ:
@@ -300,7 +302,7 @@ class Timeline:
         traces.append(self.trace, "readbacks", self.traced_readback(readback))
         return {"size": size}, data
 
-    def op_view(self, entry: dict, blob: Callable) -> None:
+    def op_view(self, entry: Entry, blob: Blob) -> None:
         """The program made a typed array on a mapped range: that is how it reads it."""
         self.views[entry["buffer"]] = entry["dtype"]
         name = self.names[entry["buffer"]]
@@ -326,7 +328,7 @@ class Timeline:
 
     # -- shaders, pipelines, bind groups ------------------------------------------------------
 
-    def op_createShaderModule(self, entry: dict, blob: Callable) -> None:
+    def op_createShaderModule(self, entry: Entry, blob: Blob) -> None:
         wgpu = import_wgpu()
         name = self.name(entry, "module")
         try:
@@ -344,11 +346,11 @@ class Timeline:
             {"name": name, "bytes": len(entry["code"].encode()), "line": entry["line"]},
         )
 
-    def op_getCompilationInfo(self, entry: dict, blob: Callable) -> dict:
+    def op_getCompilationInfo(self, entry: Entry, blob: Blob) -> dict[str, Any]:
         # A module that did not compile stopped the replay at createShaderModule.
         return {"messages": []}
 
-    def op_createComputePipeline(self, entry: dict, blob: Callable) -> None:
+    def op_createComputePipeline(self, entry: Entry, blob: Blob) -> None:
         stage = entry["compute"]
         compute: dict[str, Any] = {"module": self.objects[stage["module"]]}
         if stage["entryPoint"] is not None:
@@ -376,14 +378,14 @@ class Timeline:
             },
         )
 
-    def op_getBindGroupLayout(self, entry: dict, blob: Callable) -> None:
+    def op_getBindGroupLayout(self, entry: Entry, blob: Blob) -> None:
         pipeline = self.objects[entry["pipeline"]]
         self.objects[entry["id"]] = pipeline.get_bind_group_layout(entry["index"])
         self.names[entry["id"]] = (
             f"{self.names[entry['pipeline']]}.getBindGroupLayout({entry['index']})"
         )
 
-    def op_createBindGroupLayout(self, entry: dict, blob: Callable) -> None:
+    def op_createBindGroupLayout(self, entry: Entry, blob: Blob) -> None:
         entries = [
             {
                 "binding": e["binding"],
@@ -402,7 +404,7 @@ class Timeline:
         )
         self.names[entry["id"]] = name
 
-    def op_createPipelineLayout(self, entry: dict, blob: Callable) -> None:
+    def op_createPipelineLayout(self, entry: Entry, blob: Blob) -> None:
         layouts = [self.objects[i] for i in entry["bindGroupLayouts"]]
         name = self.name(entry, "pipeline layout")
         self.objects[entry["id"]] = self.device.create_pipeline_layout(
@@ -410,7 +412,7 @@ class Timeline:
         )
         self.names[entry["id"]] = name
 
-    def op_createBindGroup(self, entry: dict, blob: Callable) -> None:
+    def op_createBindGroup(self, entry: Entry, blob: Blob) -> None:
         entries = []
         for e in entry["entries"]:
             resource = {"buffer": self.objects[e["buffer"]], "offset": e["offset"]}
@@ -437,11 +439,11 @@ class Timeline:
 
     # -- command encoders -------------------------------------------------------------------
 
-    def op_createCommandEncoder(self, entry: dict, blob: Callable) -> None:
+    def op_createCommandEncoder(self, entry: Entry, blob: Blob) -> None:
         gpu = self.device.create_command_encoder(label=self.name(entry, "encoder"))
         self.encoders[entry["id"]] = Encoder(gpu)
 
-    def encode_call(self, entry: dict) -> None:
+    def encode_call(self, entry: dict[str, Any]) -> None:
         wgpu = import_wgpu()
         encoder = self.encoders[entry["encoder"]]
         encoder.entries.append(entry)
@@ -457,7 +459,7 @@ class Timeline:
             self.objects[entry["id"]] = done
         self.trace_call(encoder, entry)
 
-    def check_dispatch(self, encoder: Encoder, entry: dict) -> None:
+    def check_dispatch(self, encoder: Encoder, entry: dict[str, Any]) -> None:
         counts = entry["workgroups"]
         for axis, count in zip("xyz", counts, strict=True):
             if count > self.limits.max_workgroups_per_dim:
@@ -483,7 +485,7 @@ class Timeline:
                 entry,
             )
 
-    def trace_call(self, encoder: Encoder, entry: dict) -> None:
+    def trace_call(self, encoder: Encoder, entry: dict[str, Any]) -> None:
         op = entry["op"]
         if op == "beginComputePass":
             encoder.traced_pass = {
@@ -523,20 +525,20 @@ class Timeline:
                 },
             )
 
-    def op_submit(self, entry: dict, blob: Callable) -> None:
+    def op_submit(self, entry: Entry, blob: Blob) -> None:
         self.device.queue.submit([self.objects[i] for i in entry["commandBuffers"]])
         self.trace["submits"] += 1
 
     # -- files --------------------------------------------------------------------------------
 
-    def op_fetch(self, entry: dict, blob: Callable) -> tuple[dict, bytes] | dict:
+    def op_fetch(self, entry: Entry, blob: Blob) -> tuple[dict[str, Any], bytes] | dict[str, Any]:
         name = attached_name(entry["url"], self.files)
         if name is None:
             return {"failed": True}
         data = self.files[name]
         return {"url": entry["url"], "size": len(data)}, data
 
-    def name(self, entry: dict, kind: str) -> str:
+    def name(self, entry: dict[str, Any], kind: str) -> str:
         self.counts[kind] = self.counts.get(kind, 0) + 1
         return entry.get("label") or f"{kind} {self.counts[kind]}"
 

@@ -122,7 +122,8 @@ class Script:
         self._shim(code)
 
     def console(self) -> dict[str, Any]:
-        return json.loads(self._shim("__host.console()"))
+        console: dict[str, Any] = json.loads(self._shim("__host.console()"))
+        return console
 
     def _shim(self, code: str) -> Any:
         return self._enter(lambda: self.context.eval(code), BOOKKEEPING_SECONDS)
