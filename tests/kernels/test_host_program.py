@@ -577,3 +577,12 @@ def test_a_worker_job_of_kind_program_round_trips_through_json(gpu):
 
     assert outcome["status"] == "passed", outcome["message"]
     json.dumps(outcome, allow_nan=False)
+
+
+def test_an_error_in_an_async_main_called_without_await_names_its_line(run):
+    source = "async function main() {\n  await navigator.gpu.requestAdapter();\n  throw new RangeError('late');\n}\n\nmain();\n"
+
+    error = run(source).error
+
+    assert error is not None
+    assert error["message"] == "Line 3: RangeError: late"

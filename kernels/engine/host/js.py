@@ -13,6 +13,7 @@ JavaScript as escape()d Latin-1 and come in as JSON lists of uint32 words.
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,26 @@ PROGRAM_SUFFIX = "\n});\n"
 # long whatever the deadline, so what the program did is read even after it timed out.
 BOOKKEEPING_SECONDS = 10.0
 GRACE_SECONDS = 0.25
+
+ASYNC_FUNCTION = re.compile(r"\basync\s+function\s+(\w+)")
+
+
+def await_bare_calls(source: str) -> str:
+    """source with `main();` (a statement calling an async function the program declares,
+    alone on its line) written as `await main();`.
+
+    In a page, an error thrown inside such a call is printed as "Uncaught (in promise)";
+    here nothing would see it. Awaiting it makes the program's end its end, and keeps the
+    lines where they are.
+    """
+    names = set(ASYNC_FUNCTION.findall(source))
+    if not names:
+        return source
+    alone = re.compile(
+        rf"^(\s*)((?:{'|'.join(map(re.escape, sorted(names)))})\s*\(\s*\)\s*;?\s*)$", re.M
+    )
+    return alone.sub(r"\1await \2", source)
+
 
 HEX_DIGITS = np.zeros(256, dtype=np.uint8)
 for _i, _c in enumerate(b"0123456789abcdef"):
@@ -79,7 +100,8 @@ class Script:
         self.context = quickjs.Context()
         self.context.set_memory_limit(heap_bytes)
         self.offset = SHIM.count("\n") + 1
-        self.text = SHIM + PROGRAM_PREFIX.format(offset=self.offset) + source + PROGRAM_SUFFIX
+        program = await_bare_calls(source)
+        self.text = SHIM + PROGRAM_PREFIX.format(offset=self.offset) + program + PROGRAM_SUFFIX
 
     def start(self) -> None:
         """Load the shim and run the program up to its first wait."""
