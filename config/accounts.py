@@ -11,18 +11,26 @@ from django.shortcuts import redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods
 
-from config.ratelimit import client_key, hit
+from config.ratelimit import client_key, hit, signin_failed, signin_wait
 
 
 @require_http_methods(["GET", "POST"])
 def signin(request: HttpRequest) -> HttpResponse:
-    """Django's sign-in, with attempts counted per client before any password is checked."""
+    """Django's sign-in, with failed attempts counted before any password is checked.
+
+    Failures count per account from one address and per address (config/ratelimit.py),
+    so a guesser elsewhere never locks the account's owner out.
+    """
+    username = request.POST.get("username", "")[:150]
     if request.method == "POST":
-        wait = hit("signin", client_key(request), settings.SIGNINS_PER_HOUR, 3600)
+        wait = signin_wait(request, username)
         if wait:
             context = {"form": AuthenticationForm(request), "throttled": wait // 60 + 1}
             return render(request, "registration/login.html", context, status=429)
-    return LoginView.as_view()(request)
+    response = LoginView.as_view()(request)
+    if request.method == "POST" and response.status_code == 200:  # the form came back
+        signin_failed(request, username)
+    return response
 
 
 def signup(request: HttpRequest) -> HttpResponse:

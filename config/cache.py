@@ -32,6 +32,13 @@ class TolerantRedisCache(RedisCache):
             self._failed("get", error)
             return default
 
+    def get_many(self, keys, version=None):
+        try:
+            return super().get_many(keys, version)
+        except RedisError as error:
+            self._failed("get_many", error)
+            return {}
+
     def set(self, key, value, timeout=None, version=None):
         try:
             super().set(key, value, timeout, version)

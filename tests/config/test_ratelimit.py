@@ -1,5 +1,9 @@
+from unittest import mock
+
+from django.core.cache import cache
 from django.test import RequestFactory, SimpleTestCase, override_settings
 
+from config import ratelimit
 from config.ratelimit import client_ip, hit
 
 
@@ -27,8 +31,49 @@ class HitTestCase(SimpleTestCase):
         self.assertEqual(hit("test", "k1", 2, 60), 0)
         wait = hit("test", "k1", 2, 60)
         self.assertGreaterEqual(wait, 1)
-        self.assertLessEqual(wait, 60)
+        # The window slides: the earlier uses still weigh in the next fixed window.
+        self.assertLessEqual(wait, 2 * 60)
         self.assertEqual(hit("test", "k2", 2, 60), 0)
+
+
+class SlidingWindowTestCase(SimpleTestCase):
+    """The window slides: no period lets more than the limit through."""
+
+    def setUp(self) -> None:
+        cache.clear()
+        self.now = 1_000_000 * 60.0  # the start of a fixed window
+        patcher = mock.patch.object(ratelimit.time, "time", lambda: self.now)
+        patcher.start()
+        self.addCleanup(patcher.stop)
+
+    def uses(self, count: int) -> int:
+        return sum(hit("slide", "k", 10, 60) == 0 for _ in range(count))
+
+    def test_a_burst_at_a_boundary_does_not_double_the_limit(self) -> None:
+        self.now += 59  # the end of one fixed window
+        self.assertEqual(self.uses(10), 10)
+        self.now += 2  # the start of the next: a fixed window would allow 10 more
+        self.assertEqual(self.uses(10), 0)
+
+    def test_the_previous_window_weighs_less_as_time_passes(self) -> None:
+        self.assertEqual(self.uses(10), 10)
+        self.now += 60 + 30  # halfway through the next window: 10 × 0.5 still count
+        self.assertEqual(self.uses(10), 5)
+
+    def test_the_wait_it_names_is_when_a_use_fits_again(self) -> None:
+        self.assertEqual(self.uses(10), 10)
+        wait = hit("slide", "k", 10, 60)
+        self.assertEqual(wait, 66)  # 60 to the next window, then a tenth of it
+        self.now += wait - 1
+        self.assertGreater(hit("slide", "k", 10, 60), 0)
+        self.now += 1
+        self.assertEqual(hit("slide", "k", 10, 60), 0)
+
+    def test_refused_requests_are_not_counted(self) -> None:
+        self.assertEqual(self.uses(10), 10)
+        self.uses(100)  # all refused
+        self.now += 66
+        self.assertEqual(hit("slide", "k", 10, 60), 0)
 
 
 @override_settings(
