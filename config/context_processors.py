@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from django.conf import settings
+from django.core.exceptions import DisallowedHost
 from django.http import HttpRequest
 
 
@@ -10,4 +11,7 @@ def site_origin(request: HttpRequest) -> str:
 
 
 def site(request: HttpRequest) -> dict[str, str]:
-    return {"site_url": site_origin(request)}
+    try:
+        return {"site_url": site_origin(request)}
+    except DisallowedHost:  # the 400 page for that very host renders through here
+        return {"site_url": ""}

@@ -191,6 +191,10 @@ CONTENT_SECURITY_POLICY = {
 DATA_UPLOAD_MAX_MEMORY_SIZE = 2_621_440
 FILE_UPLOAD_MAX_MEMORY_SIZE = 2_621_440
 
+# /healthz shows its details (database, workers, queue) to staff and to a monitor that
+# sends "Authorization: Bearer <HEALTHZ_TOKEN>"; everybody else sees the status only.
+HEALTHZ_TOKEN = os.getenv("HEALTHZ_TOKEN", "")
+
 # How many proxies in front of us append to X-Forwarded-For (0: use REMOTE_ADDR).
 TRUSTED_PROXY_HOPS = envint("TRUSTED_PROXY_HOPS", 0)
 
@@ -260,8 +264,10 @@ TUTOR_MESSAGES_PER_MINUTE = envint("TUTOR_MESSAGES_PER_MINUTE", 6)
 TUTOR_SUBMISSIONS_PER_MINUTE = envint("TUTOR_SUBMISSIONS_PER_MINUTE", 10)
 TUTOR_STARTS_PER_HOUR = envint("TUTOR_STARTS_PER_HOUR", 20)
 TUTOR_SIGNUPS_PER_HOUR = envint("TUTOR_SIGNUPS_PER_HOUR", 5)
-# Sign-in attempts per client and hour: passwords can be guessed by script.
-SIGNINS_PER_HOUR = envint("SIGNINS_PER_HOUR", 30)
+# Failed sign-ins per hour (config/ratelimit.py): per account from one address, so that
+# nobody can lock an account from elsewhere, and per address across all accounts.
+SIGNIN_FAILURES_PER_ACCOUNT = envint("SIGNIN_FAILURES_PER_ACCOUNT", 10)
+SIGNIN_FAILURES_PER_ADDRESS = envint("SIGNIN_FAILURES_PER_ADDRESS", 100)
 TUTOR_MESSAGE_MAX_CHARS = envint("TUTOR_MESSAGE_MAX_CHARS", 4000)
 TUTOR_KERNEL_MAX_CHARS = envint("TUTOR_KERNEL_MAX_CHARS", 20_000)
 # Lesson plans, one JSON file each (fixtures/lessons/README.md).
@@ -319,6 +325,13 @@ if PRODUCTION:
     # Only behind a proxy that sets (and overwrites) X-Forwarded-Proto.
     if envbool("BEHIND_HTTPS_PROXY", "True"):
         SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+        # Behind a proxy every request comes from the proxy's address: counted per address,
+        # one client's failed sign-ins would lock everybody out.
+        if TRUSTED_PROXY_HOPS < 1:
+            raise ImproperlyConfigured(
+                "Set TRUSTED_PROXY_HOPS to the number of proxies that append to "
+                "X-Forwarded-For (1 behind one TLS proxy), or BEHIND_HTTPS_PROXY=False"
+            )
     # Start modest: HSTS is sticky in browsers. Raise it once HTTPS is known to be good.
     SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", 3600)
     SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("SECURE_HSTS_INCLUDE_SUBDOMAINS", "True")

@@ -17,8 +17,8 @@ from django.conf import settings
 from django.db import close_old_connections, connection
 
 from kernels import replay
+from kernels.engine.pool import Busy, Pool
 from kernels.models import Run
-from kernels.pool import Busy, Pool
 
 
 class LocalBackend:
@@ -84,7 +84,14 @@ class LocalBackend:
         if self._pool is None:
             return {"ok": True, "backend": "local", "started": False}
         status = self.pool().status()
-        return {"ok": status["alive"] > 0, "backend": "local", "started": True, **status}
+        return {
+            "ok": status["alive"] > 0,
+            # A full queue turns new replays away with "busy": health says so too.
+            "full": status["queued"] >= status["max_queue"],
+            "backend": "local",
+            "started": True,
+            **status,
+        }
 
 
 class CeleryBackend:

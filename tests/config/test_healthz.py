@@ -1,14 +1,69 @@
-from django.test import TestCase
+from django.contrib.auth.models import User
+from django.test import TestCase, override_settings
+
+from kernels.replay import backend
+
+NO_CACHE = "max-age=0, no-cache, no-store, must-revalidate, private"
 
 
 class HealthzTestCase(TestCase):
-    def test_it_reports_the_database_and_the_replay_backend(self) -> None:
+    def test_it_tells_anyone_the_status_and_nothing_else(self) -> None:
         r = self.client.get("/healthz")
         self.assertEqual(r.status_code, 200)
-        body = r.json()
+        self.assertEqual(r.json(), {"status": "ok"})
+        self.assertEqual(r["Cache-Control"], NO_CACHE)
+
+    def test_it_answers_head(self) -> None:
+        r = self.client.head("/healthz")
+        self.assertEqual(r.status_code, 200)
+
+    def test_it_refuses_post(self) -> None:
+        self.assertEqual(self.client.post("/healthz").status_code, 405)
+
+    def test_it_shows_staff_the_database_and_the_replay_backend(self) -> None:
+        staff = User.objects.create_user("operator", password="pw-kernelbin-1", is_staff=True)
+        self.client.force_login(staff)
+        body = self.client.get("/healthz").json()
+        self.assertEqual(body["status"], "ok")
         self.assertTrue(body["database"]["ok"])
-        self.assertIn("replay", body)
         self.assertIn("backend", body["replay"])
-        self.assertEqual(
-            r["Cache-Control"], "max-age=0, no-cache, no-store, must-revalidate, private"
-        )
+
+    def test_it_hides_details_from_learners(self) -> None:
+        learner = User.objects.create_user("learner", password="pw-kernelbin-1")
+        self.client.force_login(learner)
+        self.assertEqual(set(self.client.get("/healthz").json()), {"status"})
+
+    @override_settings(HEALTHZ_TOKEN="monitor-token-1234")
+    def test_a_monitor_with_the_token_sees_details(self) -> None:
+        body = self.client.get(
+            "/healthz", headers={"Authorization": "Bearer monitor-token-1234"}
+        ).json()
+        self.assertIn("replay", body)
+        wrong = self.client.get("/healthz", headers={"Authorization": "Bearer guess"}).json()
+        self.assertEqual(set(wrong), {"status"})
+
+    @override_settings(HEALTHZ_TOKEN="")
+    def test_an_empty_token_opens_nothing(self) -> None:
+        body = self.client.get("/healthz", headers={"Authorization": "Bearer "}).json()
+        self.assertEqual(set(body), {"status"})
+
+    def test_it_says_busy_while_the_replay_queue_is_full(self) -> None:
+        live = backend()
+        original = live.health
+
+        def full() -> dict:
+            return {**original(), "ok": True, "full": True}
+
+        live.health = full
+        try:
+            self.assertEqual(self.client.get("/healthz").json(), {"status": "busy"})
+        finally:
+            del live.health
+
+
+class BadHostTestCase(TestCase):
+    def test_a_bad_host_gets_the_400_page_without_operator_advice(self) -> None:
+        r = self.client.get("/", HTTP_HOST="evil.example")
+        self.assertEqual(r.status_code, 400)
+        self.assertContains(r, "does not answer to that host name", status_code=400)
+        self.assertNotContains(r, "ALLOWED_HOSTS", status_code=400)

@@ -18,6 +18,7 @@ PRODUCTION = {
     "SECRET_KEY": "k3rnelbin-t3st-s3cr3t-" + "x7Qp" * 12,
     "ALLOWED_HOSTS": "kernelbin.example.org",
     "SITE_URL": "https://kernelbin.example.org",
+    "TRUSTED_PROXY_HOPS": "1",
 }
 
 
@@ -68,6 +69,8 @@ def test_the_development_defaults_do_not() -> None:
         ({"REPLAY_BACKEND": "celery"}, "needs CELERY_BROKER_URL or REDIS_URL"),
         ({"REPLAY_BACKEND": "gpu-farm"}, "REPLAY_BACKEND must be"),
         ({"REPLAY_DEADLINE": "soon"}, "REPLAY_DEADLINE must be a number"),
+        # Behind the TLS proxy every client would share the proxy's address.
+        ({"TRUSTED_PROXY_HOPS": "0"}, "Set TRUSTED_PROXY_HOPS"),
     ],
 )
 def test_unsafe_or_broken_settings_refuse_to_start_and_say_why(change: dict, message: str) -> None:

@@ -60,6 +60,15 @@ class IndexTestCase(BaseTestCase):
         self.assertContains(r, "Reductions the hard way")
         self.assertNotContains(r, "Softmax that overflows")
 
+    def test_a_tag_of_private_or_unlisted_sessions_only_is_404_like_an_unknown_one(self) -> None:
+        hidden = Tag.objects.create(name="Secret project", slug="secret-project")
+        self.private.tags.add(hidden)
+        self.unlisted.tags.add(hidden)
+        self.client.login(username="alice", password="password")  # the owner, too
+        r = self.client.get("/", {"tag": "secret-project"})
+        self.assertEqual(r.status_code, 404)
+        self.assertNotContains(r, "Secret project", status_code=404)
+
     def test_unknown_tag_is_404(self) -> None:
         self.assertEqual(self.client.get("/", {"tag": "nope"}).status_code, 404)
 

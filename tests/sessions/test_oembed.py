@@ -88,6 +88,13 @@ class OEmbedTestCase(BaseTestCase):
             with self.subTest(url=url):
                 self.assertEqual(self.oembed(url=url).status_code, 404)
 
+    def test_text_that_urlsplit_rejects_is_404_not_500(self) -> None:
+        for url in ("http://[::1", "http://[::1/s/demo/", "http://testserver:99999/s/demo/"):
+            with self.subTest(url=url):
+                r = self.oembed(url=url)
+                self.assertEqual(r.status_code, 404)
+                self.assertEqual(r.json(), {"error": "Not a URL."})
+
     def test_missing_url_is_400(self) -> None:
         self.assertEqual(self.oembed().status_code, 400)
 
