@@ -25,7 +25,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kernels.runner import import_wgpu, open_device  # noqa: E402
+from kernels.engine.device import import_wgpu, open_device  # noqa: E402
 
 
 def final_kernel() -> str:

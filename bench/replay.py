@@ -83,7 +83,7 @@ def floor_ms(spec: dict, runs: int) -> tuple[float, str]:
     """Dispatch and readback only, on objects built once: what no replay can beat."""
     import numpy as np
 
-    from kernels.runner import import_wgpu, open_device
+    from kernels.engine.device import import_wgpu, open_device
 
     wgpu = import_wgpu()
     device, environment = open_device(os.environ.get("REPLAY_WGPU_BACKEND", ""))

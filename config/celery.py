@@ -2,7 +2,7 @@
 
     celery -A config worker -Q replay --concurrency 2
 
-Each worker child keeps one warm replay subprocess (kernels/pool.py), so a job runs in
+Each worker child keeps one warm replay subprocess (kernels/engine/pool.py), so a job runs in
 its own killable process under the same deadline and limits as on one box.
 """
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 from django import forms
 from django.contrib import admin
 
-from kernels.harness import HarnessError, parse_harness
+from kernels.engine.harness import HarnessError, parse_harness
 from kernels.models import Kernel, KernelVersion, Run
 
 

@@ -28,7 +28,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from kernels.references import mlp_forward
+from kernels.engine.references import mlp_forward
 
 SIDE = 28  # MNIST frame
 BOX = 20  # the longer side of the digit inside the frame

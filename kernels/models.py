@@ -21,7 +21,7 @@ class Kernel(models.Model):
     )
     name = models.SlugField(max_length=60)
     title = models.CharField(max_length=200, blank=True)
-    # The harness spec (kernels/harness.py). Empty: the kernel is only compiled.
+    # The harness spec (kernels/engine/harness.py). Empty: the kernel is only compiled.
     harness = models.JSONField(default=dict, blank=True)
 
     class Meta:

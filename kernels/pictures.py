@@ -18,6 +18,8 @@ import numpy as np
 from django.utils.safestring import SafeString, mark_safe
 from PIL import Image
 
+from kernels.engine.outcome import Outcome
+
 CELL = 14  # px per cell of a heatmap
 MAX_SIDE = 64  # rows or columns drawn cell by cell
 STATUS = {
@@ -210,7 +212,7 @@ def _matrix_shape(output: dict) -> tuple[int, int]:
     return (math.prod(shape[:-1]) if len(shape) > 1 else 1), shape[-1]
 
 
-def figures(outcome: dict) -> list[dict]:
+def figures(outcome: Outcome) -> list[dict]:
     """The pictures of an outcome, each {"title", "svg"} or {"title", "panels": [(label, svg)]}."""
     result = []
     for output in outcome.get("outputs", []):

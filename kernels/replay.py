@@ -23,8 +23,8 @@ from django.db.models import Case, F, Q, Value, When
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
+from kernels.engine.harness import Harness, HarnessError, canonical_digest, parse_harness
 from kernels.engine.outcome import Outcome, Status, failure
-from kernels.harness import Harness, HarnessError, canonical_digest, parse_harness
 from kernels.models import KernelVersion, Run
 
 log = logging.getLogger(__name__)

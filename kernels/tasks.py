@@ -8,7 +8,7 @@ from celery import shared_task
 from django.conf import settings
 
 from kernels import replay
-from kernels.pool import Pool
+from kernels.engine.pool import Pool
 
 _pool: Pool | None = None
 

@@ -14,8 +14,8 @@ from django.views.decorators.http import require_GET, require_http_methods
 from config.ratelimit import client_key, hit
 from kernels import pictures, replay
 from kernels.digits import EmptyDrawing, drawing_harness, preprocess
+from kernels.engine.harness import resolve_fixture
 from kernels.engine.outcome import Status
-from kernels.harness import resolve_fixture
 from kernels.models import Kernel, KernelVersion, Run
 from sessions.markdown import render_code, render_source
 from sessions.models import Session, Turn

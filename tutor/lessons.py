@@ -14,7 +14,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from kernels.harness import HarnessError, parse_harness
+from kernels.engine.harness import HarnessError, parse_harness
 
 log = logging.getLogger(__name__)
 

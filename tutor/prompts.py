@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from django.conf import settings
 
 from kernels import replay
-from kernels.harness import HarnessError, parse_harness
+from kernels.engine.harness import HarnessError, parse_harness
 from kernels.models import KernelVersion, Run
 from sessions.models import Turn
 from tutor.review import outcome_for_model

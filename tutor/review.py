@@ -12,9 +12,9 @@ import json
 import math
 import re
 
-from kernels.engine.outcome import Status
-from kernels.harness import HarnessError, parse_harness
-from kernels.runner import workgroup_size
+from kernels.engine.harness import HarnessError, parse_harness
+from kernels.engine.outcome import Outcome, Status
+from kernels.engine.wgsl import workgroup_size
 
 FIRST_CELLS = 6
 
@@ -38,7 +38,7 @@ def _fmt(value) -> str:
     return str(value)
 
 
-def status_label(outcome: dict) -> str:
+def status_label(outcome: Outcome) -> str:
     try:
         return Status(outcome.get("status", "")).label
     except ValueError:
@@ -48,7 +48,7 @@ def status_label(outcome: dict) -> str:
 # -- for the model -------------------------------------------------------------------
 
 
-def outcome_for_model(outcome: dict) -> str:
+def outcome_for_model(outcome: Outcome) -> str:
     """The facts of a run as compact JSON: what Claude needs to review, nothing more."""
     facts: dict = {"status": outcome.get("status"), "message": outcome.get("message", "")}
     if compile_error := outcome.get("compile"):
@@ -135,7 +135,7 @@ COMPILE_CAUSES = [
 ]
 
 
-def _compile_review(outcome: dict, source: str) -> list[str]:
+def _compile_review(outcome: Outcome, source: str) -> list[str]:
     info = outcome.get("compile") or {}
     line, column = info.get("line"), info.get("column")
     where = f"line {line}, column {column}" if line else "an unknown place"
@@ -180,7 +180,7 @@ def _bindings(harness: dict) -> str:
     return "; ".join(rows)
 
 
-def _pipeline_review(outcome: dict, harness: dict) -> list[str]:
+def _pipeline_review(outcome: Outcome, harness: dict) -> list[str]:
     message = outcome.get("message", "")
     parts = [f"**It compiles, but the pipeline could not be set up:** {message}"]
     text = f"{message} {outcome.get('error', '')}"
@@ -306,7 +306,7 @@ def _cells(output: dict) -> str:
     return "| cell | expected | got |\n|---|---|---|\n" + "\n".join(rows)
 
 
-def _results_review(outcome: dict, source: str, harness: dict) -> list[str]:
+def _results_review(outcome: Outcome, source: str, harness: dict) -> list[str]:
     parts = [f"**It runs, but the results are wrong:** {outcome.get('message', '')}"]
     threads = _threads(harness, source) if harness else None
     for output in outcome.get("outputs", []):
@@ -366,7 +366,7 @@ def _results_review(outcome: dict, source: str, harness: dict) -> list[str]:
     return parts
 
 
-def offline_review(outcome: dict, source: str, harness: dict, lesson: dict | None = None) -> str:
+def offline_review(outcome: Outcome, source: str, harness: dict, lesson: dict | None = None) -> str:
     """The automatic review of one run, in Markdown."""
     status = outcome.get("status", "")
     if status == Status.COMPILE_ERROR:

@@ -122,3 +122,24 @@ def failure(
         "warnings": [],
         "outputs": [],
     }
+
+
+class Stop(Exception):
+    """Ends a run early with an outcome other than a comparison.
+
+    Raised anywhere in the engine (limits, inputs, compiling, dispatching); execute()
+    turns it into the outcome.
+    """
+
+    def __init__(
+        self,
+        status: Status,
+        message: str,
+        error: str = "",
+        compile: CompileError | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.error = error
+        self.compile = compile

@@ -1,4 +1,4 @@
-"""kernels.harness: parsing and validating the harness spec. No database, no GPU."""
+"""kernels.engine.harness: parsing and validating the harness spec. No database, no GPU."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kernels.harness import Harness, HarnessError, canonical_digest, parse_harness
+from kernels.engine.harness import Harness, HarnessError, canonical_digest, parse_harness
 
 
 def add_spec() -> dict:

@@ -1,4 +1,4 @@
-"""kernels.pool: worker processes, deadlines, crashes and back-pressure. No database."""
+"""kernels.engine.pool: worker processes, deadlines, crashes and back-pressure. No database."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from kernels.pool import Busy, Pool
-from kernels.runner import NoAdapter
+from kernels.engine.device import NoAdapter
+from kernels.engine.pool import Busy, Pool
 
 NO_VULKAN = {"VK_ICD_FILENAMES": "/nonexistent.json"}
 
@@ -204,7 +204,7 @@ def test_it_answers_infra_error_without_an_adapter() -> None:
 
 
 def test_it_answers_when_no_worker_starts(tmp_path: Path) -> None:
-    # From an empty folder "-m kernels.worker" cannot be imported: the worker dies at once.
+    # From an empty folder "-m kernels.engine.worker" cannot be imported: the worker dies at once.
     with Pool(size=1, python=sys.executable, cwd=tmp_path) as pool:
         outcome = pool.run("nowhere", add_job())
 

@@ -1,4 +1,4 @@
-"""kernels.runner on a real wgpu device (llvmpipe here). No database."""
+"""kernels.engine.run on a real wgpu device (llvmpipe here). No database."""
 
 from __future__ import annotations
 
@@ -9,7 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kernels.runner import Environment, Limits, execute, open_device, status_grid
+from kernels.engine.compare import status_grid
+from kernels.engine.device import Environment, open_device
+from kernels.engine.limits import Limits
+from kernels.engine.run import execute
 
 ADD = """@group(0) @binding(0) var<storage, read> a: array<f32>;
 @group(0) @binding(1) var<storage, read> b: array<f32>;
@@ -505,7 +508,7 @@ def test_it_downsamples_the_grid_to_64_blocks() -> None:
 
 
 def test_a_worker_computes_inputs_and_compiles_each_source_once(run) -> None:
-    from kernels.worker import Memo
+    from kernels.engine.worker import Memo
 
     computed = []
     memo = Memo()
@@ -532,7 +535,7 @@ def test_a_worker_computes_inputs_and_compiles_each_source_once(run) -> None:
 def test_the_worker_memo_stays_under_its_size() -> None:
     import numpy as np
 
-    from kernels.worker import Memo
+    from kernels.engine.worker import Memo
 
     memo = Memo(max_bytes=10_000, max_entries=3)
     for i in range(5):

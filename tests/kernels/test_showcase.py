@@ -16,9 +16,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kernels.harness import parse_harness
-from kernels.references import mlp_forward
-from kernels.runner import execute, open_device
+from kernels.engine.device import open_device
+from kernels.engine.harness import parse_harness
+from kernels.engine.references import mlp_forward
+from kernels.engine.run import execute
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "fixtures"

@@ -7,12 +7,13 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from kernels import replay
+from kernels.engine.outcome import Outcome
+from kernels.engine.pool import Pool
 from kernels.models import Run
-from kernels.pool import Pool
 from sessions.models import Session
 
 
-def describe(outcome: dict) -> str:
+def describe(outcome: Outcome) -> str:
     """The outcome as a reader would want it in a terminal."""
     lines = [f"{outcome['status']}: {outcome['message']}"]
     if compile_error := outcome.get("compile"):

@@ -9,6 +9,7 @@ name is the name a harness uses. No Django here: the worker processes import thi
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TypeVar
 
 import numpy as np
 
@@ -16,8 +17,10 @@ Result = np.ndarray | tuple[np.ndarray, ...]
 
 REFERENCES: dict[str, Callable[..., Result]] = {}
 
+F = TypeVar("F", bound=Callable[..., Result])
 
-def reference(fn: Callable[..., Result]) -> Callable[..., Result]:
+
+def reference(fn: F) -> F:
     if fn.__name__ in REFERENCES:
         raise ValueError(f"reference {fn.__name__!r} is already registered")
     REFERENCES[fn.__name__] = fn

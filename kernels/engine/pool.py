@@ -1,4 +1,4 @@
-"""A pool of replay worker processes (kernels/worker.py), each holding one warm device.
+"""A pool of replay worker processes (kernels/engine/worker.py), each holding one warm device.
 
 Used by the web process and by task workers. It never imports Django or wgpu, and it
 never hangs its caller: every job's future is resolved, with the kernel's outcome or
@@ -26,13 +26,13 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kernels.engine.outcome import Status
-from kernels.runner import NoAdapter
-from kernels.worker import HEADER, MAX_FRAME
+from kernels.engine.device import NoAdapter
+from kernels.engine.outcome import Outcome, Status, failure, no_timings
+from kernels.engine.worker import HEADER, MAX_FRAME
 
-log = logging.getLogger("kernels.pool")
+log = logging.getLogger("kernels.engine.pool")
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT = 60.0
 STOP_GRACE = 2.0
 STDERR_LINES = 40
@@ -55,7 +55,7 @@ class _Job:
     key: str
     id: str
     payload: bytes
-    future: Future = field(default_factory=Future)
+    future: Future[Outcome] = field(default_factory=Future)
 
 
 class _Worker:
@@ -201,7 +201,7 @@ class Pool:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._queue: collections.deque[_Job] = collections.deque()
-        self._in_flight: dict[str, Future] = {}
+        self._in_flight: dict[str, Future[Outcome]] = {}
         self._ids = itertools.count(1)
         self._closed = False
         self._environment: dict | None = None
@@ -220,7 +220,7 @@ class Pool:
 
     # -- the caller's side -----------------------------------------------------------
 
-    def submit(self, key: str, job: dict) -> Future:
+    def submit(self, key: str, job: dict) -> Future[Outcome]:
         """Queue a job; a job with the same key already queued or running shares its future.
 
         Raises Busy at once when the queue is full. The job is encoded here, so a job that
@@ -245,7 +245,7 @@ class Pool:
             self._changed.notify_all()
             return queued.future
 
-    def run(self, key: str, job: dict) -> dict:
+    def run(self, key: str, job: dict) -> Outcome:
         return self.submit(key, job).result()
 
     def environment(self, timeout: float = 30.0) -> dict:
@@ -333,7 +333,7 @@ class Pool:
                 if slot.worker is not None:
                     slot.worker.kill()
                     slot.worker = None
-                outcome = _pool_outcome(Status.CRASHED, f"The replay pool failed: {e}", repr(e))
+                outcome = failure(Status.CRASHED, f"The replay pool failed: {e}", repr(e))
             with self._lock:
                 slot.job = None
             self._resolve(job, outcome, elapsed=time.monotonic() - started)
@@ -369,7 +369,7 @@ class Pool:
         try:
             # Our own module under the configured interpreter; no shell, no user input.
             process = subprocess.Popen(  # noqa: S603
-                [self.python, "-m", "kernels.worker"],
+                [self.python, "-m", "kernels.engine.worker"],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -420,10 +420,10 @@ class Pool:
             self._unavailable = reason
             self._changed.notify_all()
 
-    def _run(self, slot: _Slot, job: _Job) -> dict:
+    def _run(self, slot: _Slot, job: _Job) -> Outcome:
         worker = slot.worker
         if worker is None:
-            return _pool_outcome(
+            return failure(
                 Status.INFRA_ERROR,
                 "No replay worker could be started.",
                 slot.start_error or "no worker",
@@ -454,10 +454,10 @@ class Pool:
                 slot.worker = None
                 self._counts["respawns"] += 1
         outcome = reply["outcome"]
-        outcome.setdefault("timings", {})["wall_ms"] = _ms_since(started)
+        outcome.setdefault("timings", no_timings())["wall_ms"] = _ms_since(started)
         return outcome
 
-    def _retire(self, slot: _Slot, count: str | None, outcome: dict) -> dict:
+    def _retire(self, slot: _Slot, count: str | None, outcome: Outcome) -> Outcome:
         """Forget the slot's (dead) worker; the slot thread starts a fresh one."""
         with self._lock:
             slot.worker = None
@@ -466,7 +466,7 @@ class Pool:
                 self._counts["respawns"] += 1
         return outcome
 
-    def _resolve(self, job: _Job, outcome: dict, elapsed: float | None) -> None:
+    def _resolve(self, job: _Job, outcome: Outcome, elapsed: float | None) -> None:
         with self._lock:
             if self._in_flight.get(job.key) is job.future:
                 del self._in_flight[job.key]
@@ -478,9 +478,9 @@ class Pool:
 
     # -- outcomes the pool writes itself -------------------------------------------------
 
-    def _timeout_outcome(self, worker: _Worker, started: float) -> dict:
+    def _timeout_outcome(self, worker: _Worker, started: float) -> Outcome:
         log.warning("replay job on worker %s passed its %.1f s deadline", worker.pid, self.deadline)
-        return _pool_outcome(
+        return failure(
             Status.TIMEOUT,
             f"Stopped after {self.deadline:.1f} s: the kernel did not finish within the "
             "replay deadline.",
@@ -490,39 +490,21 @@ class Pool:
             wall_ms=_ms_since(started),
         )
 
-    def _crash_outcome(self, worker: _Worker, error: Exception) -> dict:
+    def _crash_outcome(self, worker: _Worker, error: Exception) -> Outcome:
         exit = worker.exit_description()
         log.warning("replay worker %s died mid-job (%s): %s", worker.pid, exit, error)
         stderr = "\n".join(worker.stderr) or "(nothing)"
-        return _pool_outcome(
+        return failure(
             Status.CRASHED,
             f"The replay worker stopped mid-job ({exit}).",
             f"Worker {worker.pid} {exit}. Last lines of its stderr:\n{stderr}",
             environment=worker.environment,
         )
 
-    def _closed_outcome(self) -> dict:
-        return _pool_outcome(
+    def _closed_outcome(self) -> Outcome:
+        return failure(
             Status.INFRA_ERROR, "The replay pool was shut down before this job ran.", "closed"
         )
-
-
-def _pool_outcome(
-    status: Status,
-    message: str,
-    error: str,
-    environment: dict | None = None,
-    wall_ms: float | None = None,
-) -> dict:
-    return {
-        "status": str(status),
-        "message": message,
-        "error": error,
-        "environment": environment or {},
-        "timings": {"compile_ms": None, "run_ms": None, "wall_ms": wall_ms},
-        "warnings": [],
-        "outputs": [],
-    }
 
 
 def _ms_since(started: float) -> float:

@@ -1,8 +1,8 @@
 """A replay worker process: one warm wgpu device, jobs in, outcomes out.
 
-Started by kernels.pool as `python -m kernels.worker` with the repository root as cwd;
-never imports Django. Messages both ways are framed as a 4-byte big-endian length and
-UTF-8 JSON:
+Started by kernels.engine.pool as `python -m kernels.engine.worker` with the repository
+root as cwd; never imports Django. Messages both ways are framed as a 4-byte big-endian
+length and UTF-8 JSON:
 
     worker -> pool   {"type": "hello", "environment": {...}, "pid": n}
                      or {"type": "hello", "error": "...", "pid": n} when no adapter opens
@@ -36,10 +36,10 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 
-from kernels.engine.outcome import Status
+from kernels.engine.outcome import Outcome, Status, failure
 
 if TYPE_CHECKING:
-    from kernels.runner import Environment
+    from kernels.engine.device import Environment
 
 HEADER = struct.Struct(">I")
 MAX_FRAME = 256 * 1024 * 1024
@@ -48,7 +48,7 @@ MEMO_BYTES = 512 * 1024 * 1024
 MEMO_ENTRIES = 256
 PR_SET_PDEATHSIG = 1
 
-log = logging.getLogger("kernels.worker")
+log = logging.getLogger("kernels.engine.worker")
 
 
 def read_frame(stream: BinaryIO) -> dict | None:
@@ -108,14 +108,15 @@ def _nbytes(value: Any) -> int:
     return 0
 
 
-def run_job(device: Any, env: Environment, job: dict, memo: Memo) -> dict:
+def run_job(device: Any, env: Environment, job: dict, memo: Memo) -> Outcome:
     """One job's outcome. A bug in the runner becomes a "crashed" outcome, not an exit."""
-    from kernels.runner import Limits, execute
+    from kernels.engine.limits import Limits
+    from kernels.engine.run import execute
 
     try:
         limits = Limits.from_dict(job.get("limits") or {})
     except ValueError as e:
-        return infra_outcome(Status.REJECTED, f"The job's limits are invalid: {e}", str(e), env)
+        return failure(Status.REJECTED, f"The job's limits are invalid: {e}", str(e), env.as_dict())
     try:
         return execute(
             device,
@@ -129,21 +130,12 @@ def run_job(device: Any, env: Environment, job: dict, memo: Memo) -> dict:
     except Exception as e:
         log.exception("runner failed")
         detail = traceback.format_exception_only(e)[-1].strip()
-        return infra_outcome(
-            Status.CRASHED, f"The replay runner failed: {detail}", traceback.format_exc(), env
+        return failure(
+            Status.CRASHED,
+            f"The replay runner failed: {detail}",
+            traceback.format_exc(),
+            env.as_dict(),
         )
-
-
-def infra_outcome(status: Status, message: str, error: str, env: Environment | None) -> dict:
-    return {
-        "status": str(status),
-        "message": message,
-        "error": error,
-        "environment": env.as_dict() if env is not None else {},
-        "timings": {"compile_ms": None, "run_ms": None},
-        "warnings": [],
-        "outputs": [],
-    }
 
 
 def protect_protocol() -> BinaryIO:
@@ -208,7 +200,7 @@ def main() -> int:
         # Mesa complains on every start when it is unset.
         os.environ["XDG_RUNTIME_DIR"] = private_runtime_dir()
 
-    from kernels.runner import NoAdapter, open_device
+    from kernels.engine.device import NoAdapter, open_device
 
     device = env = None
     try:
@@ -230,8 +222,8 @@ def main() -> int:
         if message.get("type") != "job":
             log.warning("ignoring a %r message", message.get("type"))
             continue
-        if no_adapter:
-            outcome = infra_outcome(Status.INFRA_ERROR, no_adapter, no_adapter, None)
+        if env is None:
+            outcome = failure(Status.INFRA_ERROR, no_adapter, no_adapter)
         else:
             outcome = run_job(device, env, message, memo)
         channel.write(encode_frame({"type": "result", "id": message.get("id"), "outcome": outcome}))

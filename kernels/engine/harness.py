@@ -1,8 +1,8 @@
 """The harness: a declarative JSON spec of how to run a kernel.
 
 Learners, lesson plans and curators write it, so every problem is reported with the
-path of the field at fault, and nothing in it is ever evaluated as code. No Django here:
-the worker processes import this module.
+path of the field at fault (kernels/engine/fields.py reads the JSON values), and nothing
+in it is ever evaluated as code.
 """
 
 from __future__ import annotations
@@ -17,7 +17,36 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from kernels.references import REFERENCES
+from kernels.engine.fields import (
+    IDENTIFIER,
+    MISSING,
+    HarnessError,
+    Missing,
+    as_list,
+    as_object,
+    choice,
+    describe,
+    identifier,
+    is_int,
+    is_number,
+    join,
+)
+from kernels.engine.references import REFERENCES
+
+__all__ = [
+    "Binding",
+    "Buffer",
+    "Harness",
+    "HarnessError",
+    "Pass",
+    "RandomFill",
+    "Reference",
+    "Report",
+    "Tolerance",
+    "canonical_digest",
+    "parse_harness",
+    "resolve_fixture",
+]
 
 DTYPES = ("f32", "u32", "i32")
 USAGES = ("uniform", "read", "read_write")
@@ -29,7 +58,6 @@ MAX_GROUPS = 4
 MAX_BINDING = 999
 
 INT_RANGES = {"u32": (0, 2**32 - 1), "i32": (-(2**31), 2**31 - 1)}
-IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 KERNEL_NAME = re.compile(r"[A-Za-z0-9_-]{1,60}")
 BIND_KEY = re.compile(r"(?:(\d{1,3})\.)?(\d{1,4})")
 
@@ -49,13 +77,6 @@ REFERENCE_FIELDS = ("name", "args", "outputs")
 TOLERANCE_FIELDS = ("atol", "rtol")
 REPORT_FIELDS = ("kind", "probabilities", "labels")
 REPORT_KINDS = ("classification",)
-
-
-class HarnessError(ValueError):
-    def __init__(self, path: str, message: str) -> None:
-        super().__init__(f"{path}: {message}" if path else message)
-        self.path = path
-        self.message = message
 
 
 @dataclass(frozen=True)
@@ -223,15 +244,15 @@ def parse_harness(data: object, fixtures_dir: Path | None = None) -> Harness:
     With fixtures_dir, "file" fills must also resolve inside it (symlinks included);
     whether the file exists and holds the right array is checked when the run loads it.
     """
-    spec = _object(data, "", HARNESS_FIELDS)
+    spec = as_object(data, "", HARNESS_FIELDS)
     description = spec.get("description", "")
     if not isinstance(description, str):
         raise HarnessError("description", "must be a string")
-    default_entry = _identifier(spec.get("entry_point", "main"), "entry_point")
+    default_entry = identifier(spec.get("entry_point", "main"), "entry_point")
 
-    buffers = _parse_buffers(spec.get("buffers", _MISSING), fixtures_dir)
+    buffers = _parse_buffers(spec.get("buffers", MISSING), fixtures_dir)
     by_name = {b.name: b for b in buffers}
-    passes = _parse_passes(spec.get("passes", _MISSING), by_name, default_entry)
+    passes = _parse_passes(spec.get("passes", MISSING), by_name, default_entry)
     tolerance = _parse_tolerance(spec.get("tolerance", {}))
     reference = None
     if "reference" in spec:
@@ -249,86 +270,9 @@ def parse_harness(data: object, fixtures_dir: Path | None = None) -> Harness:
     )
 
 
-class _Missing:
-    pass
-
-
-_MISSING = _Missing()
-
-
-def _join(path: str, key: str | int) -> str:
-    if isinstance(key, int):
-        return f"{path}[{key}]"
-    return f"{path}.{key}" if path else key
-
-
-def _object(value: object, path: str, known: tuple[str, ...]) -> dict:
-    if isinstance(value, _Missing):
-        raise HarnessError(path, "is required")
-    if not isinstance(value, Mapping):
-        raise HarnessError(path, f"must be an object (got {_kind(value)})")
-    for key in value:
-        if not isinstance(key, str):
-            raise HarnessError(path, f"keys must be strings (got {key!r})")
-        if key not in known:
-            hint = difflib.get_close_matches(key, known, n=1)
-            suggestion = f" (did you mean {hint[0]!r}?)" if hint else ""
-            allowed = ", ".join(known)
-            raise HarnessError(
-                _join(path, key), f"unknown field{suggestion}; known fields: {allowed}"
-            )
-    return dict(value)
-
-
-def _kind(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, str):
-        return f"{value!r}"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, list | tuple):
-        return "a list"
-    if isinstance(value, Mapping):
-        return "an object"
-    return type(value).__name__
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: object) -> bool:
-    return _is_int(value) or isinstance(value, float)
-
-
-def _identifier(value: object, path: str) -> str:
-    if not isinstance(value, str) or not IDENTIFIER.fullmatch(value):
-        raise HarnessError(
-            path, f"must be an identifier like main or matmul_2 (got {_kind(value)})"
-        )
-    return value
-
-
-def _list(value: object, path: str) -> list:
-    if isinstance(value, _Missing):
-        raise HarnessError(path, "is required")
-    if not isinstance(value, list | tuple):
-        raise HarnessError(path, f"must be a list (got {_kind(value)})")
-    return list(value)
-
-
-def _choice(value: object, path: str, choices: tuple[str, ...]) -> str:
-    if value not in choices or not isinstance(value, str):
-        raise HarnessError(path, f"must be one of {', '.join(choices)} (got {_kind(value)})")
-    return value
-
-
 def _buffer_name(value: object, path: str, by_name: Mapping[str, Buffer]) -> str:
     if not isinstance(value, str):
-        raise HarnessError(path, f"must be a buffer name (got {_kind(value)})")
+        raise HarnessError(path, f"must be a buffer name (got {describe(value)})")
     if value not in by_name:
         hint = difflib.get_close_matches(value, list(by_name), n=1)
         suggestion = f" (did you mean {hint[0]!r}?)" if hint else ""
@@ -337,15 +281,15 @@ def _buffer_name(value: object, path: str, by_name: Mapping[str, Buffer]) -> str
 
 
 def _parse_buffers(value: object, fixtures_dir: Path | None) -> list[Buffer]:
-    if isinstance(value, _Missing):
+    if isinstance(value, Missing):
         raise HarnessError("buffers", "is required")
     if not isinstance(value, Mapping):
-        raise HarnessError("buffers", f"must be an object of named buffers (got {_kind(value)})")
+        raise HarnessError("buffers", f"must be an object of named buffers (got {describe(value)})")
     if not 1 <= len(value) <= MAX_BUFFERS:
         raise HarnessError("buffers", f"must hold 1 to {MAX_BUFFERS} buffers (got {len(value)})")
     buffers = []
     for name, spec in value.items():
-        path = _join("buffers", str(name))
+        path = join("buffers", str(name))
         if not isinstance(name, str) or not IDENTIFIER.fullmatch(name):
             raise HarnessError(path, "buffer names must be identifiers like x or w_1")
         buffers.append(_parse_buffer(name, spec, path, fixtures_dir))
@@ -353,16 +297,16 @@ def _parse_buffers(value: object, fixtures_dir: Path | None) -> list[Buffer]:
 
 
 def _parse_buffer(name: str, value: object, path: str, fixtures_dir: Path | None) -> Buffer:
-    spec = _object(value, path, BUFFER_FIELDS)
-    usage = _choice(spec.get("usage", _MISSING), _join(path, "usage"), USAGES)
-    dtype = _choice(spec.get("dtype", _MISSING), _join(path, "dtype"), DTYPES)
-    shape = _parse_shape(spec.get("shape", _MISSING), _join(path, "shape"))
+    spec = as_object(value, path, BUFFER_FIELDS)
+    usage = choice(spec.get("usage", MISSING), join(path, "usage"), USAGES)
+    dtype = choice(spec.get("dtype", MISSING), join(path, "dtype"), DTYPES)
+    shape = _parse_shape(spec.get("shape", MISSING), join(path, "shape"))
     output = spec.get("output", False)
     if not isinstance(output, bool):
-        raise HarnessError(_join(path, "output"), f"must be true or false (got {_kind(output)})")
+        raise HarnessError(join(path, "output"), f"must be true or false (got {describe(output)})")
     if output and usage != "read_write":
         raise HarnessError(
-            _join(path, "output"),
+            join(path, "output"),
             f"only read_write buffers can be outputs (this one is {usage})",
         )
 
@@ -375,7 +319,7 @@ def _parse_buffer(name: str, value: object, path: str, fixtures_dir: Path | None
         return Buffer(name, usage, dtype, shape, "sentinel", output=output)
 
     fill = fills[0]
-    fill_path = _join(path, fill)
+    fill_path = join(path, fill)
     raw = spec[fill]
     if fill == "data":
         data = _parse_data(raw, fill_path, dtype, math.prod(shape))
@@ -392,30 +336,30 @@ def _parse_buffer(name: str, value: object, path: str, fixtures_dir: Path | None
 
 
 def _parse_shape(value: object, path: str) -> tuple[int, ...]:
-    dims = _list(value, path)
+    dims = as_list(value, path)
     if not 1 <= len(dims) <= 4:
         raise HarnessError(path, f"must have 1 to 4 dimensions (got {len(dims)})")
     for i, d in enumerate(dims):
-        if not _is_int(d) or d < 1:
-            raise HarnessError(_join(path, i), f"must be an integer >= 1 (got {_kind(d)})")
+        if not is_int(d) or d < 1:
+            raise HarnessError(join(path, i), f"must be an integer >= 1 (got {describe(d)})")
     return tuple(dims)
 
 
 def _parse_data(value: object, path: str, dtype: str, count: int) -> tuple[float | int, ...]:
-    values = _list(value, path)
+    values = as_list(value, path)
     flat: list[float | int] = []
     # Iterative flattening, so deeply nested lists cannot hit the recursion limit.
     stack = [iter(values)]
     while stack:
-        item = next(stack[-1], _MISSING)
-        if item is _MISSING:
+        item = next(stack[-1], MISSING)
+        if item is MISSING:
             stack.pop()
         elif isinstance(item, list | tuple):
             stack.append(iter(item))
         elif len(flat) == count:
             raise HarnessError(path, f"has more values than the shape holds ({count})")
         else:
-            flat.append(_parse_scalar(item, _join(path, len(flat)), dtype))
+            flat.append(_parse_scalar(item, join(path, len(flat)), dtype))
     if len(flat) != count:
         raise HarnessError(path, f"has {len(flat)} values but the shape holds {count}")
     return tuple(flat)
@@ -423,41 +367,41 @@ def _parse_data(value: object, path: str, dtype: str, count: int) -> tuple[float
 
 def _parse_scalar(value: object, path: str, dtype: str) -> float | int:
     if dtype == "f32":
-        if not _is_number(value) or not math.isfinite(value):
-            raise HarnessError(path, f"must be a finite number (got {_kind(value)})")
+        if not is_number(value) or not math.isfinite(value):
+            raise HarnessError(path, f"must be a finite number (got {describe(value)})")
         return float(value)
     low, high = INT_RANGES[dtype]
-    if not _is_int(value):
-        raise HarnessError(path, f"must be an integer for {dtype} (got {_kind(value)})")
+    if not is_int(value):
+        raise HarnessError(path, f"must be an integer for {dtype} (got {describe(value)})")
     if not low <= value <= high:
         raise HarnessError(path, f"must be within {dtype} range {low}..{high} (got {value})")
     return value
 
 
 def _parse_random(value: object, path: str, dtype: str) -> RandomFill:
-    spec = _object(value, path, RANDOM_FIELDS)
+    spec = as_object(value, path, RANDOM_FIELDS)
     for key in RANDOM_FIELDS:
         if key not in spec:
-            raise HarnessError(_join(path, key), "is required")
+            raise HarnessError(join(path, key), "is required")
     seed = spec["seed"]
-    if not _is_int(seed) or seed < 0:
-        raise HarnessError(_join(path, "seed"), f"must be an integer >= 0 (got {_kind(seed)})")
+    if not is_int(seed) or seed < 0:
+        raise HarnessError(join(path, "seed"), f"must be an integer >= 0 (got {describe(seed)})")
     low, high = spec["low"], spec["high"]
     if dtype == "f32":
         for key, v in (("low", low), ("high", high)):
-            if not _is_number(v) or not math.isfinite(v):
-                raise HarnessError(_join(path, key), f"must be a finite number (got {_kind(v)})")
+            if not is_number(v) or not math.isfinite(v):
+                raise HarnessError(join(path, key), f"must be a finite number (got {describe(v)})")
         low, high = float(low), float(high)
     else:
         lo, hi = INT_RANGES[dtype]
         # integers(low, high) excludes high, so high may be one past the dtype's maximum.
         for key, v, top in (("low", low, hi), ("high", high, hi + 1)):
-            if not _is_int(v):
+            if not is_int(v):
                 raise HarnessError(
-                    _join(path, key), f"must be an integer for {dtype} (got {_kind(v)})"
+                    join(path, key), f"must be an integer for {dtype} (got {describe(v)})"
                 )
             if not lo <= v <= top:
-                raise HarnessError(_join(path, key), f"must be within {lo}..{top} (got {v})")
+                raise HarnessError(join(path, key), f"must be within {lo}..{top} (got {v})")
     if not low < high:
         raise HarnessError(path, f"low must be less than high (got {low} and {high})")
     return RandomFill(seed=seed, low=low, high=high)
@@ -465,7 +409,7 @@ def _parse_random(value: object, path: str, dtype: str) -> RandomFill:
 
 def _parse_file(value: object, path: str, fixtures_dir: Path | None) -> str:
     if not isinstance(value, str) or not value:
-        raise HarnessError(path, f"must be a relative path to a .npy file (got {_kind(value)})")
+        raise HarnessError(path, f"must be a relative path to a .npy file (got {describe(value)})")
     if "\\" in value or "\x00" in value:
         raise HarnessError(path, "use forward slashes and plain characters")
     rel = PurePosixPath(value)
@@ -494,7 +438,7 @@ def resolve_fixture(file: str, fixtures_dir: Path, path: str = "file") -> Path:
 
 
 def _parse_passes(value: object, by_name: Mapping[str, Buffer], default_entry: str) -> list[Pass]:
-    items = _list(value, "passes")
+    items = as_list(value, "passes")
     if not items:
         raise HarnessError("passes", "needs at least one pass")
     return [_parse_pass(v, f"passes[{i}]", by_name, default_entry) for i, v in enumerate(items)]
@@ -503,25 +447,25 @@ def _parse_passes(value: object, by_name: Mapping[str, Buffer], default_entry: s
 def _parse_pass(
     value: object, path: str, by_name: Mapping[str, Buffer], default_entry: str
 ) -> Pass:
-    spec = _object(value, path, PASS_FIELDS)
+    spec = as_object(value, path, PASS_FIELDS)
     kernel = spec.get("kernel", "self")
     if not isinstance(kernel, str) or not KERNEL_NAME.fullmatch(kernel):
         raise HarnessError(
-            _join(path, "kernel"), f'must be "self" or a kernel name (got {_kind(kernel)})'
+            join(path, "kernel"), f'must be "self" or a kernel name (got {describe(kernel)})'
         )
     entry = default_entry
     if "entry_point" in spec:
-        entry = _identifier(spec["entry_point"], _join(path, "entry_point"))
+        entry = identifier(spec["entry_point"], join(path, "entry_point"))
 
-    bind_path = _join(path, "bind")
-    bind_spec = spec.get("bind", _MISSING)
-    if isinstance(bind_spec, _Missing):
+    bind_path = join(path, "bind")
+    bind_spec = spec.get("bind", MISSING)
+    if isinstance(bind_spec, Missing):
         raise HarnessError(bind_path, "is required")
     if not isinstance(bind_spec, Mapping) or not bind_spec:
         raise HarnessError(bind_path, 'must map binding numbers to buffers, like {"0": "a"}')
     bindings: dict[tuple[int, int], Binding] = {}
     for key, buffer in bind_spec.items():
-        key_path = _join(bind_path, str(key))
+        key_path = join(bind_path, str(key))
         match = BIND_KEY.fullmatch(key) if isinstance(key, str) else None
         if match is None:
             raise HarnessError(
@@ -538,13 +482,15 @@ def _parse_pass(
         name = _buffer_name(buffer, key_path, by_name)
         bindings[(group, binding)] = Binding(group, binding, name)
 
-    dispatch_path = _join(path, "dispatch")
-    dims = _list(spec.get("dispatch", _MISSING), dispatch_path)
+    dispatch_path = join(path, "dispatch")
+    dims = as_list(spec.get("dispatch", MISSING), dispatch_path)
     if not 1 <= len(dims) <= 3:
         raise HarnessError(dispatch_path, f"must have 1 to 3 sizes (got {len(dims)})")
     for i, d in enumerate(dims):
-        if not _is_int(d) or d < 1:
-            raise HarnessError(_join(dispatch_path, i), f"must be an integer >= 1 (got {_kind(d)})")
+        if not is_int(d) or d < 1:
+            raise HarnessError(
+                join(dispatch_path, i), f"must be an integer >= 1 (got {describe(d)})"
+            )
     dispatch = (*dims, *[1] * (3 - len(dims)))
     return Pass(
         kernel=kernel,
@@ -555,14 +501,14 @@ def _parse_pass(
 
 
 def _parse_tolerance(value: object) -> Tolerance:
-    spec = _object(value, "tolerance", TOLERANCE_FIELDS)
+    spec = as_object(value, "tolerance", TOLERANCE_FIELDS)
     values = {}
     for key in TOLERANCE_FIELDS:
         if key in spec:
             v = spec[key]
-            if not _is_number(v) or not math.isfinite(v) or v < 0:
+            if not is_number(v) or not math.isfinite(v) or v < 0:
                 raise HarnessError(
-                    _join("tolerance", key), f"must be a number >= 0 (got {_kind(v)})"
+                    join("tolerance", key), f"must be a number >= 0 (got {describe(v)})"
                 )
             values[key] = float(v)
     return Tolerance(**values)
@@ -571,20 +517,21 @@ def _parse_tolerance(value: object) -> Tolerance:
 def _parse_reference(
     value: object, by_name: Mapping[str, Buffer], buffers: list[Buffer]
 ) -> Reference:
-    spec = _object(value, "reference", REFERENCE_FIELDS)
-    name = spec.get("name", _MISSING)
-    if isinstance(name, _Missing):
+    spec = as_object(value, "reference", REFERENCE_FIELDS)
+    name = spec.get("name", MISSING)
+    if isinstance(name, Missing):
         raise HarnessError("reference.name", "is required")
     if not isinstance(name, str) or name not in REFERENCES:
         hint = difflib.get_close_matches(str(name), list(REFERENCES), n=1)
         suggestion = f" (did you mean {hint[0]!r}?)" if hint else ""
         raise HarnessError(
             "reference.name",
-            f"unknown reference {_kind(name)}{suggestion}; known: {', '.join(sorted(REFERENCES))}",
+            f"unknown reference {describe(name)}{suggestion}; "
+            f"known: {', '.join(sorted(REFERENCES))}",
         )
     args = tuple(
         _buffer_name(a, f"reference.args[{i}]", by_name)
-        for i, a in enumerate(_list(spec.get("args", _MISSING), "reference.args"))
+        for i, a in enumerate(as_list(spec.get("args", MISSING), "reference.args"))
     )
     try:
         inspect.signature(REFERENCES[name]).bind(*args)
@@ -598,7 +545,7 @@ def _parse_reference(
     if "outputs" in spec:
         outputs = tuple(
             _buffer_name(o, f"reference.outputs[{i}]", by_name)
-            for i, o in enumerate(_list(spec["outputs"], "reference.outputs"))
+            for i, o in enumerate(as_list(spec["outputs"], "reference.outputs"))
         )
     else:
         outputs = tuple(declared)
@@ -622,11 +569,11 @@ def _parse_reference(
 
 
 def _parse_report(value: object, by_name: Mapping[str, Buffer]) -> Report:
-    spec = _object(value, "report", REPORT_FIELDS)
-    kind = _choice(spec.get("kind", _MISSING), "report.kind", REPORT_KINDS)
+    spec = as_object(value, "report", REPORT_FIELDS)
+    kind = choice(spec.get("kind", MISSING), "report.kind", REPORT_KINDS)
     for key in ("probabilities", "labels"):
         if key not in spec:
-            raise HarnessError(_join("report", key), "is required")
+            raise HarnessError(join("report", key), "is required")
     probs = _buffer_name(spec["probabilities"], "report.probabilities", by_name)
     labels = _buffer_name(spec["labels"], "report.labels", by_name)
     shape = by_name[probs].shape

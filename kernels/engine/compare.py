@@ -1,0 +1,238 @@
+"""What came back against what the reference expects: per-output verdicts and pictures.
+
+Cells a kernel never wrote are told apart from wrong and non-finite ones by the
+sentinel the run fills output buffers with.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from kernels.engine.harness import Buffer
+from kernels.engine.outcome import Status
+
+# Cells a kernel never wrote keep these bits. For f32 it is a quiet NaN with a payload
+# that arithmetic does not produce, so "never written" differs from "computed NaN".
+SENTINEL_BITS = {"f32": 0x7FC0DEAD, "u32": 0xDEADBEEF, "i32": 0xDEADBEEF}
+SHOW_VALUES_UP_TO = 4096
+FIRST_BAD = 10
+GRID_SIZE = 64
+# Grid cell codes, in rising order of severity: a block shows its worst cell.
+OK, WRONG, NONFINITE, UNWRITTEN = 0, 1, 2, 3
+GRID_CHARS = np.array([".", "x", "n", "u"])
+
+
+def compare_output(
+    buf: Buffer, values: np.ndarray, expected: np.ndarray | None, atol: float, rtol: float
+) -> dict:
+    """Cell-by-cell verdict on one output: counts, first bad cells, values and a grid."""
+    flat = np.ascontiguousarray(values).reshape(-1)
+    unwritten = flat.view(np.uint32) == SENTINEL_BITS[buf.dtype]
+    got = flat.astype(np.float64)
+    got_finite = np.isfinite(got)
+    codes = np.zeros(flat.size, dtype=np.int8)
+    entry: dict = {
+        "name": buf.name,
+        "dtype": buf.dtype,
+        "shape": list(buf.shape),
+        "count": int(flat.size),
+    }
+    if expected is None:
+        codes[~got_finite] = NONFINITE
+        codes[unwritten] = UNWRITTEN
+        entry.update(
+            bad=None,
+            unwritten=int(unwritten.sum()),
+            nonfinite=int((~got_finite & ~unwritten).sum()),
+            max_abs_err=None,
+            max_rel_err=None,
+            worst_index=None,
+            first_bad=[],
+        )
+    elif (fast := _all_close(got, expected.reshape(-1), atol, rtol)) is not None:
+        # Every cell written, finite and within tolerance: the usual passing run.
+        err, rel = fast
+        worst = int(np.argmax(err))
+        entry.update(
+            bad=0,
+            unwritten=0,
+            nonfinite=0,
+            max_abs_err=json_number(float(err[worst])),
+            max_rel_err=json_number(float(rel.max())),
+            worst_index=_index(worst, buf.shape),
+            first_bad=[],
+        )
+    else:
+        exp = expected.reshape(-1)
+        close = np.isclose(got, exp, rtol=rtol, atol=atol, equal_nan=True)
+        nonfinite = ~unwritten & ~got_finite & np.isfinite(exp)
+        wrong = ~unwritten & ~nonfinite & ~close
+        codes[wrong] = WRONG
+        codes[nonfinite] = NONFINITE
+        codes[unwritten] = UNWRITTEN
+        comparable = ~unwritten & got_finite & np.isfinite(exp)
+        err = np.where(comparable, np.abs(got - exp), 0.0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rel = np.where(comparable & (exp != 0), err / np.abs(exp), 0.0)
+        worst_at = int(np.argmax(err)) if comparable.any() else None
+        bad_cells = np.flatnonzero(codes)
+        entry.update(
+            bad=int(bad_cells.size),
+            unwritten=int(unwritten.sum()),
+            nonfinite=int(nonfinite.sum()),
+            max_abs_err=json_number(float(err.max())) if comparable.any() else None,
+            max_rel_err=json_number(float(rel.max())) if comparable.any() else None,
+            worst_index=_index(worst_at, buf.shape) if worst_at is not None else None,
+            first_bad=[
+                {
+                    "index": _index(int(i), buf.shape),
+                    "expected": json_number(float(exp[i])),
+                    "got": None if unwritten[i] else _value(flat[i]),
+                    "kind": ("wrong", "nonfinite", "unwritten")[codes[i] - 1],
+                }
+                for i in bad_cells[:FIRST_BAD]
+            ],
+        )
+    if flat.size <= SHOW_VALUES_UP_TO:
+        entry["got"] = [None if u else _value(v) for v, u in zip(flat, unwritten, strict=True)]
+        if expected is not None:
+            entry["expected"] = [json_number(float(v)) for v in expected.reshape(-1)]
+    entry["grid"] = status_grid(codes, buf.shape)
+    return entry
+
+
+def _all_close(
+    got: np.ndarray, exp: np.ndarray, atol: float, rtol: float
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """Absolute and relative errors if every cell is within tolerance, else None.
+
+    A few passes over the arrays instead of the per-cell masks below; NaN (written or
+    the unwritten sentinel) never compares as close, so those take the slow path.
+    """
+    err = np.abs(got - exp)
+    scale = np.abs(exp)
+    with np.errstate(invalid="ignore"):
+        if not (err <= atol + rtol * scale).all():
+            return None
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.divide(err, scale, out=np.zeros_like(err), where=scale != 0)
+    return err, rel
+
+
+def _index(flat_index: int, shape: Sequence[int]) -> list[int]:
+    return [int(i) for i in np.unravel_index(flat_index, tuple(shape))]
+
+
+def _value(v: np.generic) -> int | float | str:
+    if v.dtype.kind == "f":
+        return json_number(float(v))
+    return int(v)
+
+
+def json_number(x: float) -> float | str:
+    """JSON has no NaN or infinities: they travel as the strings JavaScript prints."""
+    if math.isnan(x):
+        return "NaN"
+    if math.isinf(x):
+        return "Infinity" if x > 0 else "-Infinity"
+    return x
+
+
+def status_grid(codes: np.ndarray, shape: Sequence[int]) -> dict:
+    """A map of at most 64 by 64 blocks, each showing the worst cell in it.
+
+    The output is viewed as 2-D: 1-D as one row, more than 2-D with the leading
+    dimensions flattened into rows.
+    """
+    cols = shape[-1]
+    rows = codes.size // cols
+    block_rows = math.ceil(rows / GRID_SIZE)
+    block_cols = math.ceil(cols / GRID_SIZE)
+    grid_rows = math.ceil(rows / block_rows)
+    grid_cols = math.ceil(cols / block_cols)
+    grid = {"rows": grid_rows, "cols": grid_cols, "block": [block_rows, block_cols]}
+    if not codes.any():  # a passing output: every block is fine
+        return {**grid, "cells": GRID_CHARS[OK] * (grid_rows * grid_cols)}
+    padded = np.zeros((grid_rows * block_rows, grid_cols * block_cols), dtype=np.int8)
+    padded[:rows, :cols] = codes.reshape(rows, cols)
+    blocks = padded.reshape(grid_rows, block_rows, grid_cols, block_cols).max(axis=(1, 3))
+    return {**grid, "cells": "".join(GRID_CHARS[blocks].ravel())}
+
+
+def classification_report(probabilities: np.ndarray, labels: np.ndarray) -> dict:
+    """Accuracy and confusion of argmax predictions; computed whatever the status."""
+    probs = probabilities.astype(np.float64)
+    classes = probs.shape[1]
+    truth = labels.reshape(-1).astype(np.int64)
+    # A row with NaN (or a never-written cell) predicts nothing rather than class 0.
+    valid = np.isfinite(probs).all(axis=1)
+    predictions = np.where(valid, np.argmax(np.nan_to_num(probs, nan=-np.inf), axis=1), -1)
+    confusion = np.zeros((classes, classes), dtype=np.int64)
+    known = (truth >= 0) & (truth < classes) & (predictions >= 0)
+    np.add.at(confusion, (truth[known], predictions[known]), 1)
+    in_range = truth[(truth >= 0) & (truth < classes)]
+    return {
+        "kind": "classification",
+        "count": int(truth.size),
+        "accuracy": float((predictions == truth).mean()) if truth.size else 0.0,
+        "predictions": [int(p) for p in predictions],
+        "confusion": confusion.tolist(),
+        "labels_count": np.bincount(in_range, minlength=classes).tolist(),
+    }
+
+
+def verdict(outputs: list[dict]) -> tuple[Status, str]:
+    count = sum(o["count"] for o in outputs)
+    bad = sum(o["bad"] for o in outputs)
+    unwritten = sum(o["unwritten"] for o in outputs)
+    nonfinite = sum(o["nonfinite"] for o in outputs)
+    worst = _worst(outputs)
+    if bad == 0:
+        within = f" (worst error {_fmt(worst[0])})" if worst else ""
+        return Status.PASSED, f"All {count:,} cells match the reference{within}."
+    details = []
+    if unwritten:
+        details.append(f"{unwritten:,} never written")
+    if nonfinite:
+        details.append(f"{nonfinite:,} NaN or infinite where the reference is finite")
+    message = f"{bad:,} of {count:,} cells wrong"
+    if details:
+        message += f" ({', '.join(details)})"
+    # Unwritten and non-finite cells have no error size; say the worst of the rest.
+    if worst and bad > unwritten + nonfinite:
+        error, name, index = worst
+        where = f" in {name}" if len(outputs) > 1 else ""
+        message += f"; worst error {_fmt(error)}{where} at {index}"
+    # NaN or infinity is its own diagnosis (overflow, division by zero) when it
+    # explains most of the bad cells.
+    status = Status.NONFINITE if nonfinite > bad - nonfinite else Status.MISMATCH
+    return status, message
+
+
+def _worst(outputs: list[dict]) -> tuple[float, str, list[int]] | None:
+    # An error too large for a float (stored as "Infinity") cannot be ranked; skip it.
+    candidates = [
+        (o["max_abs_err"], o["name"], o["worst_index"])
+        for o in outputs
+        if isinstance(o["max_abs_err"], float)
+    ]
+    return max(candidates, key=lambda c: c[0]) if candidates else None
+
+
+def no_reference_message(outputs: list[dict]) -> str:
+    count = sum(o["count"] for o in outputs)
+    unwritten = sum(o["unwritten"] for o in outputs)
+    message = "Ran; there is no reference to compare with"
+    if not outputs:
+        return message + "."
+    message += f" ({count:,} cells shown"
+    if unwritten:
+        message += f", {unwritten:,} never written"
+    return message + ")."
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.3g}"

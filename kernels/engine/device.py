@@ -1,0 +1,125 @@
+"""The device a worker runs on: the best adapter wgpu offers, and what it is.
+
+wgpu is imported on first use, not with this module: the pool imports NoAdapter here,
+and the web process must not load a GPU driver.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import wgpu
+
+# Bump when the same inputs could end in a different outcome: it is part of the
+# environment id, so cached runs from an older runner are not reused.
+RUNNER_VERSION = 1
+
+BACKEND_ORDER = ("vulkan", "metal", "d3d12", "opengl")
+ADAPTER_TYPE_ORDER = ("discretegpu", "integratedgpu", "virtualgpu", "unknown", "cpu")
+
+
+class NoAdapter(RuntimeError):
+    """No GPU adapter (hardware or llvmpipe) could be opened."""
+
+
+@dataclass(frozen=True)
+class Environment:
+    adapter: str
+    backend: str
+    description: str
+    software: bool
+    wgpu: str
+    wgpu_native: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.adapter} via {self.backend}"
+
+    @property
+    def id(self) -> str:
+        """Part of a run's cache key: a new adapter, driver or runner means a new run."""
+        parts = (
+            self.adapter,
+            self.backend,
+            self.description,
+            self.wgpu,
+            self.wgpu_native,
+            str(RUNNER_VERSION),
+        )
+        return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+    def as_dict(self) -> dict:
+        return {
+            **dataclasses.asdict(self),
+            "runner": RUNNER_VERSION,
+            "label": self.label,
+            "id": self.id,
+        }
+
+
+def import_wgpu() -> Any:
+    """wgpu, imported on first use: web processes import this module (for NoAdapter)
+    and must not load a GPU driver."""
+    import wgpu
+
+    return wgpu
+
+
+def open_device(backend: str = "") -> tuple[wgpu.GPUDevice, Environment]:
+    """Open a device on the best adapter for the backend.
+
+    "" prefers Vulkan (then Metal, D3D12, OpenGL) and, within a backend, a real GPU over
+    llvmpipe; "vulkan", "opengl", "metal" or "d3d12" insist on one backend.
+    """
+    wgpu = import_wgpu()
+    import wgpu.backends.wgpu_native as native
+
+    wanted = backend.strip().lower()
+    if wanted and wanted not in BACKEND_ORDER:
+        raise ValueError(f"unknown backend {backend!r}; use one of {', '.join(BACKEND_ORDER)}")
+    try:
+        adapters = wgpu.gpu.enumerate_adapters_sync()
+    except Exception as e:
+        raise NoAdapter(f"Could not list GPU adapters: {e}") from e
+    candidates = [
+        a
+        for a in adapters
+        if a.info["backend_type"].lower() == wanted
+        or (not wanted and a.info["backend_type"].lower() in BACKEND_ORDER)
+    ]
+    if not candidates:
+        found = "; ".join(a.summary for a in adapters) or "none"
+        which = f"{backend} adapter" if wanted else "GPU adapter"
+        raise NoAdapter(
+            f"No {which} found (adapters found: {found}). Install a GPU driver or "
+            "Mesa's llvmpipe (mesa-vulkan-drivers) to replay kernels."
+        )
+
+    def rank(adapter: Any) -> tuple[int, int]:
+        info = adapter.info
+        kind = info["adapter_type"].lower()
+        return (
+            BACKEND_ORDER.index(info["backend_type"].lower()),
+            ADAPTER_TYPE_ORDER.index(kind) if kind in ADAPTER_TYPE_ORDER else 3,
+        )
+
+    adapter = min(candidates, key=rank)
+    try:
+        # No required_limits: wgpu-py then asks for the adapter's own limits.
+        device = adapter.request_device_sync(label="kernelbin")
+    except Exception as e:
+        raise NoAdapter(f"Could not open a device on {adapter.summary}: {e}") from e
+    info = adapter.info
+    env = Environment(
+        adapter=info["device"] or adapter.summary,
+        backend=info["backend_type"],
+        description=info["description"],
+        software=info["adapter_type"] == "CPU",
+        wgpu=wgpu.__version__,
+        wgpu_native=native.__version__,
+    )
+    return device, env
