@@ -36,6 +36,11 @@ class SessionQuerySet(models.QuerySet):
             return self.filter(shared | Q(owner=user))
         return self.filter(shared)
 
+    def embeddable(self) -> SessionQuerySet:
+        """What embeds and oEmbed may show: never a private session, whoever asks (embeds
+        are public by nature, and carry no cookies)."""
+        return self.exclude(visibility=Session.Visibility.PRIVATE)
+
     def search(self, query: str) -> SessionQuerySet:
         matches = Q(title__icontains=query) | Q(summary__icontains=query)
         in_turns = Turn.objects.filter(content__icontains=query).values("session_id")
@@ -103,6 +108,11 @@ class Session(models.Model):
     @property
     def is_published(self) -> bool:
         return self.published_at is not None
+
+    @property
+    def is_embeddable(self) -> bool:
+        """Whether embeds may show it (SessionQuerySet.embeddable)."""
+        return self.visibility != self.Visibility.PRIVATE
 
     def publish(self, visibility: str = Visibility.PUBLIC) -> None:
         if visibility == self.Visibility.PRIVATE:
