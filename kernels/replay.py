@@ -2,18 +2,20 @@
 
 A Run row is the unit of work and of caching. The backend that executes it is chosen
 by settings (REPLAY_BACKEND); everything above the backend is the same for all.
+
+Every page, the tutor and the replay command ask through two functions:
+for_reader (the run a reader sees now, started if asked) and run_now (run it and wait
+for the outcome as long as the caller can). Both answer with a Replay.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import json
-import logging
 import os
 import socket
-from collections.abc import Iterable
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -26,8 +28,6 @@ from django.utils.module_loading import import_string
 from kernels.engine.harness import Harness, HarnessError, canonical_digest, parse_harness
 from kernels.engine.outcome import Outcome, Status, failure
 from kernels.models import KernelVersion, Run
-
-log = logging.getLogger(__name__)
 
 BACKENDS = {
     "local": "kernels.backends.LocalBackend",
@@ -132,16 +132,6 @@ def job_for(version: KernelVersion, spec: dict | None = None) -> Job:
     return Job(sources_digest(sources), digest, payload)
 
 
-def replayable_jobs(versions: Iterable[KernelVersion]) -> dict[int, Job]:
-    """The job of each version that can be replayed as configured, by version id."""
-    jobs = {}
-    for version in versions:
-        # One that cannot is shown as not run; its replay page says what is wrong.
-        with contextlib.suppress(ReplayProblem):
-            jobs[version.pk] = job_for(version)
-    return jobs
-
-
 def lost() -> Q:
     """Unfinished runs nobody will finish: running past any deadline (its worker died), or
     queued past the queue timeout (the queue lost it or is stuck)."""
@@ -163,7 +153,7 @@ def failed_outcome(message: str) -> Outcome:
     return failure(Status.CRASHED, f"{message} Run it again.", message)
 
 
-def find_run(job: Job) -> Run | None:
+def _find_run(job: Job) -> Run | None:
     """The run a reader should see now: one in flight, else the newest cached one, else
     one that just finished uncacheably (a timeout), so a reload does not run it again."""
     runs = Run.objects.filter(source_sha256=job.source_sha256, harness_digest=job.harness_digest)
@@ -285,10 +275,108 @@ def finish(run_id: int, outcome: Outcome) -> bool:
 
 def wait(run: Run, timeout: float) -> Run:
     """Give a run up to timeout seconds to finish; return it as it is then."""
-    if run.state != Run.State.DONE:
-        backend().wait(run, timeout)
+    if run.state == Run.State.DONE:
+        return run
+    deadline = time.monotonic() + timeout
+    backend().wait(run, timeout)
+    run.refresh_from_db()
+    # A run this process does not hold (a task queue's, or one another web process
+    # started) is stored from elsewhere: poll it.
+    while run.state != Run.State.DONE and time.monotonic() < deadline:
+        time.sleep(0.25)
         run.refresh_from_db()
     return run
+
+
+@dataclass
+class Replay:
+    """One version's replay as a caller sees it: its run, or why there is none.
+
+    problem: the version cannot be replayed as configured (a bad harness); asking again
+    does not help. busy: there is no outcome now (every worker busy, the queue out of
+    reach, the run not finished in time); retry_after says when to ask again.
+    """
+
+    version: KernelVersion
+    run: Run | None = None
+    problem: str = ""
+    busy: str = ""
+    retry_after: int | None = None
+
+    @property
+    def outcome(self) -> Outcome | None:
+        """The finished run's outcome; None until there is one."""
+        if self.run is not None and self.run.state == Run.State.DONE:
+            return self.run.outcome
+        return None
+
+    def summary(self) -> dict:
+        """What a turn records about its run."""
+        if outcome := self.outcome:
+            return {
+                "id": self.run.pk,
+                "status": outcome.get("status"),
+                "message": outcome.get("message", "")[:300],
+            }
+        return {"status": "not_run", "message": self.problem or self.busy}
+
+
+def _busy(version: KernelVersion, unavailable: ReplayUnavailable) -> Replay:
+    return Replay(version, busy=str(unavailable), retry_after=unavailable.retry_after)
+
+
+def for_reader(
+    version: KernelVersion, start: bool = False, fresh: bool = False, run_id: int | None = None
+) -> Replay:
+    """The run a reader sees of this version now (_find_run says which); nothing waits.
+
+    With start, a run is started when there is none; with fresh, a new one whatever is
+    stored (the reader's "Run again"). With run_id, that run of this version or none: a
+    page polling the run it shows never starts another by asking.
+    """
+    try:
+        job = job_for(version)
+    except ReplayProblem as error:
+        return Replay(version, problem=str(error))
+    if run_id is not None:
+        runs = Run.objects.filter(
+            pk=run_id, source_sha256=job.source_sha256, harness_digest=job.harness_digest
+        )
+        return Replay(version, runs.first())
+    run = None if fresh else _find_run(job)
+    if run is None and (start or fresh):
+        try:
+            run = start_run(job, fresh=fresh)
+        except ReplayUnavailable as unavailable:
+            return _busy(version, unavailable)
+    return Replay(version, run)
+
+
+def run_now(
+    version: KernelVersion,
+    harness: dict | None = None,
+    fresh: bool = False,
+    timeout: float | None = None,
+) -> Replay:
+    """Run this version (under its harness, or the one given) and wait for the outcome.
+
+    A cached run stands in unless fresh. Waits up to timeout seconds, by default the
+    replay deadline and a little for the queue: for callers that must show an outcome
+    (the tutor, the draw-a-digit page, the replay command).
+    """
+    try:
+        job = job_for(version, harness)
+    except ReplayProblem as error:
+        return Replay(version, problem=str(error))
+    try:
+        run = start_run(job, fresh=fresh)
+    except ReplayUnavailable as unavailable:
+        return _busy(version, unavailable)
+    run = wait(run, settings.REPLAY_DEADLINE + 5 if timeout is None else timeout)
+    if run.state != Run.State.DONE:
+        late = "The run did not finish in time; try again."
+        return Replay(version, run, busy=late, retry_after=2)
+    return Replay(version, run)
 
 
 def replay_health() -> dict:

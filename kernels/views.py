@@ -17,12 +17,10 @@ from kernels.digits import EmptyDrawing, drawing_harness, preprocess
 from kernels.engine.harness import resolve_fixture
 from kernels.engine.outcome import Status
 from kernels.models import Kernel, KernelVersion, Run
-from sessions.markdown import render_code, render_source
+from kernels.outcome_context import outcome_context
+from sessions.access import get_session_for_user
+from sessions.markdown import render_code
 from sessions.models import Session, Turn
-
-
-def _get_session_for_user(request: HttpRequest, slug: str) -> Session:
-    return get_object_or_404(Session.objects.viewable_by(request.user), slug=slug)
 
 
 def _get_reviewed_turn(request: HttpRequest, slug: str, number: int) -> Turn:
@@ -35,7 +33,7 @@ def _get_reviewed_turn(request: HttpRequest, slug: str, number: int) -> Turn:
         .first()
     )
     if turn is None:
-        _get_session_for_user(request, slug)  # a missing or hidden session says so first
+        get_session_for_user(request, slug)  # a missing or hidden session says so first
         raise Http404(f"This session has no turn {number}.")
     if turn.kernel_version is None:
         raise Http404(
@@ -62,21 +60,9 @@ def _version_link(version: KernelVersion | None) -> dict | None:
     return {"version": version, "url": url, "turn": number}
 
 
-def _start_or_find(
-    job: replay.Job, fresh: bool = False
-) -> tuple[Run | None, replay.ReplayUnavailable | None]:
-    """A run to show, starting one if none exists; or the reason none can start now."""
-    run = None if fresh else replay.find_run(job)
-    if run is not None:
-        return run, None
-    try:
-        return replay.start_run(job, fresh=fresh), None
-    except replay.ReplayUnavailable as unavailable:
-        return None, unavailable
-
-
-def run_payload(run: Run | None, version: KernelVersion) -> dict:
+def _run_payload(shown: replay.Replay) -> dict:
     """What replay.json returns, and what the page's script renders from."""
+    version, run = shown.version, shown.run
     body = {
         "kernel": version.kernel.name,
         "version": version.number,
@@ -86,8 +72,8 @@ def run_payload(run: Run | None, version: KernelVersion) -> dict:
     }
     if run is not None:
         body["run"] = {"id": run.pk, "created": run.created.isoformat(), "adapter": run.adapter}
-        if run.state == Run.State.DONE:
-            body["outcome"] = run.outcome
+        if (outcome := shown.outcome) is not None:
+            body["outcome"] = outcome
             body["matches_expected"] = (
                 run.status == version.expected_status if version.expected_status else None
             )
@@ -106,59 +92,38 @@ def replay_page(request: HttpRequest, slug: str, number: int) -> HttpResponse:
             messages.error(request, f"You have asked for many fresh runs; try again in {wait} s.")
             return redirect(request.path)
 
-    problem, run, busy = "", None, None
-    try:
-        job = replay.job_for(version)
-    except replay.ReplayProblem as error:
-        problem = str(error)
-    else:
-        run, busy = _start_or_find(job, fresh=fresh)
-        if fresh:
-            return redirect(request.path)
+    shown = replay.for_reader(version, start=True, fresh=fresh)
+    if fresh and not shown.problem:
+        return redirect(request.path)
 
     previous, following = version.previous(), version.next()
-    outcome = run.outcome if run and run.state == Run.State.DONE else None
-    compile_error = (outcome or {}).get("compile") or {}
-    error_lines = (
-        [compile_error["line"]]
-        if compile_error.get("kernel", "self") == "self" and compile_error.get("line")
-        else []
-    )
+    outcome = shown.outcome
     diff = version.diff_from(previous) if previous else ""
     context = {
+        **outcome_context(shown),
         "session": session,
         "turn": turn,
-        "version": version,
         "kernel": version.kernel,
-        "source_html": render_source(version.source, "wgsl", error_lines),
         "diff_html": render_code(diff, "diff") if diff else "",
         "previous": _version_link(previous),
         "next": _version_link(following),
-        "run": run,
-        "outcome": outcome,
-        "status": Status(outcome["status"]) if outcome else None,
-        "figures": pictures.figures(outcome) if outcome else [],
-        "digits": _digits_figure(version, run) if outcome and outcome.get("report") else None,
-        "problem": problem,
-        "busy": busy,
+        "digits": _digits_figure(version, shown.run) if outcome and outcome.get("report") else None,
+        "problem": shown.problem,
+        "busy": shown.busy,
         "json_url": reverse("kernels:replay_json", args=[session.slug, turn.number]),
         "introduced_at": version.turn,
     }
     return render(request, "kernels/replay.html", context)
 
 
-def _int_or_none(value: str) -> int | None:
-    return int(value) if value.isdigit() and len(value) < 19 else None
+def _run_id(value: str) -> int:
+    """The run a page asks about; 0, which no run has, for anything that is not an id."""
+    return int(value) if value.isdigit() and len(value) < 19 else 0
 
 
 @require_GET
 def replay_json(request: HttpRequest, slug: str, number: int) -> JsonResponse:
     turn = _get_reviewed_turn(request, slug, number)
-    version = turn.kernel_version
-    try:
-        job = replay.job_for(version)
-    except replay.ReplayProblem as error:
-        return JsonResponse({"error": str(error), "state": "none"}, status=422)
     try:
         wait = min(max(float(request.GET.get("wait", "0")), 0.0), 10.0)
     except ValueError:
@@ -168,39 +133,34 @@ def replay_json(request: HttpRequest, slug: str, number: int) -> JsonResponse:
 
     if "run" in request.GET:
         # The page polls the run it is showing, and never starts another by asking.
-        run = Run.objects.filter(
-            pk=_int_or_none(request.GET["run"]),
-            source_sha256=job.source_sha256,
-            harness_digest=job.harness_digest,
-        ).first()
-        if run is None:
-            return JsonResponse(
-                {"error": "No such run of this kernel.", "state": "none"}, status=404
-            )
-        busy = None
+        shown = replay.for_reader(turn.kernel_version, run_id=_run_id(request.GET["run"]))
     else:
-        run, busy = _start_or_find(job)
-    if run is None:
-        response = JsonResponse({"error": str(busy), "state": "busy"}, status=503)
-        response["Retry-After"] = str(busy.retry_after)
+        shown = replay.for_reader(turn.kernel_version, start=True)
+    if shown.problem:
+        return JsonResponse({"error": shown.problem, "state": "none"}, status=422)
+    if shown.busy:
+        response = JsonResponse({"error": shown.busy, "state": "busy"}, status=503)
+        response["Retry-After"] = str(shown.retry_after)
         return response
-    if wait and run.state != Run.State.DONE:
-        run = replay.wait(run, wait)
-    status = 200 if run.state == Run.State.DONE else 202
-    return JsonResponse(run_payload(run, version), status=status)
+    if shown.run is None:
+        return JsonResponse({"error": "No such run of this kernel.", "state": "none"}, status=404)
+    if wait:
+        shown.run = replay.wait(shown.run, wait)
+    status = 200 if shown.run.state == Run.State.DONE else 202
+    return JsonResponse(_run_payload(shown), status=status)
 
 
 @require_GET
 def timeline(request: HttpRequest, slug: str, name: str) -> HttpResponse:
-    session = _get_session_for_user(request, slug)
+    session = get_session_for_user(request, slug)
     kernel = get_object_or_404(Kernel, session=session, name=name)
     versions = list(kernel.versions.select_related("turn", "kernel__session"))
-    jobs = replay.replayable_jobs(versions)
     rows = [
         {
             "version": version,
             "link": _version_link(version),
-            "run": replay.find_run(jobs[version.pk]) if version.pk in jobs else None,
+            # One that cannot be replayed shows as not run; its replay page says why.
+            "run": replay.for_reader(version).run,
         }
         for version in versions
     ]
@@ -242,7 +202,9 @@ def _digits_figure(version: KernelVersion, run: Run) -> dict | None:
     return {"svg": svg, "wrong": len(wrong), "count": len(predictions), "shown": len(shown)}
 
 
-class DrawingProblem(ValueError):
+class DigitsProblem(ValueError):
+    """What the draw-a-digit page says instead of a classification, with its HTTP status."""
+
     def __init__(self, message: str, status: int = 400) -> None:
         super().__init__(message)
         self.status = status
@@ -258,49 +220,50 @@ def _classifier() -> KernelVersion | None:
 
 
 def _read_drawing(upload) -> np.ndarray:
-    """The uploaded image as an MNIST-style input, or a DrawingProblem saying what is wrong."""
+    """The uploaded image as an MNIST-style input, or a DigitsProblem saying what is wrong."""
     from PIL import Image, UnidentifiedImageError
 
     if upload is None:
-        raise DrawingProblem("No drawing was sent: draw a digit, then press Classify.")
+        raise DigitsProblem("No drawing was sent: draw a digit, then press Classify.")
     if upload.size > settings.DIGITS_MAX_BYTES:
         limit = settings.DIGITS_MAX_BYTES // 1024
-        raise DrawingProblem(f"That image is larger than {limit:,} KB.", status=413)
+        raise DigitsProblem(f"That image is larger than {limit:,} KB.", status=413)
     try:
         with Image.open(upload) as image:
             if image.format not in ("PNG", "JPEG", "GIF", "WEBP", "BMP"):
-                raise DrawingProblem("Send a PNG, JPEG, GIF, WebP or BMP image.")
+                raise DigitsProblem("Send a PNG, JPEG, GIF, WebP or BMP image.")
             # Checked before the pixels are decoded: a small file can claim a huge image.
             if max(image.size) > 1024 or min(image.size) < 28:
-                raise DrawingProblem(
+                raise DigitsProblem(
                     f"The image is {image.width} x {image.height} pixels; "
                     "it must be between 28 and 1024 pixels on each side."
                 )
             pixels = np.asarray(image.convert("L"))
     except Image.DecompressionBombError:
-        raise DrawingProblem(
+        raise DigitsProblem(
             "The image is far too large in pixels; it must be between 28 and 1024 pixels "
             "on each side."
         ) from None
     except (UnidentifiedImageError, OSError):
-        raise DrawingProblem("That file is not an image we can read.") from None
+        raise DigitsProblem("That file is not an image we can read.") from None
     try:
         return preprocess(pixels)
     except EmptyDrawing:
-        raise DrawingProblem("The canvas is empty: draw a digit first.") from None
+        raise DigitsProblem("The canvas is empty: draw a digit first.") from None
     except ValueError as error:
-        raise DrawingProblem(str(error)) from None
+        raise DigitsProblem(str(error)) from None
 
 
 def _classify(version: KernelVersion, pixels: np.ndarray) -> dict:
-    job = replay.job_for(version, drawing_harness(version.harness, pixels))
-    run = replay.wait(replay.start_run(job), settings.REPLAY_DEADLINE + 5)
-    if run.state != Run.State.DONE:
-        raise replay.ReplayUnavailable("The classifier is still running; try again.", 2)
-    outcome = run.outcome
+    shown = replay.run_now(version, drawing_harness(version.harness, pixels))
+    if shown.problem:
+        raise DigitsProblem(shown.problem, status=500)
+    if shown.busy:
+        raise DigitsProblem(shown.busy, status=503)
+    outcome = shown.outcome
     probabilities = next((o["got"] for o in outcome.get("outputs", []) if o.get("got")), None)
     if outcome["status"] not in (Status.PASSED, Status.MISMATCH) or not probabilities:
-        raise DrawingProblem(f"The classifier could not run: {outcome['message']}", status=500)
+        raise DigitsProblem(f"The classifier could not run: {outcome['message']}", status=500)
     probs = [p if isinstance(p, float | int) else 0.0 for p in probabilities]
     output = next(o for o in outcome["outputs"] if o.get("got"))
     return {
@@ -328,14 +291,10 @@ def digits(request: HttpRequest) -> HttpResponse:
     status = 200
     try:
         if wait := hit("digits", client_key(request), settings.DIGITS_PER_MINUTE, 60):
-            raise DrawingProblem(f"Too many drawings at once; try again in {wait} s.", status=429)
+            raise DigitsProblem(f"Too many drawings at once; try again in {wait} s.", status=429)
         context["result"] = _classify(version, _read_drawing(request.FILES.get("image")))
-    except DrawingProblem as problem:
+    except DigitsProblem as problem:
         context["problem"], status = str(problem), problem.status
-    except replay.ReplayUnavailable as busy:
-        context["problem"], status = str(busy), 503
-    except replay.ReplayProblem as problem:
-        context["problem"], status = str(problem), 500
     if wants_json:
         html = render(request, "kernels/_digit_result.html", context).content.decode()
         body = {"html": html, "error": context.get("problem")}

@@ -22,7 +22,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 
 from config.context_processors import site_origin
 from kernels import replay
-from kernels.models import Run
+from sessions.access import get_embeddable_session, get_session_for_user
 from sessions.export import export_markdown, export_session
 from sessions.forms import CappedUploadHandler, ImportForm
 from sessions.importers.files import import_file, size_limit
@@ -43,17 +43,6 @@ EMBED_CSP = {
 EMBED_THEMES = ("auto", "light", "dark")
 OEMBED_WIDTH = 640
 OEMBED_MAX_HEIGHT = 900
-
-
-def _get_session_for_user(request: HttpRequest, slug: str) -> Session:
-    """The session at this slug if this user may open it; 404 otherwise, private or not."""
-    return get_object_or_404(Session.objects.viewable_by(request.user), slug=slug)
-
-
-def _get_embeddable_session(slug: str) -> Session:
-    # Embeds are public by nature: never private, whoever asks (and they carry no cookies).
-    shared = Session.objects.exclude(visibility=Session.Visibility.PRIVATE)
-    return get_object_or_404(shared, slug=slug)
 
 
 def embed_url(origin: str, session: Session, first: int, last: int) -> str:
@@ -82,7 +71,10 @@ def index(request: HttpRequest) -> HttpResponse:
         sessions = sessions.search(query)
     tag = None
     if tag_slug := request.GET.get("tag"):
-        tag = get_object_or_404(Tag, slug=tag_slug)
+        # Only tags of listed sessions: a private session's tag must not show, nor exist.
+        tag = get_object_or_404(
+            Tag.objects.filter(sessions__in=Session.objects.listed()).distinct(), slug=tag_slug
+        )
         sessions = sessions.filter(tags=tag)
     page = Paginator(sessions.prefetch_related("tags"), 20).get_page(request.GET.get("page"))
     tags = Tag.objects.filter(sessions__visibility=Session.Visibility.PUBLIC).distinct()
@@ -109,7 +101,7 @@ def _turn_page_number(turns: QuerySet, number: int, per_page: int) -> int:
 
 @require_GET
 def detail(request: HttpRequest, slug: str) -> HttpResponse:
-    session = _get_session_for_user(request, slug)
+    session = get_session_for_user(request, slug)
     turns = session.turns.select_related("kernel_version__kernel")
     per_page = settings.TURNS_PER_PAGE
 
@@ -144,7 +136,7 @@ def detail(request: HttpRequest, slug: str) -> HttpResponse:
         "session": session,
         "body": body,
         "oembed_href": _oembed_href(origin, session),
-        "can_embed": session.visibility != Session.Visibility.PRIVATE,
+        "can_embed": session.is_embeddable,
     }
     response = render(request, "sessions/detail.html", context)
     if anonymous:
@@ -170,7 +162,7 @@ def _render_session_body(
         "embed_first": first,
         "embed_last": min(paginator.count, first + 4),
         "embed_base": origin + reverse("sessions:embed", args=[session.slug]),
-        "can_embed": session.visibility != Session.Visibility.PRIVATE,
+        "can_embed": session.is_embeddable,
         "site_url": origin,
     }
     return render_to_string("sessions/_session_body.html", context)
@@ -217,7 +209,7 @@ def _embed_error(request: HttpRequest, message: str, status: int = 400) -> HttpR
 @csp_replace(EMBED_CSP)
 def embed(request: HttpRequest, slug: str) -> HttpResponse:
     try:
-        session = _get_embeddable_session(slug)
+        session = get_embeddable_session(slug)
     except Http404:
         return _embed_error(request, "There is no public session at this address.", 404)
     origin = site_origin(request)
@@ -260,17 +252,22 @@ def _attach_outcomes(turns: list[Turn]) -> bool:
     that can be replayed has a stored outcome: those do not change, so the page can stay."""
     versions = {turn.kernel_version_id: turn.kernel_version for turn in turns}
     versions.pop(None, None)
-    jobs = replay.replayable_jobs(versions.values())
-    runs = {pk: replay.find_run(job) for pk, job in jobs.items()}
+    shown = {pk: replay.for_reader(version) for pk, version in versions.items()}
     for turn in turns:
-        run = runs.get(turn.kernel_version_id)
-        turn.replayed = run if run is not None and run.state == Run.State.DONE else None
-    return all(run is not None and run.cacheable for run in runs.values())
+        seen = shown.get(turn.kernel_version_id)
+        turn.replayed = seen.run if seen is not None and seen.outcome is not None else None
+    # A kernel that cannot be replayed shows no outcome, now or later.
+    replayable = [seen for seen in shown.values() if not seen.problem]
+    return all(seen.run is not None and seen.run.cacheable for seen in replayable)
 
 
 def _oembed_target(url: str, request: HttpRequest) -> tuple[Session, int, int]:
     """Which session and turn range an oEmbed url points at; Http404 for anything else."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 -- parsing the port is what rejects "host:99999" or "host:x"
+    except ValueError:  # "http://[::1" and other text that is not a URL
+        raise Http404("Not a URL.") from None
     ours = {urlsplit(site_origin(request)).netloc, request.get_host()}
     if parts.scheme not in ("http", "https") or parts.netloc not in ours:
         raise Http404("Not a Kernelbin URL.")
@@ -280,7 +277,7 @@ def _oembed_target(url: str, request: HttpRequest) -> tuple[Session, int, int]:
         raise Http404("Not a Kernelbin session URL.") from None
     if match.view_name not in ("sessions:detail", "sessions:embed"):
         raise Http404("Not a Kernelbin session URL.")
-    session = _get_embeddable_session(match.kwargs["slug"])
+    session = get_embeddable_session(match.kwargs["slug"])
     last_turn = session.turns.order_by("-number").values_list("number", flat=True).first() or 0
     if not last_turn:
         raise Http404("This session has no turns to embed.")
@@ -346,7 +343,7 @@ def _export_filename(session: Session, extension: str) -> str:
 
 @require_GET
 def export_json(request: HttpRequest, slug: str) -> HttpResponse:
-    session = _get_session_for_user(request, slug)
+    session = get_session_for_user(request, slug)
     body = json.dumps(export_session(session), indent=2, ensure_ascii=False)
     response = HttpResponse(body, content_type="application/json; charset=utf-8")
     response["Content-Disposition"] = _export_filename(session, "json")
@@ -355,7 +352,7 @@ def export_json(request: HttpRequest, slug: str) -> HttpResponse:
 
 @require_GET
 def export_md(request: HttpRequest, slug: str) -> HttpResponse:
-    session = _get_session_for_user(request, slug)
+    session = get_session_for_user(request, slug)
     response = HttpResponse(export_markdown(session), content_type="text/markdown; charset=utf-8")
     response["Content-Disposition"] = _export_filename(session, "md")
     return response

@@ -15,7 +15,6 @@ from django.conf import settings
 
 from kernels import replay
 from kernels.engine.harness import HarnessError, parse_harness
-from kernels.models import KernelVersion, Run
 from sessions.models import Turn
 from tutor.review import outcome_for_model
 
@@ -321,14 +320,6 @@ def numbered(source: str) -> str:
     return "\n".join(f"{n:>{width}} | {line}" for n, line in enumerate(lines, start=1))
 
 
-def latest_run(version: KernelVersion) -> Run | None:
-    try:
-        run = replay.find_run(replay.job_for(version))
-    except replay.ReplayProblem:
-        return None
-    return run if run is not None and run.state == Run.State.DONE else None
-
-
 def state_text(guided: GuidedSession, notes: Sequence[str] = ()) -> str:
     """<kernel>, <diff>, <run_result>, notes and the reminder: the last user message's tail."""
     name = guided.kernel.name
@@ -355,12 +346,12 @@ def state_text(guided: GuidedSession, notes: Sequence[str] = ()) -> str:
                 f'<diff from="{previous.number}" to="{version.number}">\n'
                 f"{diff.rstrip() or 'no changes'}\n</diff>"
             )
-        run = latest_run(version)
-        if run is None:
+        outcome = replay.for_reader(version).outcome
+        if outcome is None:
             parts.append(f'<run_result version="{version.number}">not run yet</run_result>')
         else:
             parts.append(
-                f'<run_result version="{version.number}">\n{outcome_for_model(run.outcome)}\n'
+                f'<run_result version="{version.number}">\n{outcome_for_model(outcome)}\n'
                 "</run_result>"
             )
     parts.extend(notes)

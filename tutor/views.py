@@ -38,13 +38,13 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
 from config.ratelimit import client_key, hit
-from kernels import pictures
-from kernels.engine.outcome import Status
-from sessions.markdown import render_source
+from kernels import replay
+from kernels.outcome_context import outcome_context
 from sessions.models import Session
-from tutor import engine, llm, prompts
+from tutor import engine, llm
 from tutor.lessons import get_lesson, load_lessons
 from tutor.models import ApiCall, GuidedSession
+from tutor.replies import budget_problem
 
 log = logging.getLogger(__name__)
 
@@ -102,19 +102,9 @@ def _usage_context(guided: GuidedSession) -> dict:
     }
 
 
-def _run_context(execution: engine.Execution | None, version) -> dict:
-    outcome = execution.outcome if execution else None
-    compile_error = (outcome or {}).get("compile") or {}
-    marked = [compile_error["line"]] if compile_error.get("line") else []
-    return {
-        "execution": execution,
-        "version": version,
-        "outcome": outcome,
-        "status": Status(outcome["status"]) if outcome else None,
-        "figures": pictures.figures(outcome) if outcome else [],
-        "run": execution.run if execution else None,
-        "source_html": render_source(version.source, "wgsl", marked) if version else "",
-    }
+def _run_context(execution: replay.Replay | None) -> dict:
+    """The run panel's context: the outcome, or why there is none."""
+    return {**outcome_context(execution), "execution": execution}
 
 
 def _render_turn(request: HttpRequest, guided: GuidedSession, turn) -> str:
@@ -196,7 +186,7 @@ class EventStream:
             }
         if name == "run":
             execution = data["execution"]
-            context = {**_run_context(execution, execution.version), "kernel": guided.kernel}
+            context = {**_run_context(execution), "kernel": guided.kernel}
             return {
                 "status": (execution.outcome or {}).get("status", "not_run"),
                 "html": render_to_string("tutor/_run.html", context, request=request),
@@ -264,7 +254,7 @@ def _message_limit(request: HttpRequest, guided: GuidedSession) -> HttpResponse 
             f"Try again in {wait} s (your text is still in the box).",
             retry_after=wait,
         )
-    if llm.configured() and (problem := engine.budget_problem(guided)):
+    if llm.configured() and (problem := budget_problem(guided)):
         return _refuse(
             request,
             guided,
@@ -325,8 +315,6 @@ def session_page(request: HttpRequest, slug: str) -> HttpResponse:
     guided = _get_guided_for_user(request, slug)
     session = guided.session
     latest = guided.latest_version()
-    run = prompts.latest_run(latest) if latest else None
-    execution = engine.Execution(latest, run=run) if latest and run else None
     context = {
         "guided": guided,
         "session": session,
@@ -345,7 +333,7 @@ def session_page(request: HttpRequest, slug: str) -> HttpResponse:
         ],
         "message_max": settings.TUTOR_MESSAGE_MAX_CHARS,
         "kernel_max": settings.TUTOR_KERNEL_MAX_CHARS,
-        **_run_context(execution, latest),
+        **_run_context(replay.for_reader(latest) if latest else None),
         **_usage_context(guided),
     }
     return render(request, "tutor/session.html", context)

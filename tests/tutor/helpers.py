@@ -367,7 +367,7 @@ class TutorTestCase(TutorMixin, TestCase):
 class TutorRunTestCase(TutorMixin, TransactionTestCase):
     """For tests that run kernels: the replay pool stores results from its own thread and
     connection, which must see what the test committed. Every run is waited for inside the
-    test (engine.execute waits), so nothing lands after it."""
+    test (kernels.replay.run_now waits), so nothing lands after it."""
 
     def setUp(self) -> None:
         super().setUp()

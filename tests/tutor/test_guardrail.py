@@ -13,9 +13,9 @@ from tests.tutor.helpers import (
     streamed_text,
     text_reply,
 )
-from tutor.engine import GUARD_NOTE
 from tutor.guardrail import NOTE, StreamGuard, asks_for_answer, redact
 from tutor.models import GuardrailEvent
+from tutor.replies import GUARD_NOTE
 
 KERNEL_REPLY = """Here is the whole thing:
 

@@ -1,0 +1,395 @@
+"""Claude's replies in a guided session: the streamed answer, the guardrail, the rounds of
+run_kernel, and the record of every API call and its tokens.
+
+A reply is a loop of rounds. Each round asks Claude once (streaming what the guardrail
+releases), records the call, stores the text as a tutor turn, and runs the tools the
+answer asked for, storing each call and result as tool turns; a round without tool calls
+ends the reply. The events yielded are those tutor/engine.py describes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Iterator
+from dataclasses import dataclass
+
+import anthropic
+from anthropic.types import Message, ToolUseBlock
+from django.conf import settings
+
+from kernels import replay
+from kernels.models import KernelVersion
+from sessions.models import Session, Turn
+from tutor import guardrail, llm, prompts
+from tutor.models import ApiCall, GuardrailEvent, GuidedSession
+from tutor.review import outcome_for_model, status_label
+
+# (name, data): the events tutor/engine.py describes.
+Event = tuple[str, dict]
+
+GUARD_NOTE = (
+    "<note>Your previous reply contained kernel code, which was withheld from the learner "
+    "by the guardrail. Explain in prose and ask a question; do not write code.</note>"
+)
+
+
+def _answer_note(count: int) -> str:
+    return (
+        f"<note>The learner is asking you to write the kernel for them (request {count} in "
+        "this session). Do not. In a sentence or two say why writing it themselves is the "
+        "point of the session, then give the next rung of the hint ladder.</note>"
+    )
+
+
+# -- tokens --------------------------------------------------------------------------------
+
+
+def budget_problem(guided: GuidedSession) -> str:
+    """Why Claude may not answer in this session now (a token budget is spent), or ""."""
+    used = guided.tokens_used()
+    if used >= settings.TUTOR_SESSION_TOKEN_BUDGET:
+        return (
+            f"This session has used its token budget ({used:,} of "
+            f"{settings.TUTOR_SESSION_TOKEN_BUDGET:,} tokens), so the tutor cannot answer "
+            "any more messages here."
+        )
+    daily = ApiCall.used_by(guided.learner)
+    if daily >= settings.TUTOR_USER_DAILY_TOKEN_BUDGET:
+        return (
+            f"You have used your daily token budget ({daily:,} of "
+            f"{settings.TUTOR_USER_DAILY_TOKEN_BUDGET:,} tokens in the last 24 hours). "
+            "It frees up as the day goes on."
+        )
+    return ""
+
+
+def _usage(usage) -> dict[str, int]:
+    if usage is None:
+        return {}
+    return {
+        "input_tokens": usage.input_tokens or 0,
+        "output_tokens": usage.output_tokens or 0,
+        "cache_read_tokens": getattr(usage, "cache_read_input_tokens", None) or 0,
+        "cache_write_tokens": getattr(usage, "cache_creation_input_tokens", None) or 0,
+    }
+
+
+def _snapshot_usage(live) -> dict[str, int]:
+    if live is None:
+        return {}
+    try:
+        return _usage(live.current_message_snapshot.usage)
+    except AssertionError:
+        return {}
+
+
+def _record_call(
+    guided: GuidedSession,
+    usage: dict[str, int],
+    model: str,
+    outcome: str,
+    request_id: str = "",
+) -> ApiCall:
+    return ApiCall.objects.create(
+        guided=guided,
+        user=guided.learner,
+        model=model[:100],
+        outcome=outcome,
+        request_id=(request_id or "")[:100],
+        **usage,
+    )
+
+
+# -- the run_kernel tool ---------------------------------------------------------------------
+
+
+@dataclass
+class ToolRun:
+    text: str
+    is_error: bool
+    execution: replay.Replay | None
+    markdown: str
+
+
+def run_kernel_tool(guided: GuidedSession, arguments: dict) -> ToolRun:
+    number = arguments.get("version") if isinstance(arguments, dict) else None
+    if number is not None and (not isinstance(number, int) or isinstance(number, bool)):
+        return ToolRun("version must be an integer.", True, None, "The tool call was malformed.")
+    version = (
+        guided.kernel.versions.filter(number=number).first() if number else guided.latest_version()
+    )
+    if version is None:
+        text = (
+            f"There is no version {number}."
+            if number
+            else "The learner has not submitted a kernel yet: there is nothing to run."
+        )
+        return ToolRun(text, True, None, text)
+    execution = replay.run_now(version)
+    if outcome := execution.outcome:
+        markdown = (
+            f"**{guided.kernel.name} v{version.number}: {status_label(outcome)}.** "
+            f"{outcome.get('message', '')}"
+        )
+        return ToolRun(outcome_for_model(outcome), False, execution, markdown)
+    why = execution.busy or execution.problem
+    return ToolRun(why, True, execution, f"**{guided.kernel.name} v{version.number}:** {why}")
+
+
+# -- one reply, round by round ---------------------------------------------------------------
+
+
+@dataclass
+class Answer:
+    """One round's answer from Claude, its API call recorded."""
+
+    call: ApiCall
+    # The guardrail's verdict on the answer's text.
+    guarded: guardrail.Guarded
+    tool_uses: list[ToolUseBlock]
+    # Model, usage, stop reason and request id: they go on the round's first turn.
+    meta: dict
+
+
+def _notes(guided: GuidedSession, pending: Turn | None) -> list[str]:
+    notes = []
+    if pending is not None and pending.meta.get("answer_request"):
+        notes.append(_answer_note(guided.answer_requests))
+    last_reply = (
+        guided.session.turns.filter(role=Turn.Role.TUTOR, meta__kind="reply")
+        .order_by("-number")
+        .first()
+    )
+    if last_reply is not None and last_reply.meta.get("guardrail"):
+        notes.append(GUARD_NOTE)
+    return notes
+
+
+def _error(guided: GuidedSession, kind: str, message: str, retry: bool, **extra) -> Event:
+    guided.set_error(message)
+    return "error", {"kind": kind, "message": message, "retry": retry, **extra}
+
+
+def tutor_reply(
+    guided: GuidedSession,
+    pending: Turn | None,
+    reviewed: KernelVersion | None = None,
+    stream: bool = True,
+) -> Iterator[Event]:
+    """Claude's answer to the pending turn, with as many run_kernel rounds as allowed."""
+    client = llm.get_client()
+    notes = _notes(guided, pending)
+    rounds = 0
+    while True:
+        if problem := budget_problem(guided):
+            yield _error(
+                guided,
+                "budget",
+                f"{problem} Your message is saved; submitted kernels are still run and "
+                "reviewed automatically.",
+                retry=False,
+            )
+            return
+        params = prompts.request(
+            guided, notes, final_round=rounds >= settings.TUTOR_MAX_TOOL_ROUNDS
+        )
+        yield "start", {"round": rounds}
+        answer = yield from _ask(client, guided, params, stream)
+        if answer is None:
+            return
+        first_turn = yield from _store_text(guided, answer, pending, reviewed, notes)
+        if not answer.tool_uses:
+            if first_turn is None:
+                yield _error(
+                    guided,
+                    "empty",
+                    "Claude returned an empty reply. Press Retry to ask again.",
+                    retry=True,
+                )
+                return
+            guided.clear_error()
+            yield "done", {}
+            return
+        reviewed = (yield from _use_tools(guided, answer, first_turn)) or reviewed
+        rounds += 1
+
+
+def _ask(
+    client: anthropic.Anthropic, guided: GuidedSession, params: dict, stream: bool
+) -> Generator[Event, None, Answer | None]:
+    """Ask Claude once, streaming the text the guardrail releases; record the call. None
+    when the API failed: the learner is told, and nothing of the reply is kept."""
+    guard = guardrail.StreamGuard()
+    live = None
+    try:
+        if stream:
+            with client.messages.stream(**params) as live:
+                for event in live:
+                    if event.type == "text" and (shown := guard.feed(event.text)):
+                        yield "delta", {"text": shown}
+                message = live.get_final_message()
+            if tail := guard.finish():
+                yield "delta", {"text": tail}
+            request_id = live.request_id or ""
+        else:
+            message = client.messages.create(**params)
+            request_id = getattr(message, "_request_id", None) or ""
+    except GeneratorExit:
+        # The browser went away mid-reply: the reply is discarded, the tokens were spent.
+        _record_call(guided, _snapshot_usage(live), params["model"], ApiCall.Outcome.ERROR)
+        raise
+    except anthropic.APIError as error:
+        llm.log_failure(error, guided.session.slug)
+        _record_call(guided, _snapshot_usage(live), params["model"], ApiCall.Outcome.ERROR)
+        yield _api_error(guided, error, discarded=bool(guard.text))
+        return None
+    return _answer(guided, message, request_id)
+
+
+def _api_error(guided: GuidedSession, error: anthropic.APIError, discarded: bool) -> Event:
+    failure = llm.describe_failure(error)
+    lost = " The part of the reply that had arrived was discarded." if discarded else ""
+    retry_hint = (
+        f" Press Retry in {failure.retry_after} s or later."
+        if failure.retry_after
+        else " Press Retry to ask again."
+    )
+    return _error(
+        guided,
+        failure.kind,
+        f"{failure.message} Your message is saved.{lost}{retry_hint}",
+        retry=True,
+        status=failure.status,
+        retry_after=failure.retry_after,
+        discarded=discarded,
+    )
+
+
+def _answer(guided: GuidedSession, message: Message, request_id: str) -> Answer:
+    """Record a successful call, and split its answer into guarded text and tool calls."""
+    usage = _usage(message.usage)
+    call = _record_call(guided, usage, message.model, ApiCall.Outcome.OK, request_id=request_id)
+    if guided.session.tutor_model != message.model:
+        Session.objects.filter(pk=guided.session_id).update(tutor_model=message.model[:100])
+    text = "".join(block.text for block in message.content if block.type == "text")
+    meta = {
+        "model": message.model,
+        "usage": usage,
+        "stop_reason": message.stop_reason,
+        "request_id": request_id,
+    }
+    return Answer(
+        call=call,
+        guarded=guardrail.redact(text),
+        tool_uses=[block for block in message.content if block.type == "tool_use"],
+        meta=meta,
+    )
+
+
+def _store_text(
+    guided: GuidedSession,
+    answer: Answer,
+    pending: Turn | None,
+    reviewed: KernelVersion | None,
+    notes: list[str],
+) -> Generator[Event, None, Turn | None]:
+    """Store the answer's text, as the guardrail left it, as a tutor turn; None when there
+    is no text. A reply that hands over code is recorded, and the next round told."""
+    guarded = answer.guarded
+    if not guarded.text.strip():
+        return None
+    meta = {"kind": "reply", "automatic": False, **answer.meta}
+    if pending is not None:
+        meta["reply_to"] = pending.number
+    if guarded.redacted:
+        meta["guardrail"] = {"rules": guarded.rules, "withheld": len(guarded.findings)}
+    # The round's usage goes on its first turn: the text, else the first tool call.
+    turn = guided.add_turn(
+        Turn.Role.TUTOR,
+        guarded.text.strip(),
+        meta=meta,
+        kernel_version=reviewed if not answer.tool_uses else None,
+    )
+    answer.call.attach(turn)
+    if guarded.redacted:
+        GuardrailEvent.objects.create(
+            guided=guided,
+            turn=turn,
+            kind=GuardrailEvent.Kind.REDACTED,
+            rules=guarded.rules,
+            withheld=guarded.withheld,
+        )
+        guided.count("guardrail_count")
+        if GUARD_NOTE not in notes:
+            notes.append(GUARD_NOTE)
+    yield "turn", {"turn": turn, "replaces_live": True}
+    return turn
+
+
+def _use_tools(
+    guided: GuidedSession, answer: Answer, first_turn: Turn | None
+) -> Generator[Event, None, KernelVersion | None]:
+    """Store each tool call, run it, and store its result. Returns the last version that
+    ran, which the next round's reply reviews."""
+    reviewed = None
+    for tool_use in answer.tool_uses:
+        arguments = tool_use.input if isinstance(tool_use.input, dict) else {}
+        call = _store_tool_call(guided, tool_use, arguments, answer if first_turn is None else None)
+        yield "turn", {"turn": call, "replaces_live": first_turn is None}
+        if first_turn is None:
+            first_turn = call
+        if tool_use.name == "run_kernel":
+            yield "running", {"version": guided.latest_version()}
+            result = run_kernel_tool(guided, arguments)
+        else:
+            text = f"Unknown tool {tool_use.name!r}; the only tool is run_kernel."
+            result = ToolRun(text, True, None, text)
+        yield "turn", {"turn": _store_tool_result(guided, tool_use, result)}
+        if result.execution is not None:
+            yield "run", {"execution": result.execution}
+            if result.execution.outcome is not None:
+                reviewed = result.execution.version
+    return reviewed
+
+
+def _store_tool_call(
+    guided: GuidedSession, tool_use: ToolUseBlock, arguments: dict, first_of: Answer | None
+) -> Turn:
+    """The tool turn of a call; first_of: the answer whose first turn it is (no text came
+    before it), which gets the round's usage."""
+    on_version = f" on version {arguments['version']}" if arguments.get("version") else ""
+    meta = {
+        "kind": "tool_call",
+        "tool": tool_use.name,
+        "tool_use_id": tool_use.id,
+        "input": arguments,
+        "summary": f"The tutor called {tool_use.name}{on_version}",
+    }
+    if first_of is not None:
+        meta.update(first_of.meta)
+    call = guided.add_turn(
+        Turn.Role.TOOL,
+        f"The tutor runs the learner's kernel: `{tool_use.name}`{on_version}.",
+        meta=meta,
+    )
+    if first_of is not None:
+        first_of.call.attach(call)
+    return call
+
+
+def _store_tool_result(guided: GuidedSession, tool_use: ToolUseBlock, result: ToolRun) -> Turn:
+    execution = result.execution
+    ran = execution is not None and execution.outcome is not None
+    return guided.add_turn(
+        Turn.Role.TOOL,
+        result.markdown,
+        kernel_version=execution.version if ran else None,
+        meta={
+            "kind": "tool_result",
+            "tool": tool_use.name,
+            "tool_use_id": tool_use.id,
+            "is_error": result.is_error,
+            "result_text": result.text,
+            "summary": result.markdown.replace("**", "")[:120],
+            **({"run": execution.summary()} if execution else {}),
+        },
+    )
