@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -27,14 +28,14 @@ GRID_CHARS = np.array([".", "x", "n", "u"])
 
 def compare_output(
     buf: Buffer, values: np.ndarray, expected: np.ndarray | None, atol: float, rtol: float
-) -> dict:
+) -> dict[str, Any]:
     """Cell-by-cell verdict on one output: counts, first bad cells, values and a grid."""
     flat = np.ascontiguousarray(values).reshape(-1)
     unwritten = flat.view(np.uint32) == SENTINEL_BITS[buf.dtype]
     got = flat.astype(np.float64)
     got_finite = np.isfinite(got)
     codes = np.zeros(flat.size, dtype=np.int8)
-    entry: dict = {
+    entry: dict[str, Any] = {
         "name": buf.name,
         "dtype": buf.dtype,
         "shape": list(buf.shape),
@@ -141,7 +142,7 @@ def json_number(x: float) -> float | str:
     return x
 
 
-def status_grid(codes: np.ndarray, shape: Sequence[int]) -> dict:
+def status_grid(codes: np.ndarray, shape: Sequence[int]) -> dict[str, Any]:
     """A map of at most 64 by 64 blocks, each showing the worst cell in it.
 
     The output is viewed as 2-D: 1-D as one row, more than 2-D with the leading
@@ -162,7 +163,7 @@ def status_grid(codes: np.ndarray, shape: Sequence[int]) -> dict:
     return {**grid, "cells": "".join(GRID_CHARS[blocks].ravel())}
 
 
-def classification_report(probabilities: np.ndarray, labels: np.ndarray) -> dict:
+def classification_report(probabilities: np.ndarray, labels: np.ndarray) -> dict[str, Any]:
     """Accuracy and confusion of argmax predictions; computed whatever the status."""
     probs = probabilities.astype(np.float64)
     classes = probs.shape[1]
@@ -184,7 +185,7 @@ def classification_report(probabilities: np.ndarray, labels: np.ndarray) -> dict
     }
 
 
-def verdict(outputs: list[dict]) -> tuple[Status, str]:
+def verdict(outputs: list[dict[str, Any]]) -> tuple[Status, str]:
     count = sum(o["count"] for o in outputs)
     bad = sum(o["bad"] for o in outputs)
     unwritten = sum(o["unwritten"] for o in outputs)
@@ -212,7 +213,7 @@ def verdict(outputs: list[dict]) -> tuple[Status, str]:
     return status, message
 
 
-def _worst(outputs: list[dict]) -> tuple[float, str, list[int]] | None:
+def _worst(outputs: list[dict[str, Any]]) -> tuple[float, str, list[int]] | None:
     # An error too large for a float (stored as "Infinity") cannot be ranked; skip it.
     candidates = [
         (o["max_abs_err"], o["name"], o["worst_index"])
@@ -222,7 +223,7 @@ def _worst(outputs: list[dict]) -> tuple[float, str, list[int]] | None:
     return max(candidates, key=lambda c: c[0]) if candidates else None
 
 
-def no_reference_message(outputs: list[dict]) -> str:
+def no_reference_message(outputs: list[dict[str, Any]]) -> str:
     count = sum(o["count"] for o in outputs)
     unwritten = sum(o["unwritten"] for o in outputs)
     message = "Ran; there is no reference to compare with"

@@ -52,7 +52,7 @@ class Environment:
         )
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {
             **dataclasses.asdict(self),
             "runner": RUNNER_VERSION,

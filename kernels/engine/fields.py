@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Mapping
-from typing import TypeGuard
+from typing import Any, TypeGuard
 
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -34,7 +34,7 @@ def join(path: str, key: str | int) -> str:
     return f"{path}.{key}" if path else key
 
 
-def as_object(value: object, path: str, known: tuple[str, ...]) -> dict:
+def as_object(value: object, path: str, known: tuple[str, ...]) -> dict[str, Any]:
     if isinstance(value, Missing):
         raise HarnessError(path, "is required")
     if not isinstance(value, Mapping):
@@ -84,7 +84,7 @@ def identifier(value: object, path: str) -> str:
     return value
 
 
-def as_list(value: object, path: str) -> list:
+def as_list(value: object, path: str) -> list[Any]:
     if isinstance(value, Missing):
         raise HarnessError(path, "is required")
     if not isinstance(value, list | tuple):

@@ -16,6 +16,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from kernels.engine.fields import (
     IDENTIFIER,
@@ -176,14 +177,14 @@ class Harness:
     def outputs(self) -> list[Buffer]:
         return [b for b in self.buffers if b.output]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """The normalised spec: parsing it again gives an equal Harness.
 
         Defaults are spelled out and equivalent spellings collapse (dispatch [4] is
         [4, 1, 1], bind key "0" is "0.0"), so canonical_digest hashes meaning, not
         formatting.
         """
-        spec: dict = {
+        spec: dict[str, Any] = {
             "buffers": {b.name: _buffer_dict(b) for b in self.buffers},
             "passes": [
                 {
@@ -213,8 +214,8 @@ class Harness:
         return spec
 
 
-def _buffer_dict(b: Buffer) -> dict:
-    spec: dict = {"usage": b.usage, "dtype": b.dtype, "shape": list(b.shape)}
+def _buffer_dict(b: Buffer) -> dict[str, Any]:
+    spec: dict[str, Any] = {"usage": b.usage, "dtype": b.dtype, "shape": list(b.shape)}
     if b.output:
         spec["output"] = True
     if b.fill == "data":
@@ -228,7 +229,7 @@ def _buffer_dict(b: Buffer) -> dict:
     return spec
 
 
-def canonical_digest(data: Mapping | Harness) -> str:
+def canonical_digest(data: Mapping[str, Any] | Harness) -> str:
     """sha256 of the normalised harness: the harness part of a run's cache key."""
     harness = data if isinstance(data, Harness) else parse_harness(data)
     spec = harness.to_dict()

@@ -25,6 +25,7 @@ import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from kernels.engine.device import NoAdapter
 from kernels.engine.outcome import Outcome, Status, failure, no_timings
@@ -61,11 +62,11 @@ class _Job:
 class _Worker:
     """One worker process, and the tail of what it wrote to stderr."""
 
-    def __init__(self, process: subprocess.Popen) -> None:
+    def __init__(self, process: subprocess.Popen[bytes]) -> None:
         self.process = process
         self.pid = process.pid
         self.jobs = 0
-        self.hello: dict = {}
+        self.hello: dict[str, Any] = {}
         self.stderr: collections.deque[str] = collections.deque(maxlen=STDERR_LINES)
         self.stdout = process.stdout.fileno()  # type: ignore[union-attr]
         self.stdin = process.stdin.fileno()  # type: ignore[union-attr]
@@ -82,7 +83,7 @@ class _Worker:
                 log.debug("worker %s: %s", self.pid, line)
 
     @property
-    def environment(self) -> dict:
+    def environment(self) -> dict[str, Any]:
         return self.hello.get("environment") or {}
 
     def send(self, data: bytes, deadline: float | None) -> None:
@@ -95,11 +96,12 @@ class _Worker:
                 continue
             view = view[written:]
 
-    def receive(self, deadline: float | None) -> dict:
+    def receive(self, deadline: float | None) -> dict[str, Any]:
         (length,) = HEADER.unpack(self._read(HEADER.size, deadline))
         if length > MAX_FRAME:
             raise ValueError(f"worker sent a frame of {length} bytes")
-        return json.loads(self._read(length, deadline))
+        message: dict[str, Any] = json.loads(self._read(length, deadline))
+        return message
 
     def _read(self, size: int, deadline: float | None) -> bytes:
         chunks = []
@@ -204,7 +206,7 @@ class Pool:
         self._in_flight: dict[str, Future[Outcome]] = {}
         self._ids = itertools.count(1)
         self._closed = False
-        self._environment: dict | None = None
+        self._environment: dict[str, Any] | None = None
         self._unavailable = ""
         self._average_s = 1.0
         self._counts = {"completed": 0, "timeouts": 0, "crashes": 0, "respawns": 0}
@@ -220,7 +222,7 @@ class Pool:
 
     # -- the caller's side -----------------------------------------------------------
 
-    def submit(self, key: str, job: dict) -> Future[Outcome]:
+    def submit(self, key: str, job: dict[str, Any]) -> Future[Outcome]:
         """Queue a job; a job with the same key already queued or running shares its future.
 
         Raises Busy at once when the queue is full. The job is encoded here, so a job that
@@ -245,10 +247,10 @@ class Pool:
             self._changed.notify_all()
             return queued.future
 
-    def run(self, key: str, job: dict) -> Outcome:
+    def run(self, key: str, job: dict[str, Any]) -> Outcome:
         return self.submit(key, job).result()
 
-    def environment(self, timeout: float = 30.0) -> dict:
+    def environment(self, timeout: float = 30.0) -> dict[str, Any]:
         """The environment a worker reported when it started; NoAdapter if it had none."""
         end = time.monotonic() + timeout
         with self._changed:
@@ -261,7 +263,7 @@ class Pool:
                 raise NoAdapter(self._unavailable)
             return dict(self._environment)
 
-    def status(self) -> dict:
+    def status(self) -> dict[str, Any]:
         with self._lock:
             workers = [s.worker for s in self._slots if s.worker is not None]
             live = [w for w in workers if w.process.poll() is None]
@@ -453,9 +455,9 @@ class Pool:
             with self._lock:
                 slot.worker = None
                 self._counts["respawns"] += 1
-        outcome = reply["outcome"]
-        outcome.setdefault("timings", no_timings())["wall_ms"] = _ms_since(started)
-        return outcome
+        finished: Outcome = reply["outcome"]
+        finished.setdefault("timings", no_timings())["wall_ms"] = _ms_since(started)
+        return finished
 
     def _retire(self, slot: _Slot, count: str | None, outcome: Outcome) -> Outcome:
         """Forget the slot's (dead) worker; the slot thread starts a fresh one."""

@@ -12,8 +12,11 @@ from collections.abc import Callable
 from typing import TypeVar
 
 import numpy as np
+import numpy.typing as npt
 
-Result = np.ndarray | tuple[np.ndarray, ...]
+# The references compute in float64 (the runner converts the buffers).
+F64 = npt.NDArray[np.float64]
+Result = F64 | tuple[F64, ...]
 
 REFERENCES: dict[str, Callable[..., Result]] = {}
 
@@ -28,52 +31,51 @@ def reference(fn: F) -> F:
 
 
 @reference
-def add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def add(a: F64, b: F64) -> F64:
     return a + b
 
 
 @reference
-def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def matmul(a: F64, b: F64) -> F64:
     """(M x K) @ (K x N)."""
     return a @ b
 
 
 @reference
-def matmul_bias(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
+def matmul_bias(x: F64, w: F64, b: F64) -> F64:
     # A bias of shape [N] or [1, N] broadcasts over the rows.
     return x @ w + b.reshape(-1)
 
 
 @reference
-def relu(x: np.ndarray) -> np.ndarray:
+def relu(x: F64) -> F64:
     return np.maximum(x, 0.0)
 
 
 @reference
-def softmax(x: np.ndarray) -> np.ndarray:
+def softmax(x: F64) -> F64:
     """Over the last axis, shifted by the row maximum so large logits do not overflow."""
     shifted = np.exp(x - x.max(axis=-1, keepdims=True))
-    return shifted / shifted.sum(axis=-1, keepdims=True)
+    probabilities: F64 = shifted / shifted.sum(axis=-1, keepdims=True)
+    return probabilities
 
 
 @reference
-def reduce_sum(x: np.ndarray) -> np.ndarray:
+def reduce_sum(x: F64) -> F64:
     return np.array([x.sum()])
 
 
 @reference
-def mlp_hidden(x: np.ndarray, w1: np.ndarray, b1: np.ndarray) -> np.ndarray:
+def mlp_hidden(x: F64, w1: F64, b1: F64) -> F64:
     return relu(matmul_bias(x, w1, b1))
 
 
 @reference
-def mlp_forward(
-    x: np.ndarray, w1: np.ndarray, b1: np.ndarray, w2: np.ndarray, b2: np.ndarray
-) -> np.ndarray:
+def mlp_forward(x: F64, w1: F64, b1: F64, w2: F64, b2: F64) -> F64:
     return softmax(matmul_bias(mlp_hidden(x, w1, b1), w2, b2))
 
 
 @reference
-def double(x: np.ndarray) -> np.ndarray:
+def double(x: F64) -> F64:
     """Every element times two: the first kernel of the showcase (y = 2 x)."""
     return 2.0 * x

@@ -29,6 +29,7 @@ from kernels.engine.compare import (
 )
 from kernels.engine.device import Environment, import_wgpu
 from kernels.engine.harness import (
+    Binding,
     Buffer,
     Harness,
     HarnessError,
@@ -56,16 +57,17 @@ NP_DTYPES = {"f32": np.float32, **INT_DTYPES}
 
 
 def load_npy(path: Path) -> np.ndarray:
-    return np.load(path, allow_pickle=False)
+    array: np.ndarray = np.load(path, allow_pickle=False)
+    return array
 
 
 # memo(key, compute) returns compute()'s value, or the value kept from an earlier call
 # with the same key. Worker processes keep one across jobs (kernels/engine/worker.py), so a
 # fixture is read, and a harness's inputs and reference are computed, once per worker.
-Memo = Callable[[tuple, Callable[[], Any]], Any]
+Memo = Callable[[tuple[Any, ...], Callable[[], Any]], Any]
 
 
-def no_memo(key: tuple, compute: Callable[[], Any]) -> Any:
+def no_memo(key: tuple[Any, ...], compute: Callable[[], Any]) -> Any:
     return compute()
 
 
@@ -73,7 +75,7 @@ def execute(
     device: wgpu.GPUDevice,
     env: Environment,
     sources: Mapping[str, str],
-    harness: Harness | Mapping | None,
+    harness: Harness | Mapping[str, Any] | None,
     fixtures_dir: Path,
     limits: Limits = DEFAULT_LIMITS,
     *,
@@ -147,7 +149,7 @@ class _Run:
             buf.destroy()
         self.gpu_buffers.clear()
 
-    def execute(self, spec: Harness | Mapping | None) -> Outcome:
+    def execute(self, spec: Harness | Mapping[str, Any] | None) -> Outcome:
         if not spec:
             return self.compile_only()
         try:
@@ -262,7 +264,7 @@ class _Run:
         try:
             stat = path.stat()
             key = ("file", str(path), stat.st_mtime_ns, stat.st_size)
-            array = self.memo(key, lambda: load_npy(path))
+            array: np.ndarray = self.memo(key, lambda: load_npy(path))
         except (OSError, ValueError) as e:
             raise Stop(
                 Status.REJECTED,
@@ -452,7 +454,7 @@ class _Run:
             raise Stop(Status.PIPELINE_ERROR, f"The dispatch failed: {text}", text) from None
 
     def bind_group(
-        self, number: int, kernel: str, pipeline: Any, group: int, bindings: list
+        self, number: int, kernel: str, pipeline: Any, group: int, bindings: list[Binding]
     ) -> Any:
         """The pass's bind group for one group, or None when the kernel uses none of it.
 
@@ -495,7 +497,13 @@ class _Run:
         except wgpu.GPUValidationError as e:
             raise self.bind_error(where, kernel, group, bindings, str(e)) from None
 
-    def in_layout(self, layout: Any, entry: dict, others: list, declared: int) -> bool:
+    def in_layout(
+        self,
+        layout: Any,
+        entry: dict[str, Any],
+        others: list[tuple[Binding, dict[str, Any]]],
+        declared: int,
+    ) -> bool:
         """Whether the layout declares entry's binding.
 
         wgpu checks the entry count first, then each entry in order, so with the count
@@ -512,7 +520,9 @@ class _Run:
             return missing is None or int(missing[1]) != entry["binding"]
         return True
 
-    def bind_error(self, where: str, kernel: str, group: int, bindings: list, text: str) -> Stop:
+    def bind_error(
+        self, where: str, kernel: str, group: int, bindings: list[Binding], text: str
+    ) -> Stop:
         text = clean_wgpu_error(text)
         message = f"{where}: {text}"
         counts = BINDING_COUNT.search(text)

@@ -51,7 +51,7 @@ PR_SET_PDEATHSIG = 1
 log = logging.getLogger("kernels.engine.worker")
 
 
-def read_frame(stream: BinaryIO) -> dict | None:
+def read_frame(stream: BinaryIO) -> dict[str, Any] | None:
     """The next message, or None at a clean end of input."""
     header = stream.read(HEADER.size)
     if not header:
@@ -64,10 +64,11 @@ def read_frame(stream: BinaryIO) -> dict | None:
     body = stream.read(length)
     if len(body) < length:
         raise EOFError("input ended inside a frame")
-    return json.loads(body)
+    message: dict[str, Any] = json.loads(body)
+    return message
 
 
-def encode_frame(message: dict) -> bytes:
+def encode_frame(message: dict[str, Any]) -> bytes:
     body = json.dumps(message, allow_nan=False).encode()
     return HEADER.pack(len(body)) + body
 
@@ -81,10 +82,10 @@ class Memo:
     def __init__(self, max_bytes: int = MEMO_BYTES, max_entries: int = MEMO_ENTRIES) -> None:
         self.max_bytes = max_bytes
         self.max_entries = max_entries
-        self.values: OrderedDict[tuple, Any] = OrderedDict()
-        self.sizes: dict[tuple, int] = {}
+        self.values: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+        self.sizes: dict[tuple[Any, ...], int] = {}
 
-    def __call__(self, key: tuple, compute: Callable[[], Any]) -> Any:
+    def __call__(self, key: tuple[Any, ...], compute: Callable[[], Any]) -> Any:
         if key in self.values:
             self.values.move_to_end(key)
             return self.values[key]
@@ -108,7 +109,7 @@ def _nbytes(value: Any) -> int:
     return 0
 
 
-def run_job(device: Any, env: Environment, job: dict, memo: Memo) -> Outcome:
+def run_job(device: Any, env: Environment, job: dict[str, Any], memo: Memo) -> Outcome:
     """One job's outcome. A bug in the runner becomes a "crashed" outcome, not an exit."""
     from kernels.engine.limits import Limits
     from kernels.engine.run import execute
@@ -205,7 +206,7 @@ def main() -> int:
     device = env = None
     try:
         device, env = open_device(os.environ.get("KERNELBIN_WGPU_BACKEND", ""))
-        hello: dict = {"type": "hello", "environment": env.as_dict(), "pid": os.getpid()}
+        hello: dict[str, Any] = {"type": "hello", "environment": env.as_dict(), "pid": os.getpid()}
         no_adapter = ""
     except (NoAdapter, ValueError) as e:
         no_adapter = str(e)
