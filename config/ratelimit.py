@@ -70,6 +70,8 @@ def _window(scope: str, key: str, period: int, now: float) -> _Window:
 
 def _wait(window: _Window, previous: int, current: int, limit: int) -> int:
     """Seconds until one more use fits, given the two windows' counts."""
+    if limit < 1:  # switched off: nothing fits, ever
+        return window.period
     room = limit - 1  # what the estimate may be for one more use to fit
     if current > room:
         # Only the next window can make room: its estimate is current × (1 - elapsed').

@@ -286,8 +286,9 @@ class ReplayTestCase(TransactionTestCase):
         self.assertContains(timeline, "v1")
         self.assertContains(timeline, "v2")
 
-    def test_healthz_reports_the_adapter_and_the_workers(self) -> None:
+    def test_healthz_reports_the_adapter_and_the_workers_to_staff(self) -> None:
         self.finished()
+        self.client.force_login(User.objects.create_user("ops", password="pw", is_staff=True))
         body = self.client.get("/healthz").json()
         self.assertEqual(body["status"], "ok")
         self.assertEqual(body["replay"]["backend"], settings.REPLAY_BACKEND)
