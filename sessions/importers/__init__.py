@@ -9,6 +9,7 @@
                     ImportReport; ImportProblem for a file that cannot be imported
     kernelbin.py    kernelbin/1, our own export: read, validated whole, written
     claude_code/    Claude Code transcripts (JSON Lines), read in passes:
+        layout.py       which files make one session: the main file and its sub-agents'
         lines.py        what a line is: kinds, content blocks, prompt text, timestamps
         index.py        pass 1: every line read once into a compact index
         plan.py         pass 1½: the main line, side branches, sub-agents, from the index
@@ -18,7 +19,7 @@
         tools.py        tool calls and results as turns; sub-agent transcripts
         turns.py        turn numbering and kernel links; Markdown helpers
         kernels.py      kernel versions from edits, template strings and fenced blocks
-    jsonl.py        JSON Lines of any size with bounded memory
+    jsonl.py        JSON Lines of any size with bounded memory; several files read as one
     redact.py       secrets and home-directory names out of what is imported
 
 Both readers depend on the writer, never on each other; nothing here depends on the

@@ -11,12 +11,15 @@ from __future__ import annotations
 import json
 import logging
 import re
-from typing import BinaryIO
+from pathlib import Path
+from typing import BinaryIO, cast
 
 from django.conf import settings
 from django.utils.text import slugify
 
 from sessions.importers.claude_code import import_claude_code
+from sessions.importers.claude_code.layout import Layout, find_layout
+from sessions.importers.jsonl import JoinedFiles
 from sessions.importers.kernelbin import FORMAT, import_session, read_export
 from sessions.importers.options import DEFAULTS, ImportOptions
 from sessions.importers.writer import ImportProblem, ImportReport
@@ -86,12 +89,28 @@ def sniff(stream: BinaryIO, name: str = "") -> str:
     return CLAUDE_CODE
 
 
+def import_path(path: Path, *, options: ImportOptions = DEFAULTS) -> ImportReport:
+    """Import a file, or a Claude Code session with its sub-agents' transcripts: the main
+    file (with `<id>/subagents/` or older `agent-*.jsonl` files beside it) or its folder."""
+    layout = find_layout(path)
+    name = layout.main.name
+    if not layout.agents:
+        with layout.main.open("rb") as stream:
+            size = layout.main.stat().st_size
+            return import_file(stream, options=options, size=size, name=name, layout=layout)
+    with JoinedFiles(layout.files) as joined:
+        return import_file(
+            cast(BinaryIO, joined), options=options, size=joined.size, name=name, layout=layout
+        )
+
+
 def import_file(
     stream: BinaryIO,
     *,
     options: ImportOptions = DEFAULTS,
     size: int | None = None,
     name: str = "",
+    layout: Layout | None = None,
 ) -> ImportReport:
     """Import a Claude Code transcript or a kernelbin/1 export from a binary stream."""
     if size is None:
@@ -113,7 +132,7 @@ def import_file(
         if fmt == KERNELBIN:
             data = read_export(stream, size=size)
             return import_session(data, options=options)
-        return import_claude_code(stream, options=options, file_name=name)
+        return import_claude_code(stream, options=options, file_name=name, layout=layout)
     except ImportProblem:
         raise
     except Exception as error:

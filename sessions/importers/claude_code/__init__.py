@@ -21,7 +21,8 @@ from django.conf import settings
 from django.utils.text import slugify
 
 from sessions.importers.claude_code.index import Index, as_numpy, index_transcript
-from sessions.importers.claude_code.lines import timestamp_of
+from sessions.importers.claude_code.layout import Layout
+from sessions.importers.claude_code.lines import key_of, timestamp_of
 from sessions.importers.claude_code.plan import Plan, plan_main_line
 from sessions.importers.claude_code.reader import TranscriptReader
 from sessions.importers.claude_code.turns import short
@@ -47,12 +48,19 @@ def _title_from(index: Index, plan: Plan, first_prompt: str, scrubber: Scrubber)
 
 
 def import_claude_code(
-    stream: BinaryIO, *, options: ImportOptions = DEFAULTS, file_name: str = ""
+    stream: BinaryIO,
+    *,
+    options: ImportOptions = DEFAULTS,
+    file_name: str = "",
+    layout: Layout | None = None,
 ) -> ImportReport:
-    """Import one Claude Code transcript; the same recording again updates its session."""
+    """Import one Claude Code transcript, with the sub-agent files joined to it in
+    `stream` (see layout.py); the same recording again updates its session."""
     title, slug, visibility = options.title, options.slug, options.visibility
     scrubber = Scrubber(options.redact)
     index = index_transcript(stream, settings.TRANSCRIPT_MAX_LINE_BYTES)
+    if layout is not None:
+        index.agent_calls = {key_of(call): key_of(agent) for agent, call in layout.calls.items()}
     plan = plan_main_line(index)
     reader = TranscriptReader(stream, index, plan, scrubber)
     first_prompt = reader.first_prompt()
@@ -61,9 +69,17 @@ def import_claude_code(
             "This transcript has no human prompt on its conversation, so there is no tutoring "
             "session to import."
         )
-    session_title = (title or _title_from(index, plan, first_prompt, scrubber))[:200]
+    described = layout.descriptions.get(plan.lone_agent) if layout and plan.lone_agent else None
+    session_title = (
+        title
+        or (f"Sub-agent: {scrubber.text(described)}" if described else "")
+        or _title_from(index, plan, first_prompt, scrubber)
+    )[:200]
     index.release_graph()
     source_key = plan.session_id or (file_name.rsplit(".", 1)[0] if file_name else "")
+    if plan.lone_agent:
+        # A sub-agent's lines carry its parent's sessionId: its own key keeps the two apart.
+        source_key = f"{source_key}/agent-{plan.lone_agent}"
     started = timestamp_of(reader.source.load(plan.main[0]).get("timestamp"))
     defaults: dict[str, Any] = {
         "title": session_title,
@@ -96,5 +112,18 @@ def import_claude_code(
         skipped=stats.skipped,
         skipped_total=stats.skipped_total,
         redaction=scrubber.summary(),
-        notes=[*written.notes, *reader.notes()],
+        notes=[*written.notes, *_joined(layout, stats.part_lines, stats.lines), *reader.notes()],
     )
+
+
+def _joined(layout: Layout | None, part_lines: list[int], lines: int) -> list[str]:
+    """Which files were read as one, and where each one's lines are counted."""
+    if layout is None or not layout.agents:
+        return []
+    ends = [*part_lines[1:], lines + 1]
+    spans = [
+        f"{layout.name_of(path)} (lines {first:,}–{end - 1:,})"
+        for path, first, end in zip(layout.files, part_lines, ends, strict=False)
+    ]
+    count = len(layout.agents)
+    return [f"Joined {count} sub-agent file{'s' if count != 1 else ''}: {'; '.join(spans)}."]

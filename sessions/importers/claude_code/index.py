@@ -53,6 +53,8 @@ class Stats:
     hidden: Counter[str] = field(default_factory=Counter)
     images: int = 0  # images and documents left out, each marked by a placeholder
     rejected_edits: int = 0  # failed or rejected edits of kernel files
+    # Joined files: the number of the first line of each, counted across all of them.
+    part_lines: list[int] = field(default_factory=lambda: [1])
 
     def skip(self, number: int, why: str) -> None:
         self.skipped_total += 1
@@ -81,10 +83,12 @@ class Index:
         # Lines without uuid that are shown (unknown types): (anchor line, number, offset, length).
         self.extras: list[tuple[int, int, int, int]] = []
         self.sidechain_prompts: dict[int, int] = {}  # hash of a sub-agent's first prompt → line
+        self.agent_calls: dict[int, int] = {}  # tool call id key → agentId key (sidecars)
         self.custom_title = self.ai_title = ""
         self.summaries: list[tuple[int, str]] = []
         self.last_prompt: tuple[int, int] | None = None  # (leaf key, lines indexed before it)
         self.model = self.version = self.cwd = ""
+        self.lone_agent_id = ""  # the first sub-agent line's agentId
         self.stats = Stats()
 
     def __len__(self) -> int:
@@ -118,15 +122,19 @@ class Index:
                 flags |= RESULT_WITH_TEXT
         if code == ASSISTANT:
             model = str_or_none(message.get("model"))
-            if model and model != "<synthetic>" and not flags & SIDECHAIN:
-                self.model = model
+            if model and model != "<synthetic>":
+                # A sub-agent's model only stands in when the file has no other.
+                self.model = self.model or model if flags & SIDECHAIN else model
         if code == BOUNDARY and str_or_none(line.get("logicalParentUuid")):
             self.logical[idx] = key_of(line["logicalParentUuid"])
         if flags & SIDECHAIN:
             agent = str_or_none(line.get("agentId"))
             self.agents[idx] = key_of(agent) if agent else 0
+            self.lone_agent_id = self.lone_agent_id or agent or ""
             if code == PROMPT and line.get("parentUuid") is None:
                 self.sidechain_prompts[key_of(prompt_text(blocks))] = idx
+            self.version = self.version or str_or_none(line.get("version")) or ""
+            self.cwd = self.cwd or str_or_none(line.get("cwd")) or ""
         else:
             self.version = str_or_none(line.get("version")) or self.version
             self.cwd = self.cwd or str_or_none(line.get("cwd")) or ""
@@ -169,8 +177,11 @@ def index_transcript(stream: BinaryIO, max_line: int) -> Index:
     """Pass 1: read every line once; keep the index and the title candidates."""
     index = Index()
     stats = index.stats
+    starts: list[int] = getattr(stream, "starts", [0])  # joined files (jsonl.JoinedFiles)
     for line in iter_lines(stream, max_line):
         stats.lines += 1
+        while len(stats.part_lines) < len(starts) and line.offset >= starts[len(stats.part_lines)]:
+            stats.part_lines.append(line.number)
         if line.data is None:
             stats.skip(
                 line.number,

@@ -42,6 +42,17 @@ BOOKKEEPING_TYPES = {
     "agent-setting",
 }
 HIDDEN_SYSTEM_SUBTYPES = {"turn_duration", "stop_hook_summary", "bridge_status"}
+# Claude Code's own commands that run in the terminal and send the model nothing: notes,
+# not requests. Any other slash command (custom ones, /init, /review, plugins' and
+# skills') sends its arguments to the model: the learner's words.
+LOCAL_COMMANDS = {
+    "add-dir", "agents", "bashes", "bug", "clear", "compact", "config", "context", "cost",
+    "doctor", "effort", "exit", "export", "fast", "feedback", "help", "hooks", "ide",
+    "install-github-app", "keybindings", "login", "logout", "mcp", "memory", "model",
+    "output-style", "permissions", "plugin", "privacy-settings", "quit", "release-notes",
+    "rename", "resume", "rewind", "sandbox", "stats", "status", "statusline", "tasks",
+    "terminal-setup", "theme", "todos", "upgrade", "usage", "vim",
+}  # fmt: skip
 
 REMINDER = re.compile(r"<system-reminder>.*?(?:</system-reminder>|\Z)", re.S)
 _IDE_TAGS = re.compile(
@@ -117,6 +128,41 @@ def is_harness_text(text: str) -> bool:
     return not text or text.lstrip().startswith(_HARNESS_STARTS)
 
 
+def tag_text(text: str, name: str) -> str | None:
+    """What <name>…</name> holds (to the end when it is not closed); None without it.
+
+    str.find, not a regex: a lazy `.*?` pattern goes quadratic on many unclosed tags.
+    """
+    start = text.find(f"<{name}>")
+    if start < 0:
+        return None
+    start += len(name) + 2
+    end = text.find(f"</{name}>", start)
+    return text[start:] if end < 0 else text[start:end]
+
+
+def slash_command(text: str) -> tuple[str, str] | None:
+    """(name, arguments) of a slash-command line ("/model", "opus"), or None."""
+    name = tag_text(text, "command-name")
+    if name is None or not name.strip():
+        return None
+    return name.strip(), (tag_text(text, "command-args") or "").strip()
+
+
+def typed_command(text: str) -> str | None:
+    """A slash command that asks the model something, as the learner typed it."""
+    command = slash_command(text) if text.lstrip().startswith("<command-") else None
+    if command is None or command[0].lstrip("/") in LOCAL_COMMANDS:
+        return None
+    return f"{command[0]} {command[1]}".rstrip()
+
+
+def human_words(blocks: list[dict[str, Any]]) -> str:
+    """What the learner typed in a prompt line, a slash command as they typed it."""
+    text = prompt_text(blocks)
+    return typed_command(text) or text
+
+
 def user_kind(line: dict[str, Any]) -> int:
     if line.get("isCompactSummary"):
         return COMPACT_SUMMARY
@@ -128,7 +174,7 @@ def user_kind(line: dict[str, Any]) -> int:
     media = any(block.get("type") in ("image", "document") for block in blocks)
     text = prompt_text(blocks)
     if text and is_harness_text(text):
-        return HARNESS
+        return PROMPT if typed_command(text) else HARNESS
     return PROMPT if text or media else HARNESS
 
 

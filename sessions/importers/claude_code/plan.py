@@ -55,6 +55,8 @@ class Plan:
     session_id: str
     duplicates: int
     replays: int
+    # A sub-agent's transcript imported on its own: its agentId ("" when it is not one).
+    lone_agent: str = ""
 
 
 @dataclass
@@ -67,6 +69,11 @@ class _Graph:
     dup: npt.NDArray[np.bool_]  # later copies of a uuid (a resumed session)
     parent: npt.NDArray[np.int64]  # the line of each line's parent, -1 for none
     by_uuid: Lookup
+
+    @property
+    def trunk(self) -> npt.NDArray[np.bool_]:
+        """Conversation lines that may be on the main line."""
+        return np.isin(self.kinds, CONVERSATION) & ~self.dup & ~self.side
 
     @classmethod
     def of(cls, index: Index) -> _Graph:
@@ -99,6 +106,7 @@ def plan_main_line(index: Index) -> Plan:
     if not len(index):
         raise _not_a_transcript(index.stats)
     graph = _Graph.of(index)
+    lone_agent = _lone_agent(index, graph)
     main = _main_line(index, graph)
     on_main = np.zeros(len(index), dtype=bool)
     on_main[as_numpy(main)] = True
@@ -119,7 +127,18 @@ def plan_main_line(index: Index) -> Plan:
         session_id=session_id,
         duplicates=int(graph.dup.sum()),
         replays=side.replays,
+        lone_agent=lone_agent,
     )
+
+
+def _lone_agent(index: Index, graph: _Graph) -> str:
+    """When every conversation line is a sub-agent's, the file is a sub-agent's transcript
+    on its own: its lines are the conversation. Returns its agentId, or ""."""
+    conversation = np.isin(graph.kinds, CONVERSATION)
+    if not conversation.any() or (conversation & ~graph.side).any():
+        return ""
+    graph.side[:] = False
+    return index.lone_agent_id or "unknown"
 
 
 def _not_a_transcript(stats: Stats) -> ImportProblem:
@@ -132,7 +151,7 @@ def _not_a_transcript(stats: Stats) -> ImportProblem:
 
 def _main_line(index: Index, graph: _Graph) -> array[int]:
     """The conversation's lines, in order: the chain back from the live leaf."""
-    conversational = np.isin(graph.kinds, CONVERSATION) & ~graph.dup & ~graph.side
+    conversational = graph.trunk
     if not conversational.any():
         raise ImportProblem(
             "No user or assistant lines: this does not look like a Claude Code transcript."
@@ -177,6 +196,11 @@ def _walk_back(index: Index, graph: _Graph, leaf: int) -> array[int]:
         nxt = int(graph.parent[i])
         if nxt < 0 and i in index.logical:
             nxt = graph.by_uuid.one(index.logical[i])
+        if nxt < 0 and graph.kinds[i] == BOUNDARY:
+            # A compaction whose logical parent is not in the file (lost, or never
+            # written) continues the conversation that was live before it.
+            before = np.nonzero(graph.trunk[:i])[0]
+            nxt = int(before[-1]) if len(before) else -1
         i = nxt
     chain.reverse()
     return chain

@@ -9,7 +9,6 @@ made here; assistant responses in `responses`, tool calls in `tools`.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
@@ -30,12 +29,16 @@ from sessions.importers.claude_code.lines import (
     SYSTEM,
     blocks_of,
     dict_at,
+    human_words,
     is_harness_text,
     key_of,
     prompt_text,
+    slash_command,
     str_or_none,
+    tag_text,
     texts_of,
     timestamp_of,
+    typed_command,
 )
 from sessions.importers.claude_code.plan import Branch, Plan
 from sessions.importers.claude_code.responses import Responses
@@ -69,7 +72,7 @@ class TranscriptReader:
     def first_prompt(self) -> str | None:
         for i in self.plan.main:
             if self.index.kinds[i] == PROMPT:
-                text = prompt_text(blocks_of(self.source.load(i).get("message")))
+                text = human_words(blocks_of(self.source.load(i).get("message")))
                 return text or "(an image)"
         return None
 
@@ -122,7 +125,7 @@ class TranscriptReader:
         root = self.source.load(branch.root)
         first = ""
         if branch.prompt >= 0:
-            text = prompt_text(blocks_of(self.source.load(branch.prompt).get("message")))
+            text = human_words(blocks_of(self.source.load(branch.prompt).get("message")))
             first = f" It began with:\n\n> {short(text, 500)}"
         size = f"{branch.lines} line{'s' if branch.lines != 1 else ''}"
         if how == "abandoned":
@@ -189,7 +192,12 @@ class TranscriptReader:
 
     def _prompt(self, line: dict[str, Any]) -> Iterator[Item]:
         blocks = blocks_of(line.get("message"))
-        parts = [prompt_text(blocks)] if prompt_text(blocks) else []
+        words = prompt_text(blocks)
+        meta = {"uuid": str(line.get("uuid", ""))}
+        if command := typed_command(words):
+            meta["command"] = command.split(None, 1)[0]
+            words = command
+        parts = [words] if words else []
         for block in blocks:
             if block.get("type") in ("image", "document"):
                 self.stats.images += 1
@@ -199,14 +207,14 @@ class TranscriptReader:
             elif block.get("type") not in ("text", None):
                 parts.append(f"*[a {block.get('type')} block, kept raw:]*\n\n{raw_json(block)}")
         text = "\n\n".join(parts)
-        uuid = str(line.get("uuid", ""))
-        turn = self.turns.turn(
-            Turn.Role.LEARNER,
-            text,
-            timestamp_of(line.get("timestamp")),
-            {"uuid": uuid, "source_id": uuid},
-        )
-        versions = self.history.learner_text(text, {"uuid": uuid})
+        meta["source_id"] = meta["uuid"]
+        role = Turn.Role.LEARNER
+        if self.plan.lone_agent:
+            # A sub-agent's prompt comes from the main agent, not from the learner.
+            role, meta["kind"] = Turn.Role.TUTOR, "agent_prompt"
+            text = f"*The main agent's request to this sub-agent:*\n\n{text}"
+        turn = self.turns.turn(role, text, timestamp_of(line.get("timestamp")), meta)
+        versions = self.history.learner_text(text, {"uuid": meta["uuid"]})
         yield from self.turns.with_versions(turn, versions)
 
     def _steering(self, line: dict[str, Any]) -> Iterator[Item]:
@@ -238,39 +246,31 @@ class TranscriptReader:
             self.stats.hidden["harness"] += 1
             return
         text = REMINDER.sub("", texts_of(blocks) if text is None else text).strip()
-        if name := re.search(r"<command-name>(.*?)</command-name>", text, re.S):
-            args = re.search(r"<command-args>(.*?)</command-args>", text, re.S)
-            command = f"{name[1].strip()} {args[1].strip() if args else ''}".strip()
-            yield self.turns.note(f"Ran `{command}`", line, "command")
-        elif output := re.search(
-            r"<local-command-(stdout|stderr)>(.*?)(?:</local-command-\1>|\Z)", text, re.S
-        ):
-            if output[2].strip():
-                yield self.turns.note(
-                    code(output[2].strip()), line, "command_output", "Command output"
-                )
+        if command := slash_command(text):
+            yield self.turns.note(f"Ran `{' '.join(command).strip()}`", line, "command")
+        elif (output := _output(text, "local-command")) is not None:
+            if output:
+                yield self.turns.note(code(output), line, "command_output", "Command output")
             else:
                 self.stats.hidden["harness"] += 1
-        elif shell := re.search(r"<bash-input>(.*?)</bash-input>", text, re.S):
+        elif (shell := tag_text(text, "bash-input")) is not None:
             yield self.turns.note(
-                f"Ran in the shell:\n\n{code(shell[1].strip(), 'bash')}", line, "command"
+                f"Ran in the shell:\n\n{code(shell.strip(), 'bash')}", line, "command"
             )
-        elif output := re.search(r"<bash-(stdout|stderr)>(.*?)(?:</bash-\1>|\Z)", text, re.S):
-            if output[2].strip():
-                yield self.turns.note(
-                    code(output[2].strip()), line, "command_output", "Shell output"
-                )
+        elif (output := _output(text, "bash")) is not None:
+            if output:
+                yield self.turns.note(code(output), line, "command_output", "Shell output")
             else:
                 self.stats.hidden["harness"] += 1
         elif text.startswith("[Request interrupted by user"):
             yield self.turns.note("*Interrupted by the user.*", line, "interrupt")
         elif text.startswith("<task-notification>"):
-            summary = re.search(r"<summary>(.*?)</summary>", text, re.S)
+            summary = tag_text(text, "summary")
             yield self.turns.note(
                 code(text),
                 line,
                 "notification",
-                short(summary[1]) if summary else "A background task finished",
+                short(summary) if summary else "A background task finished",
             )
         elif text.startswith("Stop hook feedback:"):
             yield self.turns.note(code(text), line, "hook", "Stop hook feedback")
@@ -382,3 +382,11 @@ class TranscriptReader:
                 f"{self.stats.images} image(s) were not stored (a placeholder marks each)."
             )
         return notes
+
+
+def _output(text: str, prefix: str) -> str | None:
+    """A command's stdout and stderr (<prefix-stdout>…), stripped; None when neither is there."""
+    parts = [tag_text(text, f"{prefix}-{stream}") for stream in ("stdout", "stderr")]
+    if parts == [None, None]:
+        return None
+    return "\n".join(part.strip() for part in parts if part and part.strip())

@@ -215,7 +215,7 @@ class ToolCalls:
         parts = [describe(name, params, target)]
         versions: list[NewVersion] = []
         if name in ("Task", "Agent"):
-            nested, nested_versions = self._subagent(params, found, text)
+            nested, nested_versions = self._subagent(tool_id, params, found, text)
             if nested:
                 parts.append(nested)
                 meta["subagent"] = True
@@ -248,11 +248,13 @@ class ToolCalls:
         return ""
 
     def _subagent(
-        self, params: Any, found: ToolResult | None, text: str
+        self, tool_id: str, params: Any, found: ToolResult | None, text: str
     ) -> tuple[str, list[NewVersion]]:
-        key = 0
+        key = self.index.agent_calls.get(key_of(tool_id), 0) if tool_id else 0
         detail = found.detail if found else None
-        if isinstance(detail, dict) and str_or_none(detail.get("agentId")):
+        if key in self.plan.sidechains:
+            pass  # the sidecar named this call
+        elif isinstance(detail, dict) and str_or_none(detail.get("agentId")):
             key = key_of(detail["agentId"])
         elif m := _AGENT_ID.search(text):
             key = key_of(m[1])

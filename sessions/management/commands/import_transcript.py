@@ -4,7 +4,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from sessions.importers.files import import_file
+from sessions.importers.files import import_path
 from sessions.importers.options import ImportOptions
 from sessions.importers.writer import ImportProblem
 from sessions.models import Session
@@ -13,7 +13,9 @@ from sessions.models import Session
 class Command(BaseCommand):
     help = (
         "Import a session from a Claude Code transcript (JSON Lines) or a kernelbin/1 JSON "
-        "export; the format is detected. Importing the same recording again updates it."
+        "export; the format is detected. A Claude Code session's folder, or its main file, "
+        "brings its sub-agents' transcripts (subagents/) along. Importing the same "
+        "recording again updates it."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -31,10 +33,7 @@ class Command(BaseCommand):
     def handle(self, *args, path: Path, title, slug, visibility, redact, **options) -> None:
         options = ImportOptions(title=title, slug=slug, visibility=visibility, redact=redact)
         try:
-            with path.open("rb") as stream:
-                report = import_file(
-                    stream, options=options, size=path.stat().st_size, name=path.name
-                )
+            report = import_path(path, options=options)
         except OSError as error:
             raise CommandError(f"Cannot read {path}: {error.strerror}") from None
         except ImportProblem as problem:

@@ -174,6 +174,21 @@ class Transcript:
         return path
 
 
+class AgentTranscript(Transcript):
+    """A sub-agent's lines: isSidechain, its agentId, and the parent's sessionId."""
+
+    def __init__(self, parent: Transcript, agent_id: str) -> None:
+        super().__init__(f"{parent.name}/agent-{agent_id}", session=parent.session)
+        self.agent_id = agent_id
+        self.clock = parent.clock
+
+    def envelope(self, kind: str, parent: str | None, **fields) -> dict:
+        line = super().envelope(kind, parent, **fields)
+        line["isSidechain"] = True
+        line["agentId"] = self.agent_id
+        return line
+
+
 def text(value: str) -> dict:
     return {"type": "text", "text": value}
 
