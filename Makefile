@@ -46,6 +46,7 @@ test:
 	$(BIN)/python manage.py makemigrations --check --dry-run
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy kernels/engine sessions/importers
 	$(BIN)/pytest
 
 lint: $(BIN)/.installed
