@@ -17,6 +17,7 @@
         reader.py       pass 2: the walk, human lines and notes, and the report's notes
         responses.py    assistant lines merged into responses, emitted as turns
         tools.py        tool calls and results as turns; sub-agent transcripts
+        decisions.py    the learner's answers and rejections inside tool results
         turns.py        turn numbering and kernel links; Markdown helpers
         kernels.py      kernel versions from edits, template strings and fenced blocks
     jsonl.py        JSON Lines of any size with bounded memory; several files read as one

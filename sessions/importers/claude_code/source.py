@@ -21,6 +21,7 @@ class ToolResult:
     block: dict[str, Any]
     detail: Any  # the line's toolUseResult, when it belongs to this result alone
     uuid: str
+    timestamp: Any = None  # the line's, as recorded
 
 
 class LineSource:
@@ -71,5 +72,10 @@ class LineSource:
         for block in blocks:
             if block.get("tool_use_id") == tool_use_id:
                 detail = line.get("toolUseResult") if len(blocks) == 1 else None
-                return ToolResult(block=block, detail=detail, uuid=str(line.get("uuid", "")))
+                return ToolResult(
+                    block=block,
+                    detail=detail,
+                    uuid=str(line.get("uuid", "")),
+                    timestamp=line.get("timestamp"),
+                )
         return None

@@ -8,6 +8,14 @@ import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from sessions.importers.claude_code.decisions import (
+    REJECTED,
+    Answer,
+    answers,
+    answers_markdown,
+    describe_questions,
+    rejection_reason,
+)
 from sessions.importers.claude_code.index import Index
 from sessions.importers.claude_code.kernels import (
     SCRIPT_SUFFIXES,
@@ -24,11 +32,12 @@ from sessions.importers.claude_code.lines import (
     key_of,
     prompt_text,
     str_or_none,
+    timestamp_of,
 )
 from sessions.importers.claude_code.plan import Plan
 from sessions.importers.claude_code.source import LineSource, ToolResult
 from sessions.importers.claude_code.turns import TurnMaker, code, raw_json, short
-from sessions.importers.writer import Item
+from sessions.importers.writer import Item, TurnSpec
 from sessions.models import Turn
 
 if TYPE_CHECKING:
@@ -41,7 +50,6 @@ SUBAGENT_MAX_ITEMS = 60
 
 KERNEL_FILE_SUFFIXES = WGSL_SUFFIXES + SCRIPT_SUFFIXES
 
-REJECTED = "The user doesn't want to proceed with this tool use"
 _LEADING_BLANK = re.compile(r"\A\s*\n")
 _TOOL_ERROR = re.compile(r"</?tool_use_error>")
 _AGENT_ID = re.compile(r"agentId:\s*([\w-]+)")
@@ -133,17 +141,21 @@ def describe(name: str, params: Any, target: str) -> str:
             if isinstance(t, dict)
         ]
         return "\n".join([head, "", *todos])
+    if name == "ExitPlanMode" and str_or_none(params.get("plan")):
+        return f"{head}\n\n{params['plan']}"
     if name in ("Task", "Agent") and str_or_none(params.get("prompt")):
         quoted = "\n".join(f"> {x}" for x in params["prompt"][:4000].splitlines())
         return f"{head}\n\n{quoted}"
     return f"{head}\n\n{raw_json(params)}"
 
 
-def _status(found: bool, rejected: bool, is_error: bool) -> str:
+def _status(found: bool, rejected: bool, is_error: bool, text: str) -> str:
     if rejected:
         return " · rejected"
     if is_error:
         return " · error"
+    if text.startswith("User has approved"):
+        return " · approved"
     return "" if found else " · no result"
 
 
@@ -202,7 +214,8 @@ class ToolCalls:
             "kind": "tool_call",
             "tool": name,
             "tool_use_id": tool_id,
-            "summary": f"{name} {target}".strip() + _status(found is not None, rejected, is_error),
+            "summary": f"{name} {target}".strip()
+            + _status(found is not None, rejected, is_error, text),
             "is_error": is_error,
             "source_id": tool_id or f"{response.message_id}:{name}",
         }
@@ -212,7 +225,10 @@ class ToolCalls:
             meta["no_result"] = True
         if isinstance(params, dict) and str_or_none(params.get("file_path")):
             meta["file_path"] = params["file_path"]
+        given = answers(params, found.detail, text) if found and name == "AskUserQuestion" else []
         parts = [describe(name, params, target)]
+        if name == "AskUserQuestion" and isinstance(params, dict):
+            parts = [f"**{name}**\n\n{describe_questions(given, params)}"]
         versions: list[NewVersion] = []
         if name in ("Task", "Agent"):
             nested, nested_versions = self._subagent(tool_id, params, found, text)
@@ -234,7 +250,28 @@ class ToolCalls:
         versions += made
         content = "\n\n".join(p for p in parts if p)
         turn = self.turns.turn(Turn.Role.TOOL, content, response.timestamp, meta)
-        return list(self.turns.with_versions(turn, versions))
+        items = list(self.turns.with_versions(turn, versions))
+        if found is not None:
+            items += self._decision(name, tool_id, found, text, given)
+        return items
+
+    def _decision(
+        self, name: str, tool_id: str, found: ToolResult, text: str, given: list[Answer]
+    ) -> list[TurnSpec]:
+        """What the learner said inside the call's result, as the learner's own turn."""
+        meta: dict[str, Any] = {"tool_use_id": tool_id}
+        if given:
+            asked = "questions" if len(given) > 1 else "question"
+            meta.update(kind="answer", context=f"answered the {asked}")
+            content = answers_markdown(given)
+        elif reason := rejection_reason(text):
+            meta.update(kind="rejection", context=f"rejected the {name} call", typed=True)
+            content = reason
+        else:
+            return []
+        meta["source_id"] = f"{tool_id}:{meta['kind']}"
+        when = timestamp_of(found.timestamp)
+        return [self.turns.turn(Turn.Role.LEARNER, content, when, meta)]
 
     def target(self, name: str, params: Any) -> str:
         """What the call works on, in a few words: a file, a command, a pattern."""
@@ -242,6 +279,9 @@ class ToolCalls:
             return ""
         if str_or_none(params.get("file_path")):
             return self.history.title_for(params["file_path"])
+        questions = params.get("questions")
+        if isinstance(questions, list) and questions and isinstance(questions[0], dict):
+            return short(str(questions[0].get("question", "")), 60)
         for key in ("command", "pattern", "url", "query", "description", "notebook_path", "prompt"):
             if str_or_none(params.get(key)):
                 return short(params[key], 60)
