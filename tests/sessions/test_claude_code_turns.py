@@ -180,6 +180,17 @@ class ResumeAndRewindTestCase(ImportingTestCase):
         self.run_import(SOFTMAX)
         self.assertEqual(self.session().title, "Softmax in three WebGPU passes")
 
+    def test_summaries_of_other_sessions_never_name_this_one(self) -> None:
+        t = tiny()
+        # Claude Code puts summaries of the project's other sessions at the top of a file.
+        foreign = {"type": "summary", "summary": "Fix login redirect", "leafUuid": "elsewhere"}
+        t.lines.insert(0, foreign)
+        out = self.run_import(self.write("t.jsonl", t))
+        session = self.session()
+        self.assertEqual(session.title, "How do I declare a storage buffer in WGSL?")
+        self.assertEqual(session.slug, "how-do-i-declare-a-storage-buffer-in-wgsl")
+        self.assertIn("1 summary line(s) of other sessions of the project: not the title.", out)
+
     def test_the_last_prompt_record_picks_the_live_branch(self) -> None:
         t = tiny()
         target = t.last

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any, BinaryIO
 
+import numpy as np
 from django.conf import settings
 from django.utils.text import slugify
 
@@ -39,12 +40,25 @@ def _title_from(index: Index, plan: Plan, first_prompt: str, scrubber: Scrubber)
         return scrubber.text(index.custom_title)
     if index.ai_title.strip():
         return scrubber.text(index.ai_title)
-    if index.summaries:
-        on_main = as_numpy(index.uuids)[as_numpy(plan.main)]
-        matched = [text for leaf, text in index.summaries if leaf and (on_main == leaf).any()]
-        return scrubber.text((matched or [index.summaries[0][1]])[-1])
+    if own := _own_summaries(index, plan):
+        return scrubber.text(own[-1])
     lines = [x for x in first_prompt.splitlines() if x.strip() and not x.lstrip().startswith("<")]
     return short(lines[0] if lines else first_prompt, 80) or "Imported session"
+
+
+def _own_summaries(index: Index, plan: Plan) -> list[str]:
+    """The legacy summaries that describe this conversation: those whose leaf is on its
+    main line, else in the file. Claude Code also writes, at the top of a session's file,
+    the summaries of other sessions of the same project, whose leaves are elsewhere."""
+    if not index.summaries:
+        return []
+    leaves = np.array([leaf for leaf, _ in index.summaries], dtype=np.int64)
+    uuids = as_numpy(index.uuids)
+    for lines in (uuids[as_numpy(plan.main)], uuids):
+        present = np.isin(leaves, lines) & (leaves != 0)
+        if present.any():
+            return [text for (_, text), ok in zip(index.summaries, present, strict=True) if ok]
+    return []
 
 
 def import_claude_code(
@@ -75,6 +89,7 @@ def import_claude_code(
         or (f"Sub-agent: {scrubber.text(described)}" if described else "")
         or _title_from(index, plan, first_prompt, scrubber)
     )[:200]
+    foreign = len(index.summaries) - len(_own_summaries(index, plan))
     index.release_graph()
     source_key = plan.session_id or (file_name.rsplit(".", 1)[0] if file_name else "")
     if plan.lone_agent:
@@ -112,7 +127,16 @@ def import_claude_code(
         skipped=stats.skipped,
         skipped_total=stats.skipped_total,
         redaction=scrubber.summary(),
-        notes=[*written.notes, *_joined(layout, stats.part_lines, stats.lines), *reader.notes()],
+        notes=[
+            *written.notes,
+            *_joined(layout, stats.part_lines, stats.lines),
+            *reader.notes(),
+            *(
+                [f"{foreign} summary line(s) of other sessions of the project: not the title."]
+                if foreign
+                else []
+            ),
+        ],
     )
 
 

@@ -689,7 +689,9 @@ def matmul_review() -> Transcript:
 def softmax_js() -> Transcript:
     t = Transcript("softmax-js", version="2.1.12")
     path = f"{CWD}/src/shaders.js"
-    t.plain({"type": "summary", "summary": "Softmax in three WebGPU passes", "leafUuid": "unknown"})
+    # Claude Code writes summaries at the top: this one's leaf is this session's last line.
+    summary = {"type": "summary", "summary": "Softmax in three WebGPU passes", "leafUuid": ""}
+    t.plain(summary)
     t.user(
         "I split softmax into three compute passes in src/shaders.js. Can you write the file from my notes?",
         parent=None,
@@ -761,6 +763,7 @@ def softmax_js() -> Transcript:
         "Thanks! And the learner's version of the normalise pass, does this look right?\n\n```wgsl\n@group(0) @binding(0) var<storage, read_write> x: array<f32>;\n@group(0) @binding(1) var<storage, read> total: array<f32>;\n\n@compute @workgroup_size(64)\nfn normalise(@builtin(global_invocation_id) id: vec3<u32>) {\n    x[id.x] = x[id.x] / max(total[0], 1e-20);\n}\n```"
     )
     t.assistant("msg_26Norm", [text("Yes, and the `max` guards against dividing by zero.")])
+    summary["leafUuid"] = t.last
     return t
 
 
