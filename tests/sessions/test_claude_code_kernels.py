@@ -46,8 +46,8 @@ class EditChainTestCase(ImportingTestCase):
                 (1, "fenced", 3),  # the learner's pasted block
                 (2, "read", 6),  # the file on disk differed from the paste
                 (3, "edit_original", 9),  # Edit applied to toolUseResult.originalFile
-                (4, "reconstructed", 15),  # Edit without toolUseResult: on v3
-                (5, "unresolved", 28),  # old_string not in what we rebuilt
+                (4, "reconstructed", 14),  # Edit without toolUseResult: on v3
+                (5, "unresolved", 27),  # old_string not in what we rebuilt
             ],
         )
         sources = [v.source for v in self.versions]
@@ -67,7 +67,7 @@ class EditChainTestCase(ImportingTestCase):
             self.assertEqual(version.sha256, sha256_text(version.source))
 
     def test_a_rejected_edit_is_not_a_version(self) -> None:
-        rejected = self.turns_by_number[17]
+        rejected = self.turns_by_number[16]
         self.assertTrue(rejected.meta["rejected"])
         self.assertIsNone(rejected.kernel_version)
         self.assertFalse(any("32, 32" in v.source for v in self.versions))
@@ -77,7 +77,7 @@ class EditChainTestCase(ImportingTestCase):
         for version in self.versions:
             self.assertEqual(version.turn.kernel_version_id, version.pk)
         # The next tutor turn after a version reviews it.
-        reviews = {3: 10, 4: 16, 5: 29}
+        reviews = {3: 10, 4: 15, 5: 28}
         for number, turn in reviews.items():
             self.assertEqual(self.turns_by_number[turn].kernel_version.number, number)
             self.assertEqual(self.turns_by_number[turn].role, "tutor")

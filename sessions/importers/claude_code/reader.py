@@ -346,6 +346,7 @@ class TranscriptReader:
             "harness": "harness lines (isMeta, command caveats, reminders, IDE context)",
             "progress and hook": "progress and hook lines",
             "bookkeeping": "bookkeeping lines (titles, file-history snapshots, queue operations)",
+            "empty thinking": "empty thinking blocks (thinking not recorded)",
         }
         if hidden:
             listed = ", ".join(

@@ -145,16 +145,12 @@ class Responses:
             source_id = f"{response.message_id}:{k}"
             if kind in ("thinking", "redacted_thinking"):
                 thought = str(block.get("thinking") or "").strip()
-                summary = short(thought, 90) if thought else "thinking (not recorded)"
-                meta = {"kind": "thinking", "summary": summary, "source_id": source_id}
-                items.append(
-                    self.turns.turn(
-                        Turn.Role.TUTOR,
-                        thought or "*thinking (not recorded)*",
-                        response.timestamp,
-                        meta,
-                    )
-                )
+                if not thought:
+                    # Newer versions do not record thinking: only its signature is left.
+                    self.stats.hidden["empty thinking"] += 1
+                    continue
+                meta = {"kind": "thinking", "summary": short(thought, 90), "source_id": source_id}
+                items.append(self.turns.turn(Turn.Role.TUTOR, thought, response.timestamp, meta))
             elif kind == "tool_use":
                 items.extend(self.tools.call(block, response))
             else:
