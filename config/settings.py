@@ -216,6 +216,9 @@ REPLAY_RETRY_AFTER = envint("REPLAY_RETRY_AFTER", 60)
 # Fresh ("run again") replays per client per minute.
 REPLAY_FRESH_PER_MINUTE = envint("REPLAY_FRESH_PER_MINUTE", 6)
 FIXTURES_DIR = BASE_DIR / "fixtures"
+# Files a session's host programs fetch() (weights, test data), uploaded in the admin,
+# stored in the database and sent with every program job of the session.
+SESSION_FILE_MAX_BYTES = envint("SESSION_FILE_MAX_BYTES", 8 * 1024 * 1024)
 # The draw-a-digit page classifies with the latest version of this kernel of this session.
 DIGITS_SESSION = os.getenv("DIGITS_SESSION", "gpu-inference-from-scratch")
 DIGITS_KERNEL = os.getenv("DIGITS_KERNEL", "mnist")

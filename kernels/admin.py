@@ -1,10 +1,14 @@
 from __future__ import annotations
 
+import mimetypes
+
 from django import forms
+from django.conf import settings
 from django.contrib import admin
+from django.http import HttpRequest
 
 from kernels.engine.harness import HarnessError, parse_harness
-from kernels.models import Kernel, KernelVersion, Run
+from kernels.models import Kernel, KernelVersion, Run, SessionFile, check_file_name
 
 
 def _clean_harness(value: dict | None) -> dict | None:
@@ -28,7 +32,15 @@ class KernelForm(forms.ModelForm):
 class KernelVersionForm(forms.ModelForm):
     class Meta:
         model = KernelVersion
-        fields = ["number", "note", "expected_status", "turn", "source", "harness_override"]
+        fields = [
+            "number",
+            "note",
+            "expected_status",
+            "turn",
+            "source",
+            "host_program",
+            "harness_override",
+        ]
 
     def clean_harness_override(self) -> dict | None:
         return _clean_harness(self.cleaned_data["harness_override"])
@@ -38,7 +50,15 @@ class KernelVersionInline(admin.StackedInline):
     model = KernelVersion
     form = KernelVersionForm
     extra = 0
-    fields = ("number", "note", "expected_status", "turn", "source", "harness_override")
+    fields = (
+        "number",
+        "note",
+        "expected_status",
+        "turn",
+        "source",
+        "host_program",
+        "harness_override",
+    )
     raw_id_fields = ("turn",)
 
 
@@ -49,6 +69,67 @@ class KernelAdmin(admin.ModelAdmin):
     search_fields = ("name", "session__slug", "title")
     raw_id_fields = ("session",)
     inlines = (KernelVersionInline,)
+
+
+class SessionFileForm(forms.ModelForm):
+    upload = forms.FileField(help_text="Weights, test data: what the session's programs fetch().")
+
+    class Meta:
+        model = SessionFile
+        fields = ["session", "name", "content_type"]
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["name"].required = False
+        self.fields["name"].help_text = "The name a program fetch()es it by (default: the file's)."
+        limit = settings.SESSION_FILE_MAX_BYTES
+        self.fields["upload"].help_text += f" At most {limit:,} bytes."
+
+    def clean(self) -> dict:
+        cleaned = super().clean()
+        upload = cleaned.get("upload")
+        if upload is None:
+            return cleaned
+        limit = settings.SESSION_FILE_MAX_BYTES
+        if upload.size > limit:
+            raise forms.ValidationError(
+                f"The file is {upload.size:,} bytes, over the limit of {limit:,} bytes."
+            )
+        name = cleaned.get("name") or upload.name
+        try:
+            cleaned["name"] = self.instance.name = check_file_name(name)
+        except ValueError as error:
+            self.add_error("name", str(error))
+            return cleaned
+        session = cleaned.get("session")
+        if session is not None and session.files.filter(name=name).exists():
+            self.add_error("name", f"This session already has a file named {name!r}.")
+        guessed = upload.content_type or mimetypes.guess_type(name)[0] or ""
+        cleaned["content_type"] = cleaned.get("content_type") or guessed
+        self.instance.data = upload.read()
+        return cleaned
+
+
+@admin.register(SessionFile)
+class SessionFileAdmin(admin.ModelAdmin):
+    """Uploaded once, then read-only: stored runs are keyed by the file's sha256."""
+
+    form = SessionFileForm
+    list_display = ("name", "session", "size", "content_type", "created")
+    search_fields = ("name", "session__slug")
+    raw_id_fields = ("session",)
+    readonly_fields = ("session", "name", "content_type", "size", "sha256", "created")
+
+    def get_fields(self, request: HttpRequest, obj: SessionFile | None = None):
+        if obj is None:
+            return ("session", "upload", "name", "content_type")
+        return self.readonly_fields
+
+    def get_readonly_fields(self, request: HttpRequest, obj: SessionFile | None = None):
+        return self.readonly_fields if obj is not None else ()
+
+    def get_queryset(self, request: HttpRequest):
+        return super().get_queryset(request).defer("data").select_related("session")
 
 
 @admin.register(Run)

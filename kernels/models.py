@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import re
 
 from django.db import models
 from django.db.models import Q
@@ -45,7 +46,16 @@ class KernelVersion(models.Model):
     kernel = models.ForeignKey(Kernel, on_delete=models.CASCADE, related_name="versions")
     number = models.PositiveIntegerField()
     source = models.TextField()
+    # sha256 of the WGSL source; a run's key covers the host program and files too
+    # (kernels.replay.job_for).
     sha256 = models.CharField(max_length=64, editable=False)
+    # The learner's WebGPU host program (JavaScript). Empty: the harness is the host.
+    # A version with one replays as a program (kernels/engine/host/).
+    host_program = models.TextField(
+        blank=True,
+        help_text="The learner's WebGPU host code (JavaScript). It may fetch() the "
+        "session's files and kernel.wgsl (this version's WGSL).",
+    )
     turn = models.ForeignKey(
         "tutoring_sessions.Turn",
         null=True,
@@ -93,13 +103,71 @@ class KernelVersion(models.Model):
 
     def diff_from(self, other: KernelVersion) -> str:
         """A unified diff from another version's source to this one's."""
-        lines = difflib.unified_diff(
-            other.source.splitlines(keepends=True),
-            self.source.splitlines(keepends=True),
-            fromfile=f"v{other.number}",
-            tofile=f"v{self.number}",
+        return _diff(other.source, self.source, other.number, self.number)
+
+    def host_diff_from(self, other: KernelVersion) -> str:
+        """A unified diff from another version's host program to this one's."""
+        return _diff(other.host_program, self.host_program, other.number, self.number)
+
+
+def _diff(old: str, new: str, old_number: int, new_number: int) -> str:
+    lines = difflib.unified_diff(
+        old.splitlines(keepends=True),
+        new.splitlines(keepends=True),
+        fromfile=f"v{old_number}",
+        tofile=f"v{new_number}",
+    )
+    return "".join(lines)
+
+
+# What a session file may be called: a relative path a program can fetch().
+FILE_NAME = re.compile(r"[A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+)*")
+
+
+def check_file_name(name: str) -> str:
+    """name if a program may fetch() it by that name; ValueError saying why not."""
+    if not FILE_NAME.fullmatch(name) or ".." in name.split("/") or len(name) > 200:
+        raise ValueError(
+            f"{name!r} is not a file name a program can fetch: use letters, digits, '.', "
+            "'_', '-' and '/' between folders, 200 characters at most."
         )
-        return "".join(lines)
+    return name
+
+
+class SessionFile(models.Model):
+    """A file a session's host programs may fetch() (trained weights, test data).
+
+    Staff upload it; it is read-only after (a run's key holds its sha256, so changing
+    it would change what stored runs mean). Kept in the database, not under MEDIA: the
+    size is capped (SESSION_FILE_MAX_BYTES), it travels with the session's export,
+    and the web tier stays stateless.
+    """
+
+    session = models.ForeignKey(
+        "tutoring_sessions.Session", on_delete=models.CASCADE, related_name="files"
+    )
+    name = models.CharField(max_length=200, help_text="The name a program fetch()es it by.")
+    content_type = models.CharField(max_length=100, blank=True)
+    size = models.PositiveIntegerField(editable=False)
+    sha256 = models.CharField(max_length=64, editable=False)
+    data = models.BinaryField()
+    created = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["session", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["session", "name"], name="session_file_name_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.session.slug}/{self.name}"
+
+    def save(self, *args, **kwargs) -> None:
+        data = bytes(self.data)
+        self.size = len(data)
+        self.sha256 = hashlib.sha256(data).hexdigest()
+        super().save(*args, **kwargs)
+        self.session.touch()
 
 
 class RunQuerySet(models.QuerySet):
