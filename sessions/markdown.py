@@ -56,7 +56,7 @@ PYGMENTS_CLASSES = {name for name in STANDARD_TYPES.values() if name}
 ALLOWED_CLASSES = {
     "span": PYGMENTS_CLASSES | {"linenos", "hll"},
     "pre": {"highlight", "plain", "source"} | {f"lang-{name}" for name in set(LANGUAGES.values())},
-    "p": {"render-note"},
+    "p": {"render-note", "typed"},
 }
 
 _cleaner = nh3.Cleaner(
@@ -148,3 +148,101 @@ def render_source(
     body = "\n".join(rows)
     cleaned = _cleaner.clean(f'<pre class="highlight source"><code>{body}\n</code></pre>')
     return mark_safe(cleaned)  # noqa: S308 (sanitised on the line above)
+
+
+# Text a person typed in a terminal (a learner's prompt): shown as typed, line breaks and
+# indentation kept, `#` lines not headings, pasted logs not reflowed. Markdown only where
+# it is clearly meant: fenced code blocks, `code` spans, *emphasis*, and links. Every
+# step is a linear scan: no pattern here can backtrack over its input more than once.
+_FENCE_LINE = re.compile(r" {0,3}(`{3,}+|~{3,}+)([^`\n]*)")
+_URL = re.compile(r"https?://[^\s<>\"'`]+")
+_URL_TRAILING = ".,;:!?)]}'\""
+_EMPHASIS = re.compile(r"(?<![\w*])(\*\*|\*)(?=[^\s*])([^*\n]+?)(?<=\S)\1(?![\w*])")
+_BACKTICK_RUN = re.compile(r"`+")
+
+
+def render_content(text: str, typed: bool = False) -> str:
+    """A turn's HTML: its Markdown, or (typed) the text as its author typed it."""
+    return render_typed(text) if typed else render_markdown(text)
+
+
+def render_typed(text: str) -> str:
+    """Typed text to sanitised HTML, line breaks and indentation kept. Never raises."""
+    limit = settings.MARKDOWN_MAX_CHARS
+    if len(text) > limit:
+        return plain_html(text, f"Shown as plain text: longer than {limit:,} characters.")
+    parts: list[str] = []
+    prose: list[str] = []
+    lines = text.split("\n")
+    i = 0
+    while i < len(lines):
+        opening = _FENCE_LINE.fullmatch(lines[i])
+        if opening is None:
+            prose.append(lines[i])
+            i += 1
+            continue
+        end = i + 1
+        while end < len(lines) and not _closes(lines[end], opening[1]):
+            end += 1
+        parts.append(_typed_prose(prose))
+        prose = []
+        code, lang = "\n".join(lines[i + 1 : end]) + "\n", opening[2].strip()
+        parts.append(_highlight(code, lang, "") or f"<pre><code>{html.escape(code)}</code></pre>\n")
+        i = end + 1
+    parts.append(_typed_prose(prose))
+    return _cleaner.clean("".join(parts))
+
+
+def _closes(line: str, fence: str) -> bool:
+    stripped = line.strip()
+    indent = len(line) - len(line.lstrip(" "))
+    return indent <= 3 and stripped.startswith(fence) and stripped.strip(fence[0]) == ""
+
+
+def _typed_prose(lines: list[str]) -> str:
+    text = "\n".join(lines).strip("\n")
+    if not text.strip():
+        return ""
+    return f'<p class="typed">{_typed_inline(text)}</p>\n'
+
+
+def _typed_inline(text: str) -> str:
+    """Code spans (a backtick run closed by the next run of the same length), then links
+    and emphasis in what is left, everything else escaped."""
+    runs = [(m.start(), m.end()) for m in _BACKTICK_RUN.finditer(text)]
+    # The next run of each length, found from the end: pairing stays linear.
+    following: list[int] = [-1] * len(runs)
+    last_of_length: dict[int, int] = {}
+    for k in range(len(runs) - 1, -1, -1):
+        length = runs[k][1] - runs[k][0]
+        following[k] = last_of_length.get(length, -1)
+        last_of_length[length] = k
+    out, done, k = [], 0, 0
+    while k < len(runs):
+        close = following[k]
+        if close < 0:
+            k += 1
+            continue
+        start, end = runs[k]
+        out.append(_typed_words(text[done:start]))
+        out.append(f"<code>{html.escape(text[end : runs[close][0]])}</code>")
+        done = runs[close][1]
+        k = close + 1
+    out.append(_typed_words(text[done:]))
+    return "".join(out)
+
+
+def _typed_words(text: str) -> str:
+    out, done = [], 0
+    for match in _URL.finditer(text):
+        url = match[0].rstrip(_URL_TRAILING)
+        out.append(_EMPHASIS.sub(_emphasis, html.escape(text[done : match.start()])))
+        out.append(f'<a href="{html.escape(url)}">{html.escape(url)}</a>')
+        done = match.start() + len(url)
+    out.append(_EMPHASIS.sub(_emphasis, html.escape(text[done:])))
+    return "".join(out)
+
+
+def _emphasis(match: re.Match[str]) -> str:
+    tag = "strong" if match[1] == "**" else "em"
+    return f"<{tag}>{match[2]}</{tag}>"

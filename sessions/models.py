@@ -8,7 +8,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 
-from sessions.markdown import render_markdown
+from sessions.markdown import render_content
 
 
 class Tag(models.Model):
@@ -175,7 +175,7 @@ class Turn(models.Model):
 
     def save(self, *args, **kwargs) -> None:
         self.clean()
-        self.html = render_markdown(self.content)
+        self.html = self.rendered()
         if "update_fields" in kwargs and "content" in kwargs["update_fields"]:
             kwargs["update_fields"] = {*kwargs["update_fields"], "html"}
         super().save(*args, **kwargs)
@@ -186,12 +186,21 @@ class Turn(models.Model):
 
     @property
     def body_html(self) -> SafeString:
-        # Produced by render_markdown at save time, which sanitises last.
+        # Produced by render_content at save time, which sanitises last.
         return mark_safe(self.html)  # noqa: S308
 
     @property
     def kind(self) -> str:
         return self.meta.get("kind", "")
+
+    @property
+    def is_typed(self) -> bool:
+        """Text a person typed in a terminal, shown as typed rather than as Markdown."""
+        return bool(self.meta.get("typed"))
+
+    def rendered(self) -> str:
+        """The content as sanitised HTML (stored in `html` whenever the turn is saved)."""
+        return render_content(self.content, typed=self.is_typed)
 
     @property
     def is_collapsed(self) -> bool:

@@ -20,7 +20,6 @@ from django.db.models import Max, QuerySet
 from django.utils.text import slugify
 
 from kernels.models import Kernel, KernelVersion, sha256_text
-from sessions.markdown import render_markdown
 from sessions.models import Session, Tag, Turn
 
 if TYPE_CHECKING:
@@ -273,18 +272,20 @@ class _Batches:
         if self.frozen:
             self._check_identity(old)
         old.delete()
-        created = Turn.objects.bulk_create(
+        turns = [
             Turn(
                 session=self.session,
                 number=spec.number,
                 role=spec.role,
                 content=spec.content,
-                html=render_markdown(spec.content),
                 timestamp=spec.timestamp,
                 meta=spec.meta,
             )
             for spec in self.turns
-        )
+        ]
+        for turn in turns:
+            turn.html = turn.rendered()  # bulk_create does not call save()
+        created = Turn.objects.bulk_create(turns)
         self.turn_count += len(created)
         self.batch_pks = {turn.number: turn.pk for turn in created}
         links = [

@@ -193,7 +193,7 @@ class TranscriptReader:
     def _prompt(self, line: dict[str, Any]) -> Iterator[Item]:
         blocks = blocks_of(line.get("message"))
         words = prompt_text(blocks)
-        meta = {"uuid": str(line.get("uuid", ""))}
+        meta: dict[str, Any] = {"uuid": str(line.get("uuid", "")), "typed": True}
         if command := typed_command(words):
             meta["command"] = command.split(None, 1)[0]
             words = command
@@ -211,7 +211,7 @@ class TranscriptReader:
         role = Turn.Role.LEARNER
         if self.plan.lone_agent:
             # A sub-agent's prompt comes from the main agent, not from the learner.
-            role, meta["kind"] = Turn.Role.TUTOR, "agent_prompt"
+            role, meta["kind"], meta["typed"] = Turn.Role.TUTOR, "agent_prompt", False
             text = f"*The main agent's request to this sub-agent:*\n\n{text}"
         turn = self.turns.turn(role, text, timestamp_of(line.get("timestamp")), meta)
         versions = self.history.learner_text(text, {"uuid": meta["uuid"]})
@@ -235,7 +235,7 @@ class TranscriptReader:
             Turn.Role.LEARNER,
             text,
             timestamp_of(line.get("timestamp")),
-            {"kind": "steering", "uuid": uuid, "source_id": uuid},
+            {"kind": "steering", "uuid": uuid, "source_id": uuid, "typed": True},
         )
 
     def _harness(
@@ -322,7 +322,12 @@ class TranscriptReader:
                 text = prompt_text([block])
                 if text and not is_harness_text(text):
                     uuid = str(line.get("uuid", ""))
-                    meta = {"kind": "steering", "uuid": uuid, "source_id": f"{uuid}:{k}"}
+                    meta = {
+                        "kind": "steering",
+                        "uuid": uuid,
+                        "source_id": f"{uuid}:{k}",
+                        "typed": True,
+                    }
                     yield self.turns.turn(
                         Turn.Role.LEARNER, text, timestamp_of(line.get("timestamp")), meta
                     )
