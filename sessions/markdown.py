@@ -22,6 +22,8 @@ from pygments.lexers import get_lexer_by_name
 from pygments.token import STANDARD_TYPES
 from pygments.util import ClassNotFound
 
+from sessions import ansi
+
 # Fence labels we highlight, by the name Pygments knows them under.
 LANGUAGES = {
     "wgsl": "wgsl",
@@ -54,8 +56,9 @@ ALLOWED_ATTRIBUTES = {
 }
 PYGMENTS_CLASSES = {name for name in STANDARD_TYPES.values() if name}
 ALLOWED_CLASSES = {
-    "span": PYGMENTS_CLASSES | {"linenos", "hll"},
-    "pre": {"highlight", "plain", "source"} | {f"lang-{name}" for name in set(LANGUAGES.values())},
+    "span": PYGMENTS_CLASSES | {"linenos", "hll"} | ansi.CLASSES,
+    "pre": {"highlight", "plain", "source", "ansi"}
+    | {f"lang-{name}" for name in set(LANGUAGES.values())},
     "p": {"render-note", "typed"},
 }
 
@@ -71,6 +74,8 @@ _formatter = HtmlFormatter(nowrap=True)
 
 
 def _highlight(code: str, lang: str, _attrs: str) -> str:
+    if lang.strip().lower() == "ansi":
+        return ansi.to_html(code)
     name = LANGUAGES.get(lang.strip().lower())
     if name is None:
         return ""  # markdown-it then writes an escaped <pre><code>

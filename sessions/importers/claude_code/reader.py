@@ -14,6 +14,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from sessions import ansi
 from sessions.importers.claude_code.index import Index, as_numpy
 from sessions.importers.claude_code.kernels import KernelHistory
 from sessions.importers.claude_code.lines import (
@@ -286,7 +287,11 @@ class TranscriptReader:
             detail = str_or_none(content) or "The API returned an error; Claude Code retried."
             yield self.turns.note(f"*{detail}*", line, "api_error")
         elif isinstance(content, str) and content.strip():
-            yield self.turns.note(content, line, f"system_{subtype}" if subtype else "system")
+            # Hook and harness messages are terminal text: lines and colours kept.
+            text = (
+                code(content) if "\n" in content.strip() or ansi.has_escapes(content) else content
+            )
+            yield self.turns.note(text, line, f"system_{subtype}" if subtype else "system")
         else:
             yield self.turns.raw(
                 line,

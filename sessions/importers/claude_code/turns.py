@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
+from sessions import ansi
 from sessions.importers.claude_code.kernels import NewVersion
 from sessions.importers.claude_code.lines import timestamp_of
 from sessions.importers.writer import Item, KernelSpec, TurnSpec, VersionSpec
@@ -16,12 +17,15 @@ from sessions.models import Turn
 
 
 def code(text: str, lang: str = "") -> str:
+    """A fenced block; terminal output with colour codes is fenced as `ansi`."""
     fence = fence_for(text)
+    if not lang and ansi.has_escapes(text):
+        lang = "ansi"
     return f"{fence}{lang}\n{text.rstrip()}\n{fence}"
 
 
 def short(text: str, limit: int = 80) -> str:
-    text = " ".join(text.split())
+    text = " ".join(ansi.strip(text).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
