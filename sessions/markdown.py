@@ -22,7 +22,7 @@ from pygments.lexers import get_lexer_by_name
 from pygments.token import STANDARD_TYPES
 from pygments.util import ClassNotFound
 
-from sessions import ansi
+from sessions import ansi, diffs
 
 # Fence labels we highlight, by the name Pygments knows them under.
 LANGUAGES = {
@@ -56,7 +56,7 @@ ALLOWED_ATTRIBUTES = {
 }
 PYGMENTS_CLASSES = {name for name in STANDARD_TYPES.values() if name}
 ALLOWED_CLASSES = {
-    "span": PYGMENTS_CLASSES | {"linenos", "hll"} | ansi.CLASSES,
+    "span": PYGMENTS_CLASSES | {"linenos", "hll", "changed"} | ansi.CLASSES,
     "pre": {"highlight", "plain", "source", "ansi"}
     | {f"lang-{name}" for name in set(LANGUAGES.values())},
     "p": {"render-note", "typed"},
@@ -76,6 +76,8 @@ _formatter = HtmlFormatter(nowrap=True)
 def _highlight(code: str, lang: str, _attrs: str) -> str:
     if lang.strip().lower() == "ansi":
         return ansi.to_html(code)
+    if lang.strip().lower() == "diff":
+        return diffs.to_html(code)
     name = LANGUAGES.get(lang.strip().lower())
     if name is None:
         return ""  # markdown-it then writes an escaped <pre><code>

@@ -8,6 +8,7 @@ import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from sessions.diffs import unified
 from sessions.importers.claude_code.decisions import (
     REJECTED,
     Answer,
@@ -104,7 +105,28 @@ def lang_of(path: str) -> str:
     return _LANG_BY_SUFFIX.get(suffix, "")
 
 
-def describe(name: str, params: Any, target: str) -> str:
+def edit_diffs(params: dict[str, Any], detail: Any) -> list[str]:
+    """An Edit's or MultiEdit's change as unified diffs: Claude Code's own patch (with the
+    file's line numbers and context) when the result has it, else old → new."""
+    patch = detail.get("structuredPatch") if isinstance(detail, dict) else None
+    hunks = [h for h in patch if isinstance(h, dict)] if isinstance(patch, list) else []
+    if hunks:
+        lines = []
+        for hunk in hunks:
+            where = [hunk.get(k) for k in ("oldStart", "oldLines", "newStart", "newLines")]
+            lines.append("@@ -{},{} +{},{} @@".format(*where))
+            lines += [str(x) for x in hunk.get("lines") or [] if isinstance(x, str)]
+        return ["\n".join(lines)]
+    many = params.get("edits")
+    edits = many if isinstance(many, list) else [params]
+    return [
+        unified(str(e.get("old_string", "")), str(e.get("new_string", ""))) or "(no change)"
+        for e in edits
+        if isinstance(e, dict)
+    ]
+
+
+def describe(name: str, params: Any, target: str, detail: Any = None) -> str:
     """The call in Markdown: its name and target, and its input (a diff for an edit)."""
     head = f"**{name}**" + (f" `{target}`" if target and name not in ("Bash",) else "")
     if not isinstance(params, dict):
@@ -113,16 +135,8 @@ def describe(name: str, params: Any, target: str) -> str:
     if name == "Write" and isinstance(params.get("content"), str):
         return f"{head}\n\n{code(params['content'], lang_of(path))}"
     if name in ("Edit", "MultiEdit"):
-        edits = [params] if name == "Edit" else params.get("edits") or []
-        diffs = []
-        for edit in edits if isinstance(edits, list) else []:
-            if isinstance(edit, dict):
-                old = str(edit.get("old_string", "")).splitlines()
-                new = str(edit.get("new_string", "")).splitlines()
-                diff = "\n".join([*(f"-{x}" for x in old), *(f"+{x}" for x in new)])
-                diffs.append(code(diff, "diff"))
         extra = " (all occurrences)" if params.get("replace_all") else ""
-        return "\n\n".join([head + extra, *diffs])
+        return "\n\n".join([head + extra, *(code(d, "diff") for d in edit_diffs(params, detail))])
     if name == "Bash" and str_or_none(params.get("command")):
         description = (
             f" · {params['description']}" if str_or_none(params.get("description")) else ""
@@ -226,7 +240,7 @@ class ToolCalls:
         if isinstance(params, dict) and str_or_none(params.get("file_path")):
             meta["file_path"] = params["file_path"]
         given = answers(params, found.detail, text) if found and name == "AskUserQuestion" else []
-        parts = [describe(name, params, target)]
+        parts = [describe(name, params, target, found.detail if found else None)]
         if name == "AskUserQuestion" and isinstance(params, dict):
             parts = [f"**{name}**\n\n{describe_questions(given, params)}"]
         versions: list[NewVersion] = []
