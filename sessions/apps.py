@@ -1,4 +1,21 @@
 from django.apps import AppConfig
+from django.db.models.signals import post_migrate
+
+# The migration that sets up full-text search (sessions/search.py).
+SEARCH_MIGRATION = ("tutoring_sessions", "0002_search")
+
+
+def _restore_search(using: str, **kwargs) -> None:
+    # SQLite drops a table's triggers when a migration rebuilds that table (to add a
+    # column with a default, say): put them back, so search never silently falls behind.
+    from django.db import connections
+    from django.db.migrations.recorder import MigrationRecorder
+
+    from sessions import search
+
+    db = connections[using]
+    if SEARCH_MIGRATION in MigrationRecorder(db).applied_migrations():
+        search.install(db)
 
 
 class SessionsConfig(AppConfig):
@@ -6,3 +23,6 @@ class SessionsConfig(AppConfig):
     # django.contrib.sessions owns the label "sessions".
     label = "tutoring_sessions"
     verbose_name = "Tutoring sessions"
+
+    def ready(self) -> None:
+        post_migrate.connect(_restore_search, sender=self)

@@ -41,11 +41,6 @@ class SessionQuerySet(models.QuerySet):
         are public by nature, and carry no cookies)."""
         return self.exclude(visibility=Session.Visibility.PRIVATE)
 
-    def search(self, query: str) -> SessionQuerySet:
-        matches = Q(title__icontains=query) | Q(summary__icontains=query)
-        in_turns = Turn.objects.filter(content__icontains=query).values("session_id")
-        return self.filter(matches | Q(id__in=in_turns))
-
 
 class Session(models.Model):
     class Source(models.TextChoices):

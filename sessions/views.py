@@ -9,7 +9,7 @@ from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
 from django.core.cache import cache
 from django.core.exceptions import PermissionDenied
-from django.core.paginator import EmptyPage, PageNotAnInteger, Paginator
+from django.core.paginator import EmptyPage, Page, PageNotAnInteger, Paginator
 from django.db.models import Count, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
@@ -22,6 +22,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 
 from config.context_processors import site_origin
 from kernels import replay
+from sessions import search
 from sessions.access import get_embeddable_session, get_session_for_user
 from sessions.export import export_markdown, export_session
 from sessions.forms import CappedUploadHandler, ImportForm
@@ -65,10 +66,8 @@ def iframe_code(
 
 @require_GET
 def index(request: HttpRequest) -> HttpResponse:
-    sessions = Session.objects.listed().annotate(turn_count=Count("turns")).order_by("-created")
+    sessions = Session.objects.listed()
     query = request.GET.get("q", "").strip()[:200]
-    if query:
-        sessions = sessions.search(query)
     tag = None
     if tag_slug := request.GET.get("tag"):
         # Only tags of listed sessions: a private session's tag must not show, nor exist.
@@ -76,13 +75,26 @@ def index(request: HttpRequest) -> HttpResponse:
             Tag.objects.filter(sessions__in=Session.objects.listed()).distinct(), slug=tag_slug
         )
         sessions = sessions.filter(tags=tag)
-    page = Paginator(sessions.prefetch_related("tags"), 20).get_page(request.GET.get("page"))
+    if query:
+        page = _search_page(sessions, query, request.GET.get("page"))
+    else:
+        newest = sessions.annotate(turn_count=Count("turns")).order_by("-created")
+        page = Paginator(newest.prefetch_related("tags"), 20).get_page(request.GET.get("page"))
     tags = Tag.objects.filter(sessions__visibility=Session.Visibility.PUBLIC).distinct()
     return render(
         request,
         "sessions/index.html",
         {"page": page, "query": query, "tag": tag, "tags": tags},
     )
+
+
+def _search_page(sessions: QuerySet[Session], query: str, number: str | None) -> Page:
+    """A page of search results, best first: each session with its matching turns."""
+    page = Paginator(search.ranked_session_ids(sessions, query), 20).get_page(number)
+    found = Session.objects.annotate(turn_count=Count("turns")).prefetch_related("tags")
+    found = found.in_bulk(page.object_list)
+    page.object_list = search.hits([found[pk] for pk in page.object_list], query)
+    return page
 
 
 def _page_number(paginator: Paginator, raw: str | None) -> int:

@@ -33,7 +33,7 @@ class IndexTestCase(BaseTestCase):
 
     def test_it_searches_titles(self) -> None:
         r = self.client.get("/", {"q": "softmax"})
-        self.assertContains(r, "Softmax that overflows")
+        self.assertContains(r, "<mark>Softmax</mark> that overflows")
         self.assertNotContains(r, "Reductions the hard way")
 
     def test_it_searches_turn_text(self) -> None:

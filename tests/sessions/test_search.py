@@ -1,0 +1,171 @@
+"""Full-text search (sessions/search.py), on whichever database the suite runs on."""
+
+from django.apps import apps
+from django.core.management import call_command
+from django.db import connection
+from django.db.models.signals import post_migrate
+from django.test import TestCase, TransactionTestCase
+
+from sessions import search
+from sessions.models import Session, Turn
+from tests.base import BaseTestCase, make_session
+
+SHOWCASE = "gpu-inference-from-scratch"
+
+
+def found(query: str) -> list[str]:
+    ids = search.ranked_session_ids(Session.objects.listed(), query)
+    slugs = dict(Session.objects.filter(pk__in=ids).values_list("pk", "slug"))
+    return [slugs[pk] for pk in ids]
+
+
+def matching_turns(slug: str, query: str) -> list[int]:
+    session = Session.objects.get(slug=slug)
+    [hit] = search.hits([session], query)
+    return [match.number for match in hit.matches]
+
+
+class ShowcaseSearchTestCase(TestCase):
+    @classmethod
+    def setUpTestData(cls) -> None:
+        call_command("load_showcase", verbosity=0)
+
+    def test_softmax_overflow_lists_the_turn_that_says_it(self) -> None:
+        r = self.client.get("/", {"q": "softmax overflow"})
+        self.assertContains(r, "1 session matching")
+        number = (
+            Turn.objects.filter(session__slug=SHOWCASE, content__contains="overflows to infinity")
+            .values_list("number", flat=True)
+            .get()
+        )
+        self.assertContains(r, f'href="/s/{SHOWCASE}/?turn={number}#turn-{number}"')
+        self.assertContains(r, "<mark>overflows</mark> to infinity")
+
+    def test_the_link_of_a_match_opens_the_page_with_that_turn(self) -> None:
+        [number, *_] = matching_turns(SHOWCASE, "workgroupBarrier")
+        r = self.client.get(f"/s/{SHOWCASE}/", {"turn": number}, follow=True)
+        self.assertContains(r, f'id="turn-{number}"')
+
+
+class SearchTestCase(BaseTestCase):
+    def setUp(self) -> None:
+        super().setUp()
+        self.titled = make_session("titled", title="Softmax without tears")
+        self.mentions = make_session("mentions", title="Reductions")
+        Turn.objects.create(
+            session=self.mentions, number=4, role="tutor", content="A softmax comes later."
+        )
+
+    def test_words_are_stemmed(self) -> None:
+        Turn.objects.create(
+            session=self.mentions, number=5, role="learner", content="exp() overflowed again"
+        )
+        self.assertEqual(found("overflows"), ["mentions"])
+
+    def test_every_word_must_appear_in_one_turn_or_the_title(self) -> None:
+        self.assertEqual(found("softmax later"), ["mentions"])
+        self.assertEqual(found("softmax nowhere"), [])
+
+    def test_a_title_match_ranks_above_a_passing_mention(self) -> None:
+        self.assertEqual(found("softmax"), ["titled", "mentions"])
+
+    def test_phrases_alternatives_and_exclusions(self) -> None:
+        self.assertEqual(found('"comes later"'), ["mentions"])
+        self.assertEqual(found('"later comes"'), [])
+        self.assertEqual(sorted(found("tears or reductions")), ["mentions", "titled"])
+        self.assertEqual(found("softmax -later"), ["titled"])
+
+    def test_query_syntax_is_never_passed_through(self) -> None:
+        for query in (
+            '"',
+            'softmax"',
+            "AND OR NOT",
+            "softmax AND",
+            "NEAR(softmax later)",
+            "content:softmax",
+            "soft*",
+            "^softmax",
+            "(softmax",
+            "-",
+            "'; DROP TABLE x; --",
+            "!!!",
+        ):
+            with self.subTest(query=query):
+                r = self.client.get("/", {"q": query})
+                self.assertEqual(r.status_code, 200)
+
+    def test_it_reads_bulk_inserted_turns_and_follows_edits_and_deletes(self) -> None:
+        # The importer's writer inserts with bulk_create, which sends no signals.
+        Turn.objects.bulk_create(
+            [Turn(session=self.titled, number=9, role="tutor", content="a zanzibar kernel")]
+        )
+        self.assertEqual(found("zanzibar"), ["titled"])
+        turn = self.titled.turns.get(number=9)
+        turn.content = "a quokka kernel"
+        turn.save()
+        self.assertEqual((found("zanzibar"), found("quokka")), ([], ["titled"]))
+        turn.delete()
+        self.assertEqual(found("quokka"), [])
+
+    def test_titles_follow_renames(self) -> None:
+        Session.objects.filter(pk=self.titled.pk).update(title="Layer norm")
+        self.assertEqual((found("tears"), found("layer norm")), ([], ["titled"]))
+
+    def test_snippets_are_escaped_with_matches_marked(self) -> None:
+        Turn.objects.create(
+            session=self.mentions,
+            number=6,
+            role="tutor",
+            content="<script>alert(1)</script> the barrier is missing",
+        )
+        r = self.client.get("/", {"q": "barrier"})
+        self.assertContains(r, "<mark>barrier</mark> is missing")
+        self.assertNotContains(r, "<script>alert(1)")
+        self.assertContains(r, 'href="/s/mentions/?turn=6#turn-6"')
+
+    def test_only_the_engines_own_marks_become_tags(self) -> None:
+        marked = f"<b>&</b> {search.START}x < y{search.STOP} {search.STOP}stray{search.START}"
+        self.assertEqual(
+            search.highlighted(marked), "&lt;b&gt;&amp;&lt;/b&gt; <mark>x &lt; y</mark> stray"
+        )
+
+    def test_a_hostile_title_is_escaped_when_highlighted(self) -> None:
+        make_session("hostile", title="<img src=x onerror=alert(1)> softmax")
+        r = self.client.get("/", {"q": "softmax"})
+        self.assertContains(r, "&lt;img src=x onerror=alert(1)&gt; <mark>softmax</mark>")
+
+    def test_it_says_how_many_more_turns_matched(self) -> None:
+        for number in range(10, 16):
+            Turn.objects.create(
+                session=self.mentions, number=number, role="tutor", content="softmax again"
+            )
+        [hit] = search.hits([self.mentions], "softmax")
+        self.assertEqual((len(hit.matches), hit.more), (3, 4))
+
+    def test_unlisted_and_private_sessions_are_never_found(self) -> None:
+        for visibility in ("unlisted", "private"):
+            session = make_session(visibility, title="Softmax secrets", visibility=visibility)
+            Turn.objects.create(session=session, number=9, role="tutor", content="softmax")
+        self.assertEqual(found("softmax secrets"), [])
+        self.assertNotIn("unlisted", found("softmax"))
+
+
+class SearchIndexRepairTestCase(TransactionTestCase):
+    def test_a_table_rebuild_that_drops_the_triggers_is_repaired_after_migrate(self) -> None:
+        if connection.vendor != "sqlite":
+            self.skipTest("only SQLite keeps the index with triggers")
+        session = make_session("rebuilt", title="Rebuilt")
+        table = Turn._meta.db_table
+        # What Django's SQLite schema editor does to a table it rebuilds.
+        with connection.cursor() as cursor:
+            for kind in ("insert", "delete", "update"):
+                cursor.execute(f"DROP TRIGGER {table}_fts_{kind}")
+        try:
+            Turn.objects.create(session=session, number=9, role="tutor", content="a wombat")
+            self.assertEqual(found("wombat"), [])
+        finally:
+            config = apps.get_app_config("tutoring_sessions")
+            post_migrate.send(sender=config, app_config=config, using="default", verbosity=0)
+        self.assertEqual(found("wombat"), ["rebuilt"])
+        Turn.objects.create(session=session, number=10, role="tutor", content="a numbat")
+        self.assertEqual(found("numbat"), ["rebuilt"])
