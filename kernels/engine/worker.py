@@ -8,6 +8,8 @@ length and UTF-8 JSON:
                      or {"type": "hello", "error": "...", "pid": n} when no adapter opens
     pool -> worker   {"type": "job", "id": str, "sources": {...}, "harness": {...} | null,
                       "fixtures_dir": str, "limits": {...}}   (limits optional)
+                     or {"type": "job", "id": str, "kind": "program", ...}: a host
+                      program (kernels.engine.host.program.run_program_job says what)
     worker -> pool   {"type": "result", "id": str, "outcome": {...}}
 
 A worker without an adapter stays up and answers every job with an infra_error outcome
@@ -111,6 +113,7 @@ def _nbytes(value: Any) -> int:
 
 def run_job(device: Any, env: Environment, job: dict[str, Any], memo: Memo) -> Outcome:
     """One job's outcome. A bug in the runner becomes a "crashed" outcome, not an exit."""
+    from kernels.engine.host.program import run_program_job
     from kernels.engine.limits import Limits
     from kernels.engine.run import execute
 
@@ -119,6 +122,8 @@ def run_job(device: Any, env: Environment, job: dict[str, Any], memo: Memo) -> O
     except ValueError as e:
         return failure(Status.REJECTED, f"The job's limits are invalid: {e}", str(e), env.as_dict())
     try:
+        if job.get("kind") == "program":
+            return run_program_job(device, env, job)
         return execute(
             device,
             env,

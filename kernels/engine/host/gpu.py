@@ -129,6 +129,9 @@ class Timeline:
         self.encoders: dict[int, Encoder] = {}
         self.copied_from: dict[int, str] = {}
         self.views: dict[int, str] = {}
+        # What the program put in each buffer from the host (writes, mapped ranges and the
+        # copies between such buffers), whole: the inputs a reference is computed from.
+        self.written: dict[int, bytearray] = {}
         self.live_bytes = 0
         self.readback_bytes = 0
         self.invocations = 0
@@ -240,7 +243,12 @@ class Timeline:
     def op_writeBuffer(self, entry: Entry, blob: Blob) -> None:
         data = blob(entry["blob"])
         self.device.queue.write_buffer(self.objects[entry["buffer"]], entry["offset"], data)
+        self.remember(entry["buffer"], entry["offset"], data)
         self.trace_write(entry, entry["buffer"], entry["offset"], data, entry["dtype"])
+
+    def remember(self, buffer: int, offset: int, data: bytes) -> None:
+        shadow = self.written.setdefault(buffer, bytearray(self.sizes[buffer]))
+        shadow[offset : offset + len(data)] = data
 
     def trace_write(self, entry: Entry, buffer: int, offset: int, data: bytes, dtype: str) -> None:
         traces.append(
@@ -261,6 +269,7 @@ class Timeline:
         for mapped in entry["ranges"]:
             data = blob(mapped["blob"])
             buf.write_mapped(data, mapped["offset"])
+            self.remember(entry["buffer"], mapped["offset"], data)
             dtype = self.views.get(entry["buffer"], "bytes")
             self.trace_write(entry, entry["buffer"], mapped["offset"], data, dtype)
         buf.unmap()
@@ -512,6 +521,10 @@ class Timeline:
                 )
         elif op == "copyBufferToBuffer":
             self.copied_from[entry["destination"]] = self.names[entry["source"]]
+            if entry["source"] in self.written:
+                start, size = entry["sourceOffset"], entry["size"]
+                data = self.written[entry["source"]][start : start + size]
+                self.remember(entry["destination"], entry["destinationOffset"], bytes(data))
             traces.append(
                 self.trace,
                 "copies",

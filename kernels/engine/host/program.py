@@ -12,18 +12,19 @@ from __future__ import annotations
 
 import base64
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 
-from kernels.engine.compare import SENTINEL_BITS, compare_output, no_reference_message, verdict
+from kernels.engine.compare import compare_output, mark_unwritten, no_reference_message, verdict
 from kernels.engine.device import Environment
-from kernels.engine.harness import Buffer
+from kernels.engine.harness import Buffer, HarnessError, parse_harness
+from kernels.engine.host.check import CheckReport, Unchecked, new_check, reference_expected
 from kernels.engine.host.gpu import SENTINEL_WORD, HostError, Readback, Timeline
 from kernels.engine.host.js import Interrupted, OutOfMemory, Script, ScriptError
-from kernels.engine.host.trace import NP_VIEWS, Trace
+from kernels.engine.host.trace import NP_VIEWS, Trace, new_trace
 from kernels.engine.limits import DEFAULT_LIMITS, Limits, MiB
 from kernels.engine.outcome import CompileError, Outcome, Status
 
@@ -66,6 +67,8 @@ class ProgramResult:
     error: ProgramError | None = None
     dispatches: int = 0
     run_ms: float = 0.0
+    # The bytes the program put in each buffer from the host, whole, by buffer name.
+    written: dict[str, bytes] = field(default_factory=dict)
 
     def report(self) -> dict[str, Any]:
         """The JSON for the replay page: console, trace and error (readbacks are in trace)."""
@@ -111,6 +114,7 @@ def run_program(
         pass
     result.readbacks = timeline.readbacks
     result.dispatches = timeline.dispatches
+    result.written = {timeline.names[key]: bytes(data) for key, data in timeline.written.items()}
     result.run_ms = round((time.perf_counter() - started) * 1000, 2)
     return result
 
@@ -262,7 +266,8 @@ def program_outcome(
         if want is not None and want.size != values.size:
             want = None
         if want is not None and sentinel is not None and index < len(sentinel.readbacks):
-            values = _mark_unwritten(values, want, sentinel.readbacks[index], atol, rtol)
+            bits = np.frombuffer(sentinel.readbacks[index].data, dtype=np.uint32)
+            values = mark_unwritten(values, want, bits, SENTINEL_WORD, atol, rtol)
         buf = Buffer(
             name=readback.source or readback.buffer,
             usage="read_write",
@@ -288,29 +293,12 @@ def program_outcome(
     return outcome  # type: ignore[return-value]
 
 
-def _mark_unwritten(
-    values: np.ndarray, want: np.ndarray, diagnostic: Readback, atol: float, rtol: float
-) -> np.ndarray:
-    """values with the sentinel in cells that are wrong here and never written there."""
-    bits = np.frombuffer(diagnostic.data, dtype=np.uint32)
-    if bits.size != values.size or values.dtype.itemsize != 4:
-        return values
-    wrong = ~np.isclose(values.astype(np.float64), want.reshape(-1), rtol=rtol, atol=atol)
-    never = wrong & (bits == SENTINEL_WORD)
-    if not never.any():
-        return values
-    marked = values.copy().view(np.uint32)
-    marked[never] = SENTINEL_BITS[_dtype_name(values.dtype)]
-    return marked.view(values.dtype)
-
-
-def _dtype_name(dtype: np.dtype) -> str:
-    return {"f": "f32", "u": "u32", "i": "i32"}[dtype.kind]
-
-
 def needs_diagnosis(outcome: Outcome) -> bool:
     """Whether a second, sentinel-filled run could say more: only wrong outputs need one."""
     return outcome["status"] in (Status.MISMATCH, Status.NONFINITE)
+
+
+Expected = Sequence[np.ndarray | None]
 
 
 def replay_program(
@@ -320,13 +308,18 @@ def replay_program(
     files: Mapping[str, bytes] | None = None,
     limits: Limits = DEFAULT_LIMITS,
     deadline: float | None = None,
-    expected: Sequence[np.ndarray | None] | None = None,
+    expected: Expected | Callable[[ProgramResult], Expected | None] | None = None,
     atol: float = 1e-5,
     rtol: float = 1e-5,
 ) -> Outcome:
-    """Run, compare, and on a mismatch run again with the sentinel to find unwritten cells."""
+    """Run, compare, and on a mismatch run again with the sentinel to find unwritten cells.
+
+    expected may be a function of the run (a reference computed from what it wrote).
+    """
     deadline = time.monotonic() + 10.0 if deadline is None else deadline
     result = run_program(device, env, source, files, limits, deadline)
+    if callable(expected):
+        expected = expected(result) if result.error is None else None
     outcome = program_outcome(result, env, expected, atol, rtol)
     if not needs_diagnosis(outcome) or time.monotonic() >= deadline:
         return outcome
@@ -345,29 +338,92 @@ def run_program_job(device: Any, env: Environment, job: Mapping[str, Any]) -> Ou
     """A worker job of kind "program" (kernels/engine/worker.py):
 
         {"kind": "program", "source": str, "files": {name: base64} | null,
+         "wgsl": {name: str} | null  (the version's WGSL, fetch()ed by these names),
          "expected": [list of numbers | null, ...] | null  (one per readback, in order),
+         "harness": {...} | null  (its reference, fed with the inputs the program wrote),
+         "reference_program": {"source": str, "wgsl": {name: str} | null} | null
+                     (another version, whose readbacks are the expected values),
          "tolerance": {"atol": float, "rtol": float} | null, "limits": {...} | null,
          "deadline_s": float | null}
+
+    The first of expected, harness (with a reference) and reference_program that the job
+    gives is what the readbacks are checked against; outcome["check"] says which, and
+    why there is no verdict when there cannot be one (CheckReport).
 
     Raises ValueError for a malformed job (invalid limits, files that are not base64).
     """
     limits = Limits.from_dict(job.get("limits") or {})
     attached = job.get("files") or {}
     files = {name: base64.b64decode(data, validate=True) for name, data in attached.items()}
-    expected = job.get("expected")
-    wanted = None
-    if expected is not None:
-        wanted = [None if v is None else np.array(v, dtype=np.float64) for v in expected]
-    tolerance = job.get("tolerance") or {}
     deadline = time.monotonic() + float(job.get("deadline_s") or JOB_SECONDS)
-    return replay_program(
+    tolerance = job.get("tolerance") or {}
+    check, expected, harness_tolerance = _expectation(device, env, job, files, limits, deadline)
+    atol, rtol = harness_tolerance or (1e-5, 1e-5)
+    outcome = replay_program(
         device,
         env,
         job["source"],
-        files,
+        {**files, **_wgsl_files(job.get("wgsl"))},
         limits,
         deadline,
-        wanted,
-        atol=float(tolerance.get("atol", 1e-5)),
-        rtol=float(tolerance.get("rtol", 1e-5)),
+        expected,
+        atol=float(tolerance.get("atol", atol)),
+        rtol=float(tolerance.get("rtol", rtol)),
     )
+    if check["problem"] and outcome["status"] == Status.NO_REFERENCE:
+        outcome["message"] += f" No verdict: {check['problem']}."
+    outcome["check"] = check  # type: ignore[typeddict-unknown-key]
+    return outcome
+
+
+def _wgsl_files(wgsl: Mapping[str, str] | None) -> dict[str, bytes]:
+    return {name: text.encode() for name, text in (wgsl or {}).items()}
+
+
+def _expectation(
+    device: Any,
+    env: Environment,
+    job: Mapping[str, Any],
+    files: Mapping[str, bytes],
+    limits: Limits,
+    deadline: float,
+) -> tuple[
+    CheckReport,
+    Expected | Callable[[ProgramResult], Expected | None] | None,
+    tuple[float, float] | None,
+]:
+    """What the job's readbacks are checked against, and the harness's tolerance."""
+    if job.get("expected") is not None:
+        values = [None if v is None else np.array(v, dtype=np.float64) for v in job["expected"]]
+        return new_check("values"), values, None
+    spec = job.get("harness")
+    if spec:
+        try:
+            harness = parse_harness(spec)
+        except HarnessError as e:
+            raise ValueError(f"the job's harness is invalid: {e}") from None
+        if harness.reference is not None:
+            check = new_check("reference", harness.reference.name)
+
+            def by_reference(result: ProgramResult) -> Expected | None:
+                trace = result.trace if result.trace is not None else new_trace()
+                try:
+                    return reference_expected(harness, trace, result.written, result.readbacks)
+                except Unchecked as e:
+                    check["problem"] = str(e)
+                    return None
+
+            return check, by_reference, (harness.tolerance.atol, harness.tolerance.rtol)
+    other = job.get("reference_program")
+    if other:
+        check = new_check("program")
+        reference_files = {**files, **_wgsl_files(other.get("wgsl"))}
+        result = run_program(device, env, other["source"], reference_files, limits, deadline)
+        if result.error is not None:
+            check["problem"] = f"the version compared with did not run: {result.error['message']}"
+        elif not result.readbacks:
+            check["problem"] = "the version compared with read nothing back"
+        else:
+            return check, expected_from(result), None
+        return check, None, None
+    return new_check("none"), None, None

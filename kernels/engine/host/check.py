@@ -1,0 +1,153 @@
+"""What a host program's readbacks are checked against.
+
+A harness's numpy reference, computed from the inputs the program wrote: the harness's
+passes say at which bindings its buffers sit, the program's dispatches say which of the
+program's buffers it bound there, and the bytes the program wrote into those buffers are
+the reference's arguments. Or another version's readbacks (an earlier version of a program
+against the session's final one). Or nothing: the outputs are shown without a verdict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, TypedDict
+
+import numpy as np
+
+from kernels.engine.harness import Harness, Pass
+from kernels.engine.host.trace import NP_VIEWS, Trace, TracedDispatch
+from kernels.engine.references import REFERENCES
+
+
+class CheckReport(TypedDict):
+    """outcome["check"] of a program run.
+
+    against  "reference" (a harness's numpy reference), "program" (another version's
+             readbacks), "values" (expected values the job gave), "none"
+    name     the reference's name, for "reference"
+    problem  why there is no verdict although one was asked for ("" when there is one)
+    """
+
+    against: str
+    name: str
+    problem: str
+
+
+def new_check(against: str, name: str = "") -> CheckReport:
+    return {"against": against, "name": name, "problem": ""}
+
+
+class Unchecked(Exception):
+    """The reference cannot be computed for this program; the message says why."""
+
+
+@dataclass
+class _Dispatch:
+    pass_number: int
+    dispatch: TracedDispatch
+    entry_point: str
+
+
+def reference_expected(
+    harness: Harness, trace: Trace, written: dict[str, bytes], readbacks: list[Any]
+) -> list[np.ndarray | None]:
+    """The harness reference's outputs, lined up with the program's readbacks.
+
+    Raises Unchecked when a reference argument or output has no counterpart in the
+    program (an input it never wrote from the host, an output it never read back).
+    """
+    reference = harness.reference
+    if reference is None:
+        raise Unchecked("the harness names no reference")
+    buffers = program_buffers(harness, trace)
+    args = [_argument(harness, name, buffers, written) for name in reference.args]
+    try:
+        result = REFERENCES[reference.name](*args)
+    except Exception as e:  # a reference fed with the program's own sizes may not fit
+        message = f"the reference {reference.name} failed on the program's inputs: {e}"
+        raise Unchecked(message) from None
+    results = result if isinstance(result, tuple) else (result,)
+    expected: list[np.ndarray | None] = [None] * len(readbacks)
+    for name, value in zip(reference.outputs, results, strict=False):
+        index = _readback_of(buffers.get(name), readbacks)
+        if index is None:
+            raise Unchecked(f"the program never read back the buffer the harness calls {name}")
+        expected[index] = np.asarray(value, dtype=np.float64).reshape(-1)
+    return expected
+
+
+def program_buffers(harness: Harness, trace: Trace) -> dict[str, str]:
+    """Harness buffer name -> the program's buffer bound at the same binding.
+
+    The harness's passes are matched in order with the program's dispatches of the same
+    entry point (any dispatch, when the program names no entry point).
+    """
+    dispatches = _dispatches(trace)
+    groups = {group["name"]: group for group in trace["bind_groups"]}
+    found: dict[str, str] = {}
+    used: set[int] = set()
+    for harness_pass in harness.passes:
+        match = _matching_dispatch(harness_pass, dispatches, used)
+        if match is None:
+            continue
+        bound = match.dispatch["bind_groups"]
+        for binding in harness_pass.bind:
+            group = groups.get(bound.get(str(binding.group), ""))
+            if group is None:
+                continue
+            for entry in group["entries"]:
+                if entry["binding"] == binding.binding:
+                    found.setdefault(binding.buffer, entry["buffer"])
+    return found
+
+
+def _dispatches(trace: Trace) -> list[_Dispatch]:
+    entry_points = {p["name"]: p["entry_point"] for p in trace["pipelines"]}
+    return [
+        _Dispatch(number, dispatch, entry_points.get(dispatch["pipeline"], ""))
+        for number, traced in enumerate(trace["passes"], start=1)
+        for dispatch in traced["dispatches"]
+    ]
+
+
+def _matching_dispatch(
+    harness_pass: Pass, dispatches: list[_Dispatch], used: set[int]
+) -> _Dispatch | None:
+    for index, candidate in enumerate(dispatches):
+        if index in used or candidate.entry_point not in ("", harness_pass.entry_point):
+            continue
+        used.add(index)
+        return candidate
+    return None
+
+
+def _argument(
+    harness: Harness, name: str, buffers: dict[str, str], written: dict[str, bytes]
+) -> np.ndarray:
+    spec = harness.buffer(name)
+    program_name = buffers.get(name)
+    if program_name is None:
+        raise Unchecked(f"no dispatch of the program binds a buffer where the harness binds {name}")
+    data = written.get(program_name)
+    if data is None:
+        raise Unchecked(
+            f"the reference needs {name}, and the program never wrote buffer "
+            f"{program_name} from the host"
+        )
+    values = np.frombuffer(data, dtype=NP_VIEWS[spec.dtype], count=len(data) // 4)
+    if values.size < spec.count:
+        raise Unchecked(
+            f"buffer {program_name} holds {values.size:,} values; the harness's {name} "
+            f"has shape {list(spec.shape)} ({spec.count:,} values)"
+        )
+    return values[: spec.count].astype(np.float64).reshape(spec.shape)
+
+
+def _readback_of(buffer: str | None, readbacks: list[Any]) -> int | None:
+    """The last readback of buffer: read itself, or through a copy into a mappable one."""
+    if buffer is None:
+        return None
+    for index in range(len(readbacks) - 1, -1, -1):
+        if buffer in (readbacks[index].buffer, readbacks[index].source):
+            return index
+    return None
