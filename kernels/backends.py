@@ -28,7 +28,8 @@ class LocalBackend:
     def __init__(self) -> None:
         self._pool: Pool | None = None
         self._lock = threading.Lock()
-        self._futures: dict[int, Future] = {}
+        # Run id -> the pool's key for its job, and the job's future.
+        self._futures: dict[int, tuple[str, Future]] = {}
 
     def pool(self) -> Pool:
         with self._lock:
@@ -54,29 +55,44 @@ class LocalBackend:
                 raise
             return None
 
-    def start(self, run: Run, job: replay.Job) -> None:
+    def start(self, run: Run, job: replay.Job, wanted_for: float | None) -> None:
+        """Queue the run's job; still queued after wanted_for seconds with nobody wanting
+        it since (want), it is dropped unrun, and so is its run (replay.drop)."""
+        key = job.key(run.environment_id)
         try:
-            future = self.pool().submit(job.key(run.environment_id), job.payload)
+            future = self.pool().submit(key, job.payload, wanted_for)
         except Busy as busy:
             raise replay.ReplayUnavailable(
                 "Every replay worker is busy. Try again in a few seconds.", busy.retry_after
             ) from None
         replay.claim(run.pk, replay.worker_name())
-        self._futures[run.pk] = future
+        self._futures[run.pk] = (key, future)
         future.add_done_callback(lambda done: self._store(run.pk, done))
 
     def _store(self, run_id: int, future: Future) -> None:
         # Runs on a pool thread: it needs, and must give back, its own connection.
         close_old_connections()
         try:
-            replay.finish(run_id, future.result())
+            if future.cancelled():
+                replay.drop(run_id)
+            else:
+                replay.finish(run_id, future.result())
         finally:
             self._futures.pop(run_id, None)
             connection.close()
 
+    def want(self, run: Run, seconds: float) -> None:
+        """Someone wants this run for seconds more: its job is kept if still queued."""
+        if held := self._futures.get(run.pk):
+            self.pool().want(held[0], seconds)
+
     def wait(self, run: Run, timeout: float) -> None:
-        future = self._futures.get(run.pk)
-        if future is not None and wait_futures([future], timeout=timeout).done:
+        held = self._futures.get(run.pk)
+        if held is None:
+            return
+        self.want(run, timeout)
+        future = held[1]
+        if wait_futures([future], timeout=timeout).done and not future.cancelled():
             # The done-callback may not have stored it yet; storing twice is harmless.
             replay.finish(run.pk, future.result())
 
@@ -103,7 +119,8 @@ class CeleryBackend:
         # are queued under "" and learn their environment when they finish.
         return Run.objects.fleet_environment_id() or ""
 
-    def start(self, run: Run, job: replay.Job) -> None:
+    def start(self, run: Run, job: replay.Job, wanted_for: float | None) -> None:
+        # A queued task is not withdrawn when its requester leaves: it runs, and is cached.
         from kernels.tasks import run_replay
 
         try:
@@ -114,6 +131,9 @@ class CeleryBackend:
                 "Results that were already stored still show.",
                 retry_after=30,
             ) from error
+
+    def want(self, run: Run, seconds: float) -> None:
+        pass  # queued tasks all run
 
     def wait(self, run: Run, timeout: float) -> None:
         # For callers that must have the result (the tutor, the replay command).

@@ -218,6 +218,9 @@ class Run(models.Model):
     attempts = models.PositiveSmallIntegerField(default=0)
     # host:pid of the process that last took it: a killed worker shows here.
     worker = models.CharField(max_length=200, blank=True)
+    # For staff, never for readers: why it crashed (each dead worker's pid, how it ended
+    # and the tail of its stderr), or a traceback.
+    detail = models.TextField(blank=True)
 
     objects = RunQuerySet.as_manager()
 

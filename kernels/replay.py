@@ -18,6 +18,7 @@ import socket
 import time
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import cast
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -26,7 +27,7 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from kernels.engine.harness import Harness, HarnessError, canonical_digest, parse_harness
-from kernels.engine.outcome import Outcome, Status, failure
+from kernels.engine.outcome import Outcome, Status, cacheable, failure
 from kernels.models import KernelVersion, Run
 
 BACKENDS = {
@@ -132,11 +133,17 @@ def job_for(version: KernelVersion, spec: dict | None = None) -> Job:
     return Job(sources_digest(sources), digest, payload)
 
 
+def unattended_seconds() -> float:
+    """How long a run that nobody asks about is kept wanted: as long as a running run may
+    take before it counts as lost (lost())."""
+    return settings.REPLAY_DEADLINE + 60
+
+
 def lost() -> Q:
     """Unfinished runs nobody will finish: running past any deadline (its worker died), or
     queued past the queue timeout (the queue lost it or is stuck)."""
     now = timezone.now()
-    running_since = now - timedelta(seconds=settings.REPLAY_DEADLINE + 60)
+    running_since = now - timedelta(seconds=unattended_seconds())
     queued_since = now - timedelta(seconds=settings.REPLAY_QUEUE_TIMEOUT)
     return Q(state=Run.State.RUNNING, started__lt=running_since) | Q(
         state=Run.State.QUEUED, created__lt=queued_since
@@ -179,8 +186,12 @@ def _find_run(job: Job) -> Run | None:
     return next((run for run in recent if run.finished >= recently), None)
 
 
-def start_run(job: Job, fresh: bool = False) -> Run:
-    """Reuse a finished run (unless fresh), join one in flight, or start a new one."""
+def start_run(job: Job, fresh: bool = False, wanted_for: float | None = None) -> Run:
+    """Reuse a finished run (unless fresh), join one in flight, or start a new one.
+
+    wanted_for: how long the caller waits for it (None: until it ends). A local queue
+    drops a job that nobody waits for any more before it runs (LocalBackend.start).
+    """
     expire_lost_runs(job)
     try:
         environment_id = backend().environment_id(wait=True)
@@ -206,9 +217,9 @@ def start_run(job: Job, fresh: bool = False) -> Run:
         joined = joined.exclude(state=Run.State.DONE).first()
         if joined is not None:
             return joined
-        return start_run(job, fresh=False)
+        return start_run(job, fresh=False, wanted_for=wanted_for)
     try:
-        backend().start(run, job)
+        backend().start(run, job, wanted_for)
     except ReplayUnavailable:
         run.delete()
         raise
@@ -253,14 +264,20 @@ def claim(run_id: int, worker: str) -> bool:
 
 
 def finish(run_id: int, outcome: Outcome) -> bool:
-    """Store a finished outcome on its run. Returns False if the run was already finished."""
-    status = Status(outcome.get("status", Status.CRASHED.value))
+    """Store a finished outcome on its run. Returns False if the run was already finished.
+
+    What is for staff only (dead workers' ids and stderr) goes to Run.detail, apart from
+    the outcome that readers see.
+    """
+    shown = cast(Outcome, {key: value for key, value in outcome.items() if key != "detail"})
+    shown.setdefault("status", Status.CRASHED.value)
     environment = outcome.get("environment") or {}
     fields = {
         "state": Run.State.DONE,
-        "status": status.value,
-        "cacheable": status.cacheable,
-        "outcome": outcome,
+        "status": Status(shown["status"]).value,
+        "cacheable": cacheable(shown),
+        "outcome": shown,
+        "detail": outcome.get("detail", ""),
         "adapter": environment.get("label", "")[:200],
         "finished": timezone.now(),
     }
@@ -273,19 +290,33 @@ def finish(run_id: int, outcome: Outcome) -> bool:
     return bool(unfinished.update(**fields))
 
 
+def drop(run_id: int) -> None:
+    """Forget a run whose job was dropped from the queue unrun (nobody waited for it any
+    more): nothing is cached, and the next request for it starts it again."""
+    Run.objects.filter(pk=run_id).exclude(state=Run.State.DONE).delete()
+
+
 def wait(run: Run, timeout: float) -> Run:
-    """Give a run up to timeout seconds to finish; return it as it is then."""
+    """Give a run up to timeout seconds to finish; return it as it is then (unfinished, if
+    it was dropped unrun meanwhile)."""
     if run.state == Run.State.DONE:
         return run
     deadline = time.monotonic() + timeout
     backend().wait(run, timeout)
-    run.refresh_from_db()
     # A run this process does not hold (a task queue's, or one another web process
     # started) is stored from elsewhere: poll it.
-    while run.state != Run.State.DONE and time.monotonic() < deadline:
+    while _refreshed(run) and run.state != Run.State.DONE and time.monotonic() < deadline:
         time.sleep(0.25)
-        run.refresh_from_db()
     return run
+
+
+def _refreshed(run: Run) -> bool:
+    """Reload the run; False if it is gone (dropped)."""
+    try:
+        run.refresh_from_db()
+    except Run.DoesNotExist:
+        return False
+    return True
 
 
 @dataclass
@@ -342,11 +373,15 @@ def for_reader(
         runs = Run.objects.filter(
             pk=run_id, source_sha256=job.source_sha256, harness_digest=job.harness_digest
         )
-        return Replay(version, runs.first())
+        run = runs.first()
+        if run is not None and run.state != Run.State.DONE:
+            backend().want(run, unattended_seconds())  # the page polling it is still open
+        return Replay(version, run)
     run = None if fresh else _find_run(job)
     if run is None and (start or fresh):
         try:
-            run = start_run(job, fresh=fresh)
+            # The page that asks polls it; a reader who left stops wanting it.
+            run = start_run(job, fresh=fresh, wanted_for=unattended_seconds())
         except ReplayUnavailable as unavailable:
             return _busy(version, unavailable)
     return Replay(version, run)
@@ -368,11 +403,12 @@ def run_now(
         job = job_for(version, harness)
     except ReplayProblem as error:
         return Replay(version, problem=str(error))
+    timeout = settings.REPLAY_DEADLINE + 5 if timeout is None else timeout
     try:
-        run = start_run(job, fresh=fresh)
+        run = start_run(job, fresh=fresh, wanted_for=timeout)
     except ReplayUnavailable as unavailable:
         return _busy(version, unavailable)
-    run = wait(run, settings.REPLAY_DEADLINE + 5 if timeout is None else timeout)
+    run = wait(run, timeout)
     if run.state != Run.State.DONE:
         late = "The run did not finish in time; try again."
         return Replay(version, run, busy=late, retry_after=2)

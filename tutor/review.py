@@ -395,6 +395,12 @@ def offline_review(outcome: Outcome, source: str, harness: dict, lesson: dict | 
         ]
     elif status == Status.REJECTED:
         parts = [f"**It was not run:** {outcome.get('message', '')}"]
+    elif status == Status.CRASHED and (crash := outcome.get("crash")):
+        what = "shader compiler" if crash["stage"] == "compile" else "replay worker"
+        parts = [
+            f"**Your kernel crashed the {what}:** {outcome.get('message', '')} "
+            f"{outcome.get('error', '')} Change the kernel and submit it again."
+        ]
     else:
         parts = [
             f"**It could not be run:** {outcome.get('message', '')} This is the server's "

@@ -70,6 +70,19 @@ class CompileError(TypedDict):
     text: str
 
 
+class Crash(TypedDict):
+    """How a kernel ended the workers that ran it, as a reader may see it (no process ids).
+
+    stage    "compile" when the shader compiler died, else "run"
+    exit     how the last worker ended ("killed by SIGSEGV")
+    workers  how many workers it ended in a row
+    """
+
+    stage: str
+    exit: str
+    workers: int
+
+
 class Outcome(TypedDict):
     """What one replay ended in.
 
@@ -88,6 +101,10 @@ class Outcome(TypedDict):
     compile      on compile_error: where and what, as CompileError
     report       for a harness with a report: classification_report's accuracy and
                  confusion (kind, count, accuracy, predictions, confusion, labels_count)
+    crash        on crashed, when the kernel itself ended its workers: Crash; such an
+                 outcome is kept like a finished run (see cacheable)
+    detail       for staff only: the dead workers' ids and the tails of their stderr, a
+                 traceback; kept apart from the outcome a reader sees (kernels.replay.finish)
     """
 
     status: str
@@ -99,6 +116,15 @@ class Outcome(TypedDict):
     outputs: list[dict[str, Any]]
     compile: NotRequired[CompileError]
     report: NotRequired[dict[str, Any]]
+    crash: NotRequired[Crash]
+    detail: NotRequired[str]
+
+
+def cacheable(outcome: Outcome) -> bool:
+    """Whether this outcome stands in for new runs of the same inputs: a finished run's
+    does, one cut short by us does not, unless the kernel itself crashed its workers
+    (running it again would only crash another)."""
+    return Status(outcome["status"]).cacheable or "crash" in outcome
 
 
 def no_timings() -> Timings:

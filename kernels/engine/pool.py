@@ -2,9 +2,11 @@
 
 Used by the web process and by task workers. It never imports Django or wgpu, and it
 never hangs its caller: every job's future is resolved, with the kernel's outcome or
-with one the pool writes itself (timeout, crashed, infra_error). A job past its deadline
-is killed with its worker's process group, since wgpu-py waits forever on a busy queue
-and nothing in-process can cancel a dispatch.
+with one the pool writes itself (timeout, crashed, infra_error), or cancelled when
+nobody wanted it any more before it ran. A job past its deadline is killed with its
+worker's process group, since wgpu-py waits forever on a busy queue and nothing
+in-process can cancel a dispatch. A job whose worker dies is run once more on a fresh
+worker, unless the shader compiler died on it; a second death is the kernel's doing.
 """
 
 from __future__ import annotations
@@ -37,6 +39,10 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT = 60.0
 STOP_GRACE = 2.0
 STDERR_LINES = 40
+# Workers a job may end before its crash is taken to be the kernel's, not a passing
+# fault (the OOM killer, a signal from outside). Compiler crashes are not retried: naga
+# is deterministic, so the same source crashes it again.
+CRASH_ATTEMPTS = 2
 
 
 class Busy(Exception):
@@ -57,6 +63,44 @@ class _Job:
     id: str
     payload: bytes
     future: Future[Outcome] = field(default_factory=Future)
+    # time.monotonic() past which nobody waits for it: still queued then, it is dropped.
+    wanted_until: float = -math.inf
+
+    def want(self, seconds: float | None) -> None:
+        until = math.inf if seconds is None else time.monotonic() + seconds
+        self.wanted_until = max(self.wanted_until, until)
+
+
+@dataclass(frozen=True)
+class _Death:
+    """A worker that died in the middle of a job, and what it left on stderr."""
+
+    pid: int
+    exit: str
+    error: str
+    stderr: tuple[str, ...]
+
+    @property
+    def in_compiler(self) -> bool:
+        """Whether it died compiling a shader: faulthandler's traceback of the thread
+        that crashed (the worker enables it) ends in wgpu's create_shader_module."""
+        crashed = False
+        for line in self.stderr:
+            if line.startswith(("Current thread", "Fatal Python error")):
+                crashed = True
+            elif crashed and line.strip().endswith(" in create_shader_module"):
+                return True
+        return False
+
+    def report(self) -> str:
+        stderr = "\n".join(self.stderr) or "(nothing)"
+        return f"Worker {self.pid} {self.exit} ({self.error}). Last lines of its stderr:\n{stderr}"
+
+
+class _WorkerDied(Exception):
+    def __init__(self, death: _Death) -> None:
+        super().__init__(death.exit)
+        self.death = death
 
 
 class _Worker:
@@ -203,13 +247,20 @@ class Pool:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._queue: collections.deque[_Job] = collections.deque()
-        self._in_flight: dict[str, Future[Outcome]] = {}
+        self._in_flight: dict[str, _Job] = {}
+        self._dropped: list[_Job] = []
         self._ids = itertools.count(1)
         self._closed = False
         self._environment: dict[str, Any] | None = None
         self._unavailable = ""
         self._average_s = 1.0
-        self._counts = {"completed": 0, "timeouts": 0, "crashes": 0, "respawns": 0}
+        self._counts = {
+            "completed": 0,
+            "timeouts": 0,
+            "crashes": 0,
+            "respawns": 0,
+            "abandoned": 0,
+        }
         self._slots = [_Slot(number) for number in range(size)]
         for slot in self._slots:
             # Each slot spawns its own workers from its own thread: Linux ties a
@@ -222,8 +273,15 @@ class Pool:
 
     # -- the caller's side -----------------------------------------------------------
 
-    def submit(self, key: str, job: dict[str, Any]) -> Future[Outcome]:
+    def submit(
+        self, key: str, job: dict[str, Any], wanted_for: float | None = None
+    ) -> Future[Outcome]:
         """Queue a job; a job with the same key already queued or running shares its future.
+
+        wanted_for: how many seconds the caller will wait for it (None: until it ends).
+        A job still queued once every caller's time is up is dropped unrun and its
+        future cancelled (on a pool thread), unless someone asked for it again in time
+        (submit or want).
 
         Raises Busy at once when the queue is full. The job is encoded here, so a job that
         is not JSON raises in the caller rather than in a pool thread.
@@ -231,21 +289,54 @@ class Pool:
         with self._lock:
             if self._closed:
                 raise RuntimeError("the replay pool is closed")
+            self._drop_unwanted()
             shared = self._in_flight.get(key)
-            if shared is not None:
-                return shared
-            if len(self._queue) >= self.max_queue:
+            if shared is None and len(self._queue) >= self.max_queue:
                 raise Busy(self._retry_after())
-            job_id = f"{os.getpid()}-{next(self._ids)}"
-            message = {"type": "job", "id": job_id, **job}
-            if "fixtures_dir" in message:
-                message["fixtures_dir"] = str(message["fixtures_dir"])
-            body = json.dumps(message, allow_nan=False).encode()
-            queued = _Job(key=key, id=job_id, payload=HEADER.pack(len(body)) + body)
-            self._queue.append(queued)
-            self._in_flight[key] = queued.future
+            if shared is None:
+                shared = self._queue_job(key, job)
+            shared.want(wanted_for)
+            return shared.future
+
+    def want(self, key: str, seconds: float) -> bool:
+        """Someone waits seconds more for the job with this key; False if there is none."""
+        with self._lock:
+            job = self._in_flight.get(key)
+            if job is not None:
+                job.want(seconds)
+            return job is not None
+
+    def _queue_job(self, key: str, job: dict[str, Any]) -> _Job:
+        job_id = f"{os.getpid()}-{next(self._ids)}"
+        message = {"type": "job", "id": job_id, **job}
+        if "fixtures_dir" in message:
+            message["fixtures_dir"] = str(message["fixtures_dir"])
+        body = json.dumps(message, allow_nan=False).encode()
+        queued = _Job(key=key, id=job_id, payload=HEADER.pack(len(body)) + body)
+        self._queue.append(queued)
+        self._in_flight[key] = queued
+        self._changed.notify_all()
+        return queued
+
+    def _drop_unwanted(self) -> None:
+        """Take the queued jobs nobody waits for out of the queue (the lock is held); a
+        slot thread cancels their futures."""
+        now = time.monotonic()
+        for job in [job for job in self._queue if job.wanted_until < now]:
+            self._queue.remove(job)
+            del self._in_flight[job.key]
+            self._dropped.append(job)
+            self._counts["abandoned"] += 1
             self._changed.notify_all()
-            return queued.future
+
+    def _cancel_dropped(self) -> None:
+        # On a slot thread, outside the lock: a cancelled future runs its callbacks (the
+        # caller's bookkeeping, which may use a database) in the thread that cancels it.
+        with self._lock:
+            dropped, self._dropped = self._dropped, []
+        for job in dropped:
+            log.info("dropped replay job %s: nobody waits for it any more", job.id)
+            job.future.cancel()
 
     def run(self, key: str, job: dict[str, Any]) -> Outcome:
         return self.submit(key, job).result()
@@ -278,8 +369,12 @@ class Pool:
                 "environment": self._environment["label"] if self._environment else None,
                 "error": None if self._environment else self._unavailable or None,
                 "worker_pids": [w.pid for w in live],
+                # Workers running a job: started (a worker says hello once its device is
+                # open) and given one.
                 "busy_pids": [
-                    s.worker.pid for s in self._slots if s.job is not None and s.worker is not None
+                    s.worker.pid
+                    for s in self._slots
+                    if s.job is not None and s.worker is not None and s.worker.hello
                 ],
             }
 
@@ -300,6 +395,7 @@ class Pool:
             self._changed.notify_all()
         for job in abandoned:
             self._resolve(job, self._closed_outcome(), elapsed=None)
+        self._cancel_dropped()
         for worker in doomed:
             worker.kill()
         for slot in self._slots:
@@ -328,7 +424,7 @@ class Pool:
                 break
             started = time.monotonic()
             try:
-                outcome = self._run(slot, job)
+                outcome = self._attempts(slot, job)
             except Exception as e:
                 # A bug here must still answer the caller.
                 log.exception("replay slot %s failed", slot.number)
@@ -344,18 +440,24 @@ class Pool:
             slot.worker = None
 
     def _take(self, slot: _Slot) -> _Job | None:
-        with self._changed:
-            while True:
-                while not self._queue and not self._closed:
+        while True:
+            self._cancel_dropped()
+            with self._changed:
+                while not self._queue and not self._dropped and not self._closed:
                     self._changed.wait()
                 if self._closed:
                     return None
-                job = self._queue.popleft()
-                if job.future.set_running_or_notify_cancel():
+                self._drop_unwanted()
+                job = self._queue.popleft() if self._queue else None
+                if job is not None and job.future.set_running_or_notify_cancel():
                     slot.job = job
-                    return job
-                # Cancelled while it waited.
-                self._in_flight.pop(job.key, None)
+                elif job is not None:
+                    # Cancelled while it waited.
+                    if self._in_flight.get(job.key) is job:
+                        del self._in_flight[job.key]
+                    job = None
+            if job is not None:
+                return job
 
     def _start(self, slot: _Slot) -> None:
         env = {
@@ -422,7 +524,23 @@ class Pool:
             self._unavailable = reason
             self._changed.notify_all()
 
+    def _attempts(self, slot: _Slot, job: _Job) -> Outcome:
+        """The job's outcome; a worker that dies on it is replaced and the job run again,
+        up to CRASH_ATTEMPTS workers in all, or none if it died in the shader compiler."""
+        deaths: list[_Death] = []
+        while True:
+            try:
+                return self._run(slot, job)
+            except _WorkerDied as died:
+                deaths.append(died.death)
+            if deaths[-1].in_compiler or len(deaths) >= CRASH_ATTEMPTS:
+                return self._crash_outcome(deaths)
+            if self._closed:
+                return self._closed_outcome()
+            self._start(slot)
+
     def _run(self, slot: _Slot, job: _Job) -> Outcome:
+        """One attempt at the job on the slot's worker; _WorkerDied if the worker dies."""
         worker = slot.worker
         if worker is None:
             return failure(
@@ -440,13 +558,17 @@ class Pool:
                     break
         except _Deadline:
             worker.kill()
-            outcome = self._timeout_outcome(worker, started)
-            return self._retire(slot, "timeouts", outcome)
+            self._retire(slot, "timeouts")
+            return self._timeout_outcome(worker, started)
         except (EOFError, OSError, ValueError) as e:
             worker.kill()
             if self._closed:
-                return self._retire(slot, None, self._closed_outcome())
-            return self._retire(slot, "crashes", self._crash_outcome(worker, e))
+                self._retire(slot, None)
+                return self._closed_outcome()
+            self._retire(slot, "crashes")
+            death = _Death(worker.pid, worker.exit_description(), str(e), tuple(worker.stderr))
+            log.warning("replay worker %s died mid-job (%s): %s", death.pid, death.exit, e)
+            raise _WorkerDied(death) from None
 
         worker.jobs += 1
         if worker.jobs >= self.max_jobs_per_worker:
@@ -459,18 +581,17 @@ class Pool:
         finished.setdefault("timings", no_timings())["wall_ms"] = _ms_since(started)
         return finished
 
-    def _retire(self, slot: _Slot, count: str | None, outcome: Outcome) -> Outcome:
+    def _retire(self, slot: _Slot, count: str | None) -> None:
         """Forget the slot's (dead) worker; the slot thread starts a fresh one."""
         with self._lock:
             slot.worker = None
             if count is not None:
                 self._counts[count] += 1
                 self._counts["respawns"] += 1
-        return outcome
 
     def _resolve(self, job: _Job, outcome: Outcome, elapsed: float | None) -> None:
         with self._lock:
-            if self._in_flight.get(job.key) is job.future:
+            if self._in_flight.get(job.key) is job:
                 del self._in_flight[job.key]
             if elapsed is not None:
                 self._counts["completed"] += 1
@@ -492,16 +613,33 @@ class Pool:
             wall_ms=_ms_since(started),
         )
 
-    def _crash_outcome(self, worker: _Worker, error: Exception) -> Outcome:
-        exit = worker.exit_description()
-        log.warning("replay worker %s died mid-job (%s): %s", worker.pid, exit, error)
-        stderr = "\n".join(worker.stderr) or "(nothing)"
-        return failure(
-            Status.CRASHED,
-            f"The replay worker stopped mid-job ({exit}).",
-            f"Worker {worker.pid} {exit}. Last lines of its stderr:\n{stderr}",
-            environment=worker.environment,
-        )
+    def _crash_outcome(self, deaths: list[_Death]) -> Outcome:
+        """The kernel ended its workers: what a reader is told (no process ids, no logs),
+        and for staff, each worker's end and stderr."""
+        last = deaths[-1]
+        if last.in_compiler:
+            stage = "compile"
+            message = f"The kernel made the shader compiler crash ({last.exit} while compiling it)."
+            error = (
+                "The compiler crashed instead of reporting an error, so there is no line to "
+                "point at. One known cause is very deep nesting (thousands of parentheses), "
+                "which overflows its stack. Running it again would crash again, so this "
+                "outcome is kept."
+            )
+        else:
+            stage = "run"
+            message = (
+                f"The kernel crashed the replay worker running it ({last.exit}), "
+                f"{len(deaths)} times in a row."
+            )
+            error = (
+                "A crash that repeats on a fresh worker comes from the kernel (or from the "
+                "driver running it), not from a passing fault, so this outcome is kept."
+            )
+        outcome = failure(Status.CRASHED, message, error, environment=self._environment)
+        outcome["crash"] = {"stage": stage, "exit": last.exit, "workers": len(deaths)}
+        outcome["detail"] = "\n\n".join(death.report() for death in deaths)
+        return outcome
 
     def _closed_outcome(self) -> Outcome:
         return failure(

@@ -21,6 +21,7 @@ pool's to kill: nothing in-process can cancel a dispatch.
 from __future__ import annotations
 
 import ctypes
+import faulthandler
 import json
 import logging
 import os
@@ -136,12 +137,11 @@ def run_job(device: Any, env: Environment, job: dict[str, Any], memo: Memo) -> O
     except Exception as e:
         log.exception("runner failed")
         detail = traceback.format_exception_only(e)[-1].strip()
-        return failure(
-            Status.CRASHED,
-            f"The replay runner failed: {detail}",
-            traceback.format_exc(),
-            env.as_dict(),
+        outcome = failure(
+            Status.CRASHED, f"The replay runner failed: {detail}", detail, env.as_dict()
         )
+        outcome["detail"] = traceback.format_exc()
+        return outcome
 
 
 def protect_protocol() -> BinaryIO:
@@ -199,6 +199,9 @@ def private_runtime_dir() -> str:
 
 def main() -> int:
     channel = protect_protocol()
+    # A native crash (naga overflowing its stack) leaves a Python traceback on stderr:
+    # the pool reads from it whether the shader compiler died.
+    faulthandler.enable()
     limit_resources()
     die_with_parent()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)

@@ -42,6 +42,13 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
 }
 """
 
+# 18 KB of nested parentheses overflow naga's stack: the compiler dies with SIGSEGV.
+NAGA_CRASH = (
+    "@group(0) @binding(0) var<storage, read_write> out: array<f32>;\n"
+    "@compute @workgroup_size(1)\n"
+    f"fn main() {{ out[0] = {'(' * 9000}1.0{')' * 9000}; }}\n"
+)
+
 
 def add_job(seed: int = 1) -> dict:
     def rand(s: int) -> dict:
@@ -67,17 +74,22 @@ def add_job(seed: int = 1) -> dict:
     }
 
 
-def hostile_job() -> dict:
+def hostile_job(workgroups: int = 4096) -> dict:
+    """HOSTILE over this many workgroups: 4096 take minutes on llvmpipe, 32 about a second."""
     return {
         "sources": {"self": HOSTILE},
         "harness": {
             "buffers": {
                 "out": {"usage": "read_write", "dtype": "f32", "shape": [4096 * 256], "zeros": True}
             },
-            "passes": [{"bind": {"0": "out"}, "dispatch": [4096]}],
+            "passes": [{"bind": {"0": "out"}, "dispatch": [workgroups]}],
         },
         "fixtures_dir": "fixtures",
     }
+
+
+def compile_only(source: str) -> dict:
+    return {"sources": {"self": source}, "harness": None, "fixtures_dir": "fixtures"}
 
 
 def wait_for(condition: Callable[[], object], timeout: float = 20.0) -> object:
@@ -90,9 +102,18 @@ def wait_for(condition: Callable[[], object], timeout: float = 20.0) -> object:
     raise AssertionError("condition not met in time")
 
 
-def busy_pid(pool: Pool) -> int:
-    pids = wait_for(lambda: pool.status()["busy_pids"])
+def busy_pid(pool: Pool, other_than: int = 0) -> int:
+    pids = wait_for(lambda: [p for p in pool.status()["busy_pids"] if p != other_than])
     return pids[0]  # type: ignore[index]
+
+
+def kill_twice(pool: Pool) -> list[int]:
+    """Kill the worker running the job, then the fresh one it is run again on."""
+    first = busy_pid(pool)
+    os.kill(first, signal.SIGKILL)
+    second = busy_pid(pool, other_than=first)
+    os.kill(second, signal.SIGKILL)
+    return [first, second]
 
 
 @pytest.fixture(scope="module")
@@ -150,17 +171,44 @@ def test_it_stops_a_job_past_its_deadline_and_keeps_serving(pool: Pool) -> None:
 
 def test_it_reports_a_worker_killed_mid_job(single: Pool) -> None:
     future = single.submit("to-be-killed", hostile_job())
-    pid = busy_pid(single)
-
-    os.kill(pid, signal.SIGKILL)
+    pids = kill_twice(single)
     outcome = future.result(timeout=30)
 
     assert outcome["status"] == "crashed"
     assert "killed by SIGKILL" in outcome["message"]
-    assert "Last lines of its stderr" in outcome["error"]
+    assert outcome["crash"] == {"stage": "run", "exit": "killed by SIGKILL", "workers": 2}
+    # Process ids and stderr are for staff, kept apart from what a reader is shown.
+    assert "Last lines of its stderr" in outcome["detail"]
+    assert all(str(pid) in outcome["detail"] for pid in pids)
+    assert not any(str(pid) in outcome["message"] + outcome["error"] for pid in pids)
     assert single.run("after-crash", add_job())["status"] == "passed"
-    assert pid not in single.status()["worker_pids"]
-    assert single.status()["crashes"] >= 1
+    assert not set(pids) & set(single.status()["worker_pids"])
+    assert single.status()["crashes"] >= 2
+
+
+def test_a_job_whose_worker_dies_once_runs_again_on_a_fresh_one(single: Pool) -> None:
+    future = single.submit("killed-once", hostile_job(workgroups=32))
+    os.kill(busy_pid(single), signal.SIGKILL)
+
+    outcome = future.result(timeout=60)
+
+    assert outcome["status"] == "no_reference", outcome["message"]
+    assert "crash" not in outcome
+
+
+def test_a_kernel_that_crashes_the_compiler_ends_one_worker_and_says_so(single: Pool) -> None:
+    before = single.status()
+
+    outcome = single.run("naga-crash", compile_only(NAGA_CRASH))
+
+    assert outcome["status"] == "crashed"
+    assert outcome["message"].startswith("The kernel made the shader compiler crash")
+    assert outcome["crash"] == {"stage": "compile", "exit": "killed by SIGSEGV", "workers": 1}
+    # Not retried: naga is deterministic, so one dead worker is enough to know.
+    assert single.status()["crashes"] == before["crashes"] + 1
+    assert "in create_shader_module" in outcome["detail"]
+    assert "Worker" not in outcome["message"] + outcome["error"]
+    assert single.run("after-naga", add_job())["status"] == "passed"
 
 
 def test_it_refuses_work_when_the_queue_is_full(single: Pool) -> None:
@@ -175,6 +223,7 @@ def test_it_refuses_work_when_the_queue_is_full(single: Pool) -> None:
     # A job already queued is shared, even with the queue full.
     assert single.submit("queued", add_job()) is queued
     os.kill(pid, signal.SIGKILL)
+    os.kill(busy_pid(single, other_than=pid), signal.SIGKILL)
     assert running.result(timeout=30)["status"] == "crashed"
     assert queued.result(timeout=30)["status"] == "passed"
 
@@ -226,3 +275,31 @@ def test_closing_answers_queued_jobs() -> None:
     assert running.result(timeout=10)["status"] == "infra_error"
     with pytest.raises(RuntimeError):
         pool.submit("late", add_job())
+
+
+def test_jobs_nobody_waits_for_any_more_are_dropped_before_they_run() -> None:
+    with Pool(size=1, deadline=2.0, max_queue=8) as pool:
+        slow = pool.submit("slow", hostile_job())
+        busy_pid(pool)
+        started = time.monotonic()
+        gave_up = [pool.submit(f"gave-up-{i}", hostile_job(), wanted_for=0.2) for i in range(5)]
+        asked_again = pool.submit("asked-again", add_job(), wanted_for=0.2)
+        # Asked for again in time (a learner submitting again): shared, and kept.
+        assert pool.submit("asked-again", add_job(), wanted_for=30) is asked_again
+        waited_for = pool.submit("waited-for", add_job(seed=3), wanted_for=0.2)
+        # A reader polling the run says how much longer it waits.
+        assert pool.want("waited-for", 30)
+        time.sleep(0.3)
+
+        assert slow.result(timeout=30)["status"] == "timeout"
+        assert asked_again.result(timeout=30)["status"] == "passed"
+        assert waited_for.result(timeout=30)["status"] == "passed"
+        elapsed = time.monotonic() - started
+
+        assert all(future.cancelled() for future in gave_up)
+        assert pool.status()["abandoned"] == 5 and pool.status()["timeouts"] == 1
+        # Five more runs to the 2 s deadline would have taken over 10 s.
+        assert elapsed < pool.deadline + 5
+        # Dropped jobs leave nothing behind: the same key is a new job.
+        again = pool.submit("gave-up-0", add_job(), wanted_for=30)
+        assert again.result(timeout=30)["status"] == "passed"
