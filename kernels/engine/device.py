@@ -1,4 +1,4 @@
-"""The device a worker runs on: the best adapter wgpu offers, and what it is.
+"""The device a worker runs on: the best adapter wgpu offers, with WebGPU's default limits.
 
 wgpu is imported on first use, not with this module: the pool imports NoAdapter here,
 and the web process must not load a GPU driver.
@@ -11,12 +11,15 @@ import hashlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from kernels.engine.webgpu import device_limits
+
 if TYPE_CHECKING:
     import wgpu
 
 # Bump when the same inputs could end in a different outcome: it is part of the
 # environment id, so cached runs from an older runner are not reused.
-RUNNER_VERSION = 1
+# 2: WebGPU's default limits, the checks a browser makes, and the source's analysis.
+RUNNER_VERSION = 2
 
 BACKEND_ORDER = ("vulkan", "metal", "d3d12", "opengl")
 ADAPTER_TYPE_ORDER = ("discretegpu", "integratedgpu", "virtualgpu", "unknown", "cpu")
@@ -109,8 +112,12 @@ def open_device(backend: str = "") -> tuple[wgpu.GPUDevice, Environment]:
 
     adapter = min(candidates, key=rank)
     try:
-        # No required_limits: wgpu-py then asks for the adapter's own limits.
-        device = adapter.request_device_sync(label="kernelbin")
+        # Without required_limits wgpu-py asks for the adapter's own maxima (llvmpipe: 32 KiB
+        # of workgroup storage, 1,024 invocations per workgroup); a page gets WebGPU's
+        # defaults, so a kernel that only runs on more must fail here as it does there.
+        device = adapter.request_device_sync(
+            label="kernelbin", required_limits=device_limits(adapter.limits)
+        )
     except Exception as e:
         raise NoAdapter(f"Could not open a device on {adapter.summary}: {e}") from e
     info = adapter.info

@@ -83,6 +83,45 @@ class Crash(TypedDict):
     workers: int
 
 
+class EntryPointFacts(TypedDict):
+    """An entry point as its source declares it (kernels/engine/analysis.py).
+
+    workgroup_size     [x, y, z], or None when a size is not a constant we can evaluate
+    workgroup_storage  bytes of var<workgroup> it uses, as a browser counts them
+    builtins           parameter (or "param.member") -> builtin, e.g. "gid" ->
+                       "global_invocation_id"
+    writes             where it stores into read_write buffers: buffer, index (the
+                       expression as written), line
+    loops              kind ("for", "while", "loop"), line, condition as written
+    """
+
+    name: str
+    stage: str
+    line: int
+    workgroup_size: list[int] | None
+    workgroup_storage: int
+    builtins: dict[str, str]
+    writes: list[dict[str, Any]]
+    loops: list[dict[str, Any]]
+
+
+class BindingFacts(TypedDict):
+    """A module-scope resource: @group/@binding (None when not a constant), its variable's
+    name, address space and access ("" when not written) and type as written."""
+
+    group: int | None
+    binding: int | None
+    name: str
+    address_space: str
+    access: str
+    type: str
+
+
+class SourceFacts(TypedDict):
+    entry_points: list[EntryPointFacts]
+    bindings: list[BindingFacts]
+
+
 class Outcome(TypedDict):
     """What one replay ended in.
 
@@ -99,6 +138,8 @@ class Outcome(TypedDict):
                  bad, unwritten, nonfinite, max_abs_err, max_rel_err, worst_index,
                  first_bad, grid, and got/expected for small buffers
     compile      on compile_error: where and what, as CompileError
+    analysis     kernel name -> SourceFacts: what the reviewer needs from each source,
+                 read in the worker (absent from outcomes of older runners)
     report       for a harness with a report: classification_report's accuracy and
                  confusion (kind, count, accuracy, predictions, confusion, labels_count)
     crash        on crashed, when the kernel itself ended its workers: Crash; such an
@@ -115,6 +156,7 @@ class Outcome(TypedDict):
     warnings: list[str]
     outputs: list[dict[str, Any]]
     compile: NotRequired[CompileError]
+    analysis: NotRequired[dict[str, SourceFacts]]
     report: NotRequired[dict[str, Any]]
     crash: NotRequired[Crash]
     detail: NotRequired[str]

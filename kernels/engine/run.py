@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from kernels.engine.analysis import analyse
 from kernels.engine.compare import (
     SENTINEL_BITS,
     classification_report,
@@ -47,7 +48,8 @@ from kernels.engine.naga import (
 )
 from kernels.engine.outcome import CompileError, Outcome, Status, Stop, no_timings
 from kernels.engine.references import REFERENCES
-from kernels.engine.wgsl import LOOP, declared_bindings, strip_comments
+from kernels.engine.webgpu import module_refusal, pipeline_refusal
+from kernels.engine.wgsl import declared_bindings, has_loop
 
 if TYPE_CHECKING:
     import wgpu
@@ -89,11 +91,14 @@ def execute(
     """
     run = _Run(device, env, sources, Path(fixtures_dir), limits, memo)
     try:
-        return run.execute(harness)
+        outcome = run.execute(harness)
     except Stop as stop:
-        return run.outcome(stop.status, stop.message, error=stop.error, compile=stop.compile)
+        outcome = run.outcome(stop.status, stop.message, error=stop.error, compile=stop.compile)
     finally:
         run.release()
+    # Read here, under the job's deadline: the web process never parses a kernel.
+    outcome["analysis"] = analyse(sources)
+    return outcome
 
 
 class _Run:
@@ -196,6 +201,7 @@ class _Run:
                     raise Stop(
                         Status.COMPILE_ERROR, compile_message(info), info["text"], compile=info
                     ) from None
+                refuse_as_a_browser(kernel, source)
         finally:
             self.timings["compile_ms"] = _ms(started)
         return self.outcome(Status.NO_REFERENCE, "Compiles; there is no harness to run it with.")
@@ -338,7 +344,7 @@ class _Run:
             "Out-of-bounds writes are silently dropped on this backend (llvmpipe), "
             "so a missing bounds check does not show here."
         )
-        if any(LOOP.search(strip_comments(self.sources[k])) for k in harness.kernel_names()):
+        if any(has_loop(self.sources[k]) for k in harness.kernel_names()):
             self.warnings.append(
                 "llvmpipe stops any loop after 65,535 iterations per invocation, so a "
                 "mismatch in a long loop may not happen on a real GPU."
@@ -368,6 +374,7 @@ class _Run:
                 raise Stop(
                     Status.COMPILE_ERROR, compile_message(info), info["text"], compile=info
                 ) from None
+            refuse_as_a_browser(kernel, source)
         pipelines = {}
         for p in harness.passes:
             key = (p.kernel, p.entry_point)
@@ -384,11 +391,15 @@ class _Run:
                 )
             except wgpu.GPUValidationError as e:
                 text = clean_wgpu_error(str(e))
+            else:
+                # wgpu-native does not count workgroup storage against the limit; Dawn does.
+                text = pipeline_refusal(self.sources[p.kernel], p.entry_point, self.device.limits)
+            if text:
                 raise Stop(
                     Status.PIPELINE_ERROR,
                     f"Kernel {p.kernel}, entry point {p.entry_point}: {text}",
                     text,
-                ) from None
+                )
         return pipelines
 
     def dispatch(
@@ -576,6 +587,13 @@ class _Run:
         report = {harness.report.probabilities, harness.report.labels} if harness.report else set()
         marked = [b.name for b in harness.outputs()]
         return marked or [name for name in got if name not in report]
+
+
+def refuse_as_a_browser(kernel: str, source: str) -> None:
+    """naga accepts barriers in non-uniform control flow; Chrome's Tint does not."""
+    info = module_refusal(kernel, source)
+    if info is not None:
+        raise Stop(Status.COMPILE_ERROR, compile_message(info), info["text"], compile=info)
 
 
 def _ms(started: float) -> float:

@@ -25,6 +25,7 @@ from kernels.engine.host.trace import Trace
 from kernels.engine.limits import Limits
 from kernels.engine.naga import clean_wgpu_error, compile_message, parse_compile_error
 from kernels.engine.outcome import CompileError
+from kernels.engine.webgpu import module_refusal, pipeline_refusal
 from kernels.engine.wgsl import workgroup_size
 
 # The bits a never-written cell keeps in the diagnostic run: compare.SENTINEL_BITS["f32"],
@@ -347,6 +348,10 @@ class Timeline:
             raise HostError(
                 "compile", compile_message(info), entry, info["text"], compile=info
             ) from None
+        if refused := module_refusal(name, entry["code"]):  # what Chrome refuses, naga not
+            raise HostError(
+                "compile", compile_message(refused), entry, refused["text"], compile=refused
+            )
         self.objects[entry["id"]], self.names[entry["id"]] = module, name
         self.sources[entry["id"]] = entry["code"]
         traces.append(
@@ -373,6 +378,9 @@ class Timeline:
             layout="auto" if layout == "auto" else self.objects[layout],
             compute=compute,
         )
+        source = self.sources[stage["module"]]
+        if text := pipeline_refusal(source, stage["entryPoint"], self.device.limits):
+            raise HostError("validation", text, entry)
         self.objects[entry["id"]], self.names[entry["id"]] = pipeline, name
         self.pipeline_stage[entry["id"]] = (stage["module"], stage["entryPoint"])
         traces.append(
@@ -484,7 +492,7 @@ class Timeline:
         if pipeline in self.pipeline_stage:
             module, entry_point = self.pipeline_stage[pipeline]
             source = self.sources[module]
-            per_group = workgroup_size(source, entry_point or _only_entry_point(source))
+            per_group = workgroup_size(source, entry_point or "")
             self.invocations += math.prod(counts) * per_group
         if self.invocations > self.limits.max_invocations:
             raise HostError(
@@ -589,9 +597,3 @@ def _camel(name: str) -> str:
 
 def _itemsize(dtype: str) -> int:
     return np.dtype(traces.NP_VIEWS.get(dtype, np.uint8)).itemsize
-
-
-def _only_entry_point(source: str) -> str:
-    """The name of a module's compute entry point, for a pipeline that names none."""
-    match = re.search(r"@compute[^{]*?fn\s+(\w+)", source)
-    return match.group(1) if match else ""

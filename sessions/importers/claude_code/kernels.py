@@ -40,12 +40,13 @@ from typing import Any
 
 from django.utils.text import slugify
 
+# The engine's tokenizer: one linear pass, block comments nested as WGSL says.
+from kernels.engine.wgsl import entry_points
+
 WGSL_SUFFIXES = (".wgsl",)
 SCRIPT_SUFFIXES = (".js", ".mjs", ".cjs", ".jsx", ".ts", ".mts", ".cts", ".tsx")
 NAME_MAX = 60
 
-# Attributes before a function, e.g. "@compute @workgroup_size(64, 1)\nfn main(".
-_ENTRY = re.compile(r"((?:@\s*\w+\s*(?:\([^)]*\))?\s*)+)fn\s+([A-Za-z_]\w*)")
 _FENCE = re.compile(
     r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})[ \t]*wgsl\b[^\n]*\n(?P<body>.*?)"
     r"(?:^ {0,3}(?P=fence)[`~]*[ \t]*$|\Z)",
@@ -56,11 +57,6 @@ _JS_CONST = re.compile(
     r"\b(?:const|let|var)\s+([A-Za-z_$][\w$]*)\s*=\s*(-?\d+(?:\.\d+)?|\"[^\"\n]*\"|'[^'\n]*')\s*[;\n]"
 )
 _PLACEHOLDER = re.compile(r"\$\{\s*([A-Za-z_$][\w$]*)\s*\}")
-
-
-def entry_points(source: str) -> list[str]:
-    """The names of the @compute functions in a WGSL module, in order."""
-    return [m[2] for m in _ENTRY.finditer(source) if re.search(r"@\s*compute\b", m[1])]
 
 
 def _path_parts(path: str) -> list[str]:

@@ -1,0 +1,154 @@
+"""What a reviewer needs to know about a kernel's source, read in the replay worker.
+
+The offline reviewer explains a run from its outcome alone: how many invocations a
+workgroup has, which builtins index the work, where each output is written and which
+loops there are. Reading that from the source costs time that grows with the source,
+and the source is untrusted, so it is read here, in the worker under the job's deadline,
+and travels in the outcome ("analysis"); the web process never parses a kernel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from kernels.engine.outcome import BindingFacts, EntryPointFacts, SourceFacts
+from kernels.engine.webgpu import workgroup_storage
+from kernels.engine.wgsl import (
+    IDENT,
+    Function,
+    Module,
+    Token,
+    Variable,
+    bracket_pairs,
+    parse,
+    resource_numbers,
+    type_text,
+    workgroup_dimensions,
+)
+
+# The outcome is stored with every run: a hostile source must not make it large.
+MAX_ITEMS = 16
+MAX_TEXT = 120
+ASSIGNMENTS = frozenset(("=", "+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=", "++", "--"))
+
+
+def analyse(sources: Mapping[str, str]) -> dict[str, SourceFacts]:
+    """The facts about each source, by kernel name ("self" is the kernel replayed)."""
+    return {name: source_facts(source) for name, source in list(sources.items())[:MAX_ITEMS]}
+
+
+def source_facts(source: str) -> SourceFacts:
+    module = parse(source)
+    lines = source.split("\n")
+    pairs = bracket_pairs(module.tokens)
+    written = {
+        v.name
+        for v in module.variables
+        if v.address_space == "storage" and v.access == "read_write"
+    }
+    entry_points = [f for f in module.functions if f.stage and f.name][:MAX_ITEMS]
+    return {
+        "entry_points": [_entry_point(module, f, lines, pairs, written) for f in entry_points],
+        "bindings": [_binding(module, v) for v in module.variables if v.attributes][:MAX_ITEMS],
+    }
+
+
+def _entry_point(
+    module: Module, function: Function, lines: list[str], pairs: dict[int, int], written: set[str]
+) -> EntryPointFacts:
+    builtins = {p.name: p.builtin for p in function.params if p.builtin}
+    for param in function.params:
+        members = module.structs.get(param.type[0].text, []) if len(param.type) == 1 else []
+        builtins.update({f"{param.name}.{m.name}": m.builtin for m in members if m.builtin})
+    return {
+        "name": function.name,
+        "stage": function.stage,
+        "line": function.token.line,
+        "workgroup_size": workgroup_dimensions(module, function),
+        "workgroup_storage": workgroup_storage(module, function.name),
+        "builtins": dict(list(builtins.items())[:MAX_ITEMS]),
+        "writes": _writes(module, function, lines, pairs, written),
+        "loops": _loops(module, function, lines, pairs),
+    }
+
+
+def _writes(
+    module: Module, function: Function, lines: list[str], pairs: dict[int, int], written: set[str]
+) -> list[dict[str, object]]:
+    """Where the body stores into read_write buffers: `out[i] = …` gives out and i."""
+    tokens = module.tokens
+    found: list[dict[str, object]] = []
+    for j in function.body:
+        module.steps += 1
+        token = tokens[j]
+        if token.kind != IDENT or token.text not in written or _text(tokens, j + 1) != "[":
+            continue
+        close = pairs[j + 1]
+        after = close + 1
+        while _text(tokens, after) in (".", "[") and after < function.body.stop:
+            module.steps += 1
+            after = pairs[after] + 1 if tokens[after].text == "[" else after + 2
+        if _text(tokens, after) in ASSIGNMENTS:
+            index = _excerpt(lines, tokens[j + 2 : min(close, j + 2 + MAX_TEXT)])
+            found.append({"buffer": token.text, "index": index, "line": token.line})
+            if len(found) == MAX_ITEMS:
+                break
+    return found
+
+
+def _loops(
+    module: Module, function: Function, lines: list[str], pairs: dict[int, int]
+) -> list[dict[str, object]]:
+    """Each loop of the body with its condition as written ("" for loop {})."""
+    tokens = module.tokens
+    found: list[dict[str, object]] = []
+    for j in function.body:
+        module.steps += 1
+        token = tokens[j]
+        if token.kind != IDENT or token.text not in ("for", "while", "loop"):
+            continue
+        condition: list[Token] = []
+        if token.text == "for" and _text(tokens, j + 1) == "(":
+            header = tokens[j + 2 : pairs[j + 1]]
+            semicolons = [k for k, t in enumerate(header) if t.text == ";"][:2]
+            if len(semicolons) == 2:
+                condition = header[semicolons[0] + 1 : semicolons[1]]
+        elif token.text == "while":
+            k = j + 1
+            while k < function.body.stop and tokens[k].text != "{" and len(condition) < 64:
+                condition.append(tokens[k])
+                k += 1
+        found.append(
+            {"kind": token.text, "line": token.line, "condition": _excerpt(lines, condition)}
+        )
+        if len(found) == MAX_ITEMS:
+            break
+    return found
+
+
+def _binding(module: Module, variable: Variable) -> BindingFacts:
+    group, binding = resource_numbers(module, variable)
+    return {
+        "group": group,
+        "binding": binding,
+        "name": variable.name,
+        "address_space": variable.address_space,
+        "access": variable.access,
+        "type": type_text(variable.type[:MAX_TEXT])[:MAX_TEXT],
+    }
+
+
+def _excerpt(lines: list[str], tokens: list[Token]) -> str:
+    """The source text the tokens span, on one line, cut to MAX_TEXT characters."""
+    if not tokens:
+        return ""
+    first, last = tokens[0], tokens[-1]
+    if first.line == last.line and first.line <= len(lines):
+        text = lines[first.line - 1][first.column - 1 : last.column - 1 + len(last.text)]
+    else:
+        text = " ".join(t.text for t in tokens[:MAX_TEXT])
+    return text[:MAX_TEXT]
+
+
+def _text(tokens: list[Token], j: int) -> str:
+    return tokens[j].text if j < len(tokens) else ""
