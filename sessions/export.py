@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import base64
 from datetime import datetime
 from typing import Any
 
@@ -63,12 +64,23 @@ def export_session(session: Session) -> dict[str, Any]:
                         "note": version.note,
                         "expected_status": version.expected_status,
                         "harness_override": version.harness_override,
+                        "host_program": version.host_program,
                         "meta": version.meta,
                     }
                     for version in kernel.versions.all()
                 ],
             }
             for kernel in kernels
+        ],
+        # What the session's host programs fetch(), whole, as base64.
+        "files": [
+            {
+                "name": file.name,
+                "content_type": file.content_type,
+                "sha256": file.sha256,
+                "data": base64.b64encode(bytes(file.data)).decode(),
+            }
+            for file in session.files.order_by("name")
         ],
     }
 
@@ -96,4 +108,8 @@ def export_markdown(session: Session) -> str:
             fence = fence_for(version.source)
             lines += [f"### v{version.number}{note}", "", f"{fence}wgsl", version.source.rstrip()]
             lines += [fence, ""]
+            if version.host_program:
+                fence = fence_for(version.host_program)
+                lines += ["Host program:", "", f"{fence}javascript", version.host_program.rstrip()]
+                lines += [fence, ""]
     return "\n".join(lines)

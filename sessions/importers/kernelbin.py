@@ -7,6 +7,9 @@ is written; then the one writer (`writer.write_session`) writes it.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,9 +23,11 @@ from django.utils.text import slugify
 
 from kernels.engine.harness import HarnessError, parse_harness
 from kernels.engine.outcome import Status
+from kernels.models import check_file_name
 from sessions.importers.options import ImportOptions
 from sessions.importers.redact import Scrubber
 from sessions.importers.writer import (
+    FileSpec,
     ImportProblem,
     ImportReport,
     Item,
@@ -102,6 +107,7 @@ class _Plan:
     tags: list[str]
     turns: list[dict[str, Any]]
     kernels: list[dict[str, Any]]
+    files: list[FileSpec]
 
 
 def _validate(data: Any) -> _Plan:
@@ -115,7 +121,8 @@ def _validate(data: Any) -> _Plan:
     numbers = {turn["number"] for turn in turns}
     kernels = _validate_kernels(_get(data, "kernels", list, "file", required=False) or [], numbers)
     _check_kernel_refs(turns, kernels)
-    return _Plan(session=session, tags=tags, turns=turns, kernels=kernels)
+    files = _validate_files(_get(data, "files", list, "file", required=False) or [])
+    return _Plan(session=session, tags=tags, turns=turns, kernels=kernels, files=files)
 
 
 def _validate_session(raw_session: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -229,8 +236,40 @@ def _validate_version(
         "note": _get(rawv, "note", str, vwhere, required=False) or "",
         "expected_status": expected,
         "harness_override": override,
+        "host_program": _get(rawv, "host_program", str, vwhere, required=False) or "",
         "meta": _get(rawv, "meta", dict, vwhere, required=False) or {},
     }
+
+
+def _validate_files(raw_files: list[Any]) -> list[FileSpec]:
+    """The session's files: names a program can fetch, base64 that decodes to what its
+    sha256 says, each under SESSION_FILE_MAX_BYTES."""
+    files: list[FileSpec] = []
+    for index, raw in enumerate(raw_files):
+        where = f"files[{index}]"
+        if not isinstance(raw, dict):
+            raise ImportProblem(f"{where}: must be an object.")
+        name = _get(raw, "name", str, where)
+        try:
+            check_file_name(name)
+        except ValueError as error:
+            raise ImportProblem(f"{where}.name: {error}") from None
+        if any(file.name == name for file in files):
+            raise ImportProblem(f"{where}.name: file '{name}' appears more than once.")
+        limit = settings.SESSION_FILE_MAX_BYTES
+        encoded = _get(raw, "data", str, where)
+        if len(encoded) > 4 * (limit // 3 + 1):
+            raise ImportProblem(f"{where}.data: the file is over the limit of {limit:,} bytes.")
+        try:
+            data = base64.b64decode(encoded, validate=True)
+        except (binascii.Error, ValueError):
+            raise ImportProblem(f"{where}.data: not base64.") from None
+        sha256 = _get(raw, "sha256", str, where, required=False)
+        if sha256 is not None and sha256 != hashlib.sha256(data).hexdigest():
+            raise ImportProblem(f"{where}.data: its sha256 is not the one the file gives.")
+        content_type = _get(raw, "content_type", str, where, required=False) or ""
+        files.append(FileSpec(name=name, data=data, content_type=content_type[:100]))
+    return files
 
 
 def _check_kernel_refs(turns: list[dict[str, Any]], kernels: list[dict[str, Any]]) -> None:
@@ -263,6 +302,7 @@ def _items(plan: _Plan) -> Iterator[Item]:
         yield KernelSpec(name=kernel["name"], title=kernel["title"], harness=kernel["harness"])
         for version in kernel["versions"]:
             yield VersionSpec(kernel=kernel["name"], **version)
+    yield from plan.files
 
 
 def import_session(
@@ -294,7 +334,13 @@ def import_session(
     for key in ("created", "published_at"):
         if not fields[key]:
             del fields[key]
-    spec = SessionSpec(slug=session_slug, fields=fields, tags=plan.tags, source_key=source_key)
+    spec = SessionSpec(
+        slug=session_slug,
+        fields=fields,
+        tags=plan.tags,
+        source_key=source_key,
+        replace_files=True,
+    )
     written = write_session(spec, _items(plan), owner=options.owner)
     redaction = scrubber.summary() if scrubber else ""
     return ImportReport.of(written, format=FORMAT, redaction=redaction, notes=written.notes)

@@ -19,7 +19,7 @@ from django.db import connection, models, transaction
 from django.db.models import Max, QuerySet
 from django.utils.text import slugify
 
-from kernels.models import Kernel, KernelVersion, sha256_text
+from kernels.models import Kernel, KernelVersion, SessionFile, sha256_text
 from sessions.models import Session, Tag, Turn
 
 if TYPE_CHECKING:
@@ -118,12 +118,22 @@ class VersionSpec:
     note: str = ""
     expected_status: str = ""
     harness_override: dict[str, Any] | None = None
+    host_program: str = ""  # the learner's WebGPU host code, if the version has one
     meta: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass
+class FileSpec:
+    """A file the session's host programs may fetch() (kernels.models.SessionFile)."""
+
+    name: str
+    data: bytes
+    content_type: str = ""
+
+
 # What an importer hands the writer, in order: a turn, or a kernel, or a version of a
-# kernel handed over before.
-Item = TurnSpec | KernelSpec | VersionSpec
+# kernel handed over before, or a session file.
+Item = TurnSpec | KernelSpec | VersionSpec | FileSpec
 
 
 @dataclass
@@ -143,6 +153,9 @@ class SessionSpec:
     match_source_key: bool = False
     # The slug was asked for (an option), not derived from a title.
     slug_given: bool = True
+    # The import carries the session's files: those it has now are replaced. Otherwise
+    # (a transcript) they are kept: a curator uploaded them.
+    replace_files: bool = False
 
 
 @dataclass
@@ -246,6 +259,10 @@ class _Batches:
             self.versions.append((item, kernel))
             if len(self.versions) >= self.batch_size:
                 self.flush()
+        elif isinstance(item, FileSpec):
+            SessionFile.objects.create(
+                session=self.session, name=item.name, data=item.data, content_type=item.content_type
+            )
         else:
             raise TypeError(f"cannot write {type(item).__name__}")
 
@@ -327,6 +344,7 @@ class _Batches:
                 note=spec.note,
                 expected_status=spec.expected_status,
                 harness_override=spec.harness_override,
+                host_program=spec.host_program,
                 meta=spec.meta,
             )
             for spec, kernel in self.versions
@@ -470,6 +488,8 @@ def write_session(
                 for name in spec.tags
             )
         session.kernels.all().delete()
+        if spec.replace_files:
+            session.files.all().delete()
         batches = _Batches(session, frozen, batch_size or WRITE_BATCH)
         for item in items:
             batches.add(item)
