@@ -133,7 +133,9 @@ def _harness_text(harness: dict) -> str:
         )
         for b in p.bind:
             buf = parsed.buffer(b.buffer)
-            fill = {"sentinel": "starts as a NaN sentinel"}.get(buf.fill, f"filled: {buf.fill}")
+            fill = {"fresh": "starts zeroed, as a new WebGPU buffer"}.get(
+                buf.fill, f"filled: {buf.fill}"
+            )
             lines.append(
                 f"  @group({b.group}) @binding({b.binding}) {buf.name}: {buf.usage} {buf.dtype} "
                 f"shape {list(buf.shape)}, {fill}{', output' if buf.output else ''}"

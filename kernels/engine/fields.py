@@ -96,3 +96,14 @@ def choice(value: object, path: str, choices: tuple[str, ...]) -> str:
     if value not in choices or not isinstance(value, str):
         raise HarnessError(path, f"must be one of {', '.join(choices)} (got {describe(value)})")
     return value
+
+
+def buffer_name(value: object, path: str, names: Mapping[str, object]) -> str:
+    """A buffer's name, one of names; an unknown one gets the closest as a suggestion."""
+    if not isinstance(value, str):
+        raise HarnessError(path, f"must be a buffer name (got {describe(value)})")
+    if value not in names:
+        hint = difflib.get_close_matches(value, list(names), n=1)
+        suggestion = f" (did you mean {hint[0]!r}?)" if hint else ""
+        raise HarnessError(path, f"no buffer named {value!r}{suggestion}")
+    return value

@@ -7,6 +7,7 @@ in it is ever evaluated as code.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import hashlib
 import inspect
@@ -15,9 +16,10 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
+from kernels.engine.cases import KERNEL_NAME, Case, parse_cases
 from kernels.engine.fields import (
     IDENTIFIER,
     MISSING,
@@ -25,6 +27,7 @@ from kernels.engine.fields import (
     Missing,
     as_list,
     as_object,
+    buffer_name,
     choice,
     describe,
     identifier,
@@ -32,11 +35,14 @@ from kernels.engine.fields import (
     is_number,
     join,
 )
+from kernels.engine.fills import FILLS, FileSlice, RandomFill, parse_fill, resolve_fixture
 from kernels.engine.references import REFERENCES
 
 __all__ = [
     "Binding",
     "Buffer",
+    "Case",
+    "FileSlice",
     "Harness",
     "HarnessError",
     "Pass",
@@ -51,15 +57,12 @@ __all__ = [
 
 DTYPES = ("f32", "u32", "i32")
 USAGES = ("uniform", "read", "read_write")
-FILLS = ("data", "zeros", "random", "file")
 MAX_BUFFERS = 32
 # WebGPU's default maxBindGroups and maxBindingsPerBindGroup: a harness within them
 # runs in a browser too.
 MAX_GROUPS = 4
 MAX_BINDING = 999
 
-INT_RANGES = {"u32": (0, 2**32 - 1), "i32": (-(2**31), 2**31 - 1)}
-KERNEL_NAME = re.compile(r"[A-Za-z0-9_-]{1,60}")
 BIND_KEY = re.compile(r"(?:(\d{1,3})\.)?(\d{1,4})")
 
 HARNESS_FIELDS = (
@@ -70,21 +73,14 @@ HARNESS_FIELDS = (
     "reference",
     "tolerance",
     "report",
+    "cases",
 )
-BUFFER_FIELDS = ("usage", "dtype", "shape", "output", *FILLS)
-RANDOM_FIELDS = ("seed", "low", "high")
+BUFFER_FIELDS = ("usage", "dtype", "shape", "output", "struct", *FILLS)
 PASS_FIELDS = ("kernel", "entry_point", "bind", "dispatch")
 REFERENCE_FIELDS = ("name", "args", "outputs")
 TOLERANCE_FIELDS = ("atol", "rtol")
-REPORT_FIELDS = ("kind", "probabilities", "labels")
+REPORT_FIELDS = ("kind", "probabilities", "labels", "show")
 REPORT_KINDS = ("classification",)
-
-
-@dataclass(frozen=True)
-class RandomFill:
-    seed: int
-    low: float | int
-    high: float | int
 
 
 @dataclass(frozen=True)
@@ -92,12 +88,20 @@ class Buffer:
     name: str
     usage: str
     dtype: str
+    # () for a struct buffer: its size comes from the WGSL (kernels/engine/layout.py).
     shape: tuple[int, ...]
-    # "data", "zeros", "random", "file", or "sentinel" (read_write without a fill).
+    # "data", "zeros", "random", "file", "fields" (a struct), or "fresh" (a read_write
+    # buffer without a fill: zeroed, as WebGPU creates it; a diagnostic run fills it with
+    # the never-written sentinel instead).
     fill: str
     data: tuple[float | int, ...] | None = None
     random: RandomFill | None = None
     file: str | None = None
+    slice: FileSlice | None = None
+    # A struct buffer: its field values by name, and the struct's name ("": the type of
+    # the variable the first pass binding it binds it to).
+    fields: dict[str, Any] | None = None
+    struct: str = ""
     output: bool = False
 
     @property
@@ -106,7 +110,13 @@ class Buffer:
 
     @property
     def nbytes(self) -> int:
+        # A struct's real size is known only with the WGSL; layout.py caps it at 1 MiB.
         return 4 * self.count
+
+    def refilled(self, fill: dict[str, Any]) -> Buffer:
+        """This buffer with another fill (parse_fill's fields): a case's input."""
+        cleared = {"data": None, "random": None, "file": None, "slice": None, "fields": None}
+        return dataclasses.replace(self, **{**cleared, **fill})
 
 
 @dataclass(frozen=True)
@@ -145,9 +155,12 @@ class Tolerance:
 
 @dataclass(frozen=True)
 class Report:
-    kind: str
-    probabilities: str
-    labels: str
+    # kind "classification" scores probabilities against labels; "" scores nothing.
+    kind: str = ""
+    probabilities: str = ""
+    labels: str = ""
+    # Buffers shown besides the outputs, without a verdict (a hidden layer).
+    show: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -158,6 +171,7 @@ class Harness:
     tolerance: Tolerance = field(default_factory=Tolerance)
     report: Report | None = None
     description: str = ""
+    cases: tuple[Case, ...] = ()
 
     def buffer(self, name: str) -> Buffer:
         for b in self.buffers:
@@ -176,6 +190,12 @@ class Harness:
 
     def outputs(self) -> list[Buffer]:
         return [b for b in self.buffers if b.output]
+
+    def for_case(self, case: Case) -> Harness:
+        """This harness with the case's inputs, and no cases of its own."""
+        refilled = {b.name: b for b in case.buffers}
+        buffers = tuple(refilled.get(b.name, b) for b in self.buffers)
+        return dataclasses.replace(self, buffers=buffers, cases=())
 
     def to_dict(self) -> dict[str, Any]:
         """The normalised spec: parsing it again gives an equal Harness.
@@ -204,10 +224,14 @@ class Harness:
                 "outputs": list(self.reference.outputs),
             }
         if self.report is not None:
-            spec["report"] = {
-                "kind": self.report.kind,
-                "probabilities": self.report.probabilities,
-                "labels": self.report.labels,
+            spec["report"] = _report_dict(self.report)
+        if self.cases:
+            spec["cases"] = {
+                case.name: {
+                    "buffers": {b.name: _fill_dict(b) for b in case.buffers},
+                    **({"description": case.description} if case.description else {}),
+                }
+                for case in self.cases
             }
         if self.description:
             spec["description"] = self.description
@@ -215,17 +239,44 @@ class Harness:
 
 
 def _buffer_dict(b: Buffer) -> dict[str, Any]:
-    spec: dict[str, Any] = {"usage": b.usage, "dtype": b.dtype, "shape": list(b.shape)}
+    spec: dict[str, Any] = {"usage": b.usage}
+    if b.fill == "fields":
+        if b.struct:
+            spec["struct"] = b.struct
+    else:
+        spec.update(dtype=b.dtype, shape=list(b.shape))
     if b.output:
         spec["output"] = True
+    return {**spec, **_fill_dict(b)}
+
+
+def _fill_dict(b: Buffer) -> dict[str, Any]:
     if b.fill == "data":
-        spec["data"] = list(b.data or ())
-    elif b.fill == "zeros":
-        spec["zeros"] = True
-    elif b.fill == "random" and b.random is not None:
-        spec["random"] = {"seed": b.random.seed, "low": b.random.low, "high": b.random.high}
-    elif b.fill == "file":
-        spec["file"] = b.file
+        return {"data": list(b.data or ())}
+    if b.fill == "zeros":
+        return {"zeros": True}
+    if b.fill == "random" and b.random is not None:
+        return {"random": {"seed": b.random.seed, "low": b.random.low, "high": b.random.high}}
+    if b.fill == "fields":
+        return {"fields": b.fields}
+    if b.fill == "file" and b.slice is not None:
+        spec: dict[str, Any] = {"path": b.file, "offset": b.slice.offset}
+        if b.slice.dtype:
+            spec["dtype"] = b.slice.dtype
+        if b.slice.count is not None:
+            spec["count"] = b.slice.count
+        return {"file": spec}
+    if b.fill == "file":
+        return {"file": b.file}
+    return {}
+
+
+def _report_dict(report: Report) -> dict[str, Any]:
+    spec: dict[str, Any] = {}
+    if report.kind:
+        spec.update(kind=report.kind, probabilities=report.probabilities, labels=report.labels)
+    if report.show:
+        spec["show"] = list(report.show)
     return spec
 
 
@@ -261,6 +312,9 @@ def parse_harness(data: object, fixtures_dir: Path | None = None) -> Harness:
     report = None
     if "report" in spec:
         report = _parse_report(spec["report"], by_name)
+    cases: tuple[Case, ...] = ()
+    if "cases" in spec:
+        cases = parse_cases(spec["cases"], by_name, fixtures_dir)
     return Harness(
         buffers=tuple(buffers),
         passes=tuple(passes),
@@ -268,17 +322,8 @@ def parse_harness(data: object, fixtures_dir: Path | None = None) -> Harness:
         tolerance=tolerance,
         report=report,
         description=description,
+        cases=cases,
     )
-
-
-def _buffer_name(value: object, path: str, by_name: Mapping[str, Buffer]) -> str:
-    if not isinstance(value, str):
-        raise HarnessError(path, f"must be a buffer name (got {describe(value)})")
-    if value not in by_name:
-        hint = difflib.get_close_matches(value, list(by_name), n=1)
-        suggestion = f" (did you mean {hint[0]!r}?)" if hint else ""
-        raise HarnessError(path, f"no buffer named {value!r}{suggestion}")
-    return value
 
 
 def _parse_buffers(value: object, fixtures_dir: Path | None) -> list[Buffer]:
@@ -300,8 +345,6 @@ def _parse_buffers(value: object, fixtures_dir: Path | None) -> list[Buffer]:
 def _parse_buffer(name: str, value: object, path: str, fixtures_dir: Path | None) -> Buffer:
     spec = as_object(value, path, BUFFER_FIELDS)
     usage = choice(spec.get("usage", MISSING), join(path, "usage"), USAGES)
-    dtype = choice(spec.get("dtype", MISSING), join(path, "dtype"), DTYPES)
-    shape = _parse_shape(spec.get("shape", MISSING), join(path, "shape"))
     output = spec.get("output", False)
     if not isinstance(output, bool):
         raise HarnessError(join(path, "output"), f"must be true or false (got {describe(output)})")
@@ -310,30 +353,32 @@ def _parse_buffer(name: str, value: object, path: str, fixtures_dir: Path | None
             join(path, "output"),
             f"only read_write buffers can be outputs (this one is {usage})",
         )
+    if "fields" in spec or "struct" in spec:
+        return _parse_struct_buffer(name, spec, path, usage, output)
+    dtype = choice(spec.get("dtype", MISSING), join(path, "dtype"), DTYPES)
+    shape = _parse_shape(spec.get("shape", MISSING), join(path, "shape"))
+    fill = parse_fill(spec, path, dtype, math.prod(shape), fixtures_dir)
+    if not fill and usage != "read_write":
+        raise HarnessError(path, f"a {usage} buffer needs a fill: one of {', '.join(FILLS)}")
+    return Buffer(name, usage, dtype, shape, **(fill or {"fill": "fresh"}), output=output)
 
-    fills = [f for f in FILLS if f in spec]
-    if len(fills) > 1:
-        raise HarnessError(path, f"give at most one fill, not {' and '.join(fills)}")
-    if not fills:
-        if usage != "read_write":
-            raise HarnessError(path, f"a {usage} buffer needs a fill: one of {', '.join(FILLS)}")
-        return Buffer(name, usage, dtype, shape, "sentinel", output=output)
 
-    fill = fills[0]
-    fill_path = join(path, fill)
-    raw = spec[fill]
-    if fill == "data":
-        data = _parse_data(raw, fill_path, dtype, math.prod(shape))
-        return Buffer(name, usage, dtype, shape, fill, data=data, output=output)
-    if fill == "zeros":
-        if raw is not True:
-            raise HarnessError(fill_path, "must be true (leave it out otherwise)")
-        return Buffer(name, usage, dtype, shape, fill, output=output)
-    if fill == "random":
-        rnd = _parse_random(raw, fill_path, dtype)
-        return Buffer(name, usage, dtype, shape, fill, random=rnd, output=output)
-    file = _parse_file(raw, fill_path, fixtures_dir)
-    return Buffer(name, usage, dtype, shape, fill, file=file, output=output)
+def _parse_struct_buffer(
+    name: str, spec: Mapping[str, Any], path: str, usage: str, output: bool
+) -> Buffer:
+    """A buffer filled by struct field names: its layout comes from the WGSL at run time."""
+    for key in ("dtype", "shape"):
+        if key in spec:
+            raise HarnessError(
+                join(path, key), "a struct buffer's size comes from its WGSL struct: leave it out"
+            )
+    if output:
+        raise HarnessError(join(path, "output"), "a struct buffer is an input, not an output")
+    if "fields" not in spec:
+        raise HarnessError(join(path, "fields"), "is required with struct")
+    struct = identifier(spec["struct"], join(path, "struct")) if "struct" in spec else ""
+    fill = parse_fill(spec, path, "u32", 0, None)
+    return Buffer(name, usage, "u32", (), **fill, struct=struct)
 
 
 def _parse_shape(value: object, path: str) -> tuple[int, ...]:
@@ -344,98 +389,6 @@ def _parse_shape(value: object, path: str) -> tuple[int, ...]:
         if not is_int(d) or d < 1:
             raise HarnessError(join(path, i), f"must be an integer >= 1 (got {describe(d)})")
     return tuple(dims)
-
-
-def _parse_data(value: object, path: str, dtype: str, count: int) -> tuple[float | int, ...]:
-    values = as_list(value, path)
-    flat: list[float | int] = []
-    # Iterative flattening, so deeply nested lists cannot hit the recursion limit.
-    stack = [iter(values)]
-    while stack:
-        item = next(stack[-1], MISSING)
-        if item is MISSING:
-            stack.pop()
-        elif isinstance(item, list | tuple):
-            stack.append(iter(item))
-        elif len(flat) == count:
-            raise HarnessError(path, f"has more values than the shape holds ({count})")
-        else:
-            flat.append(_parse_scalar(item, join(path, len(flat)), dtype))
-    if len(flat) != count:
-        raise HarnessError(path, f"has {len(flat)} values but the shape holds {count}")
-    return tuple(flat)
-
-
-def _parse_scalar(value: object, path: str, dtype: str) -> float | int:
-    if dtype == "f32":
-        if not is_number(value) or not math.isfinite(value):
-            raise HarnessError(path, f"must be a finite number (got {describe(value)})")
-        return float(value)
-    low, high = INT_RANGES[dtype]
-    if not is_int(value):
-        raise HarnessError(path, f"must be an integer for {dtype} (got {describe(value)})")
-    if not low <= value <= high:
-        raise HarnessError(path, f"must be within {dtype} range {low}..{high} (got {value})")
-    return value
-
-
-def _parse_random(value: object, path: str, dtype: str) -> RandomFill:
-    spec = as_object(value, path, RANDOM_FIELDS)
-    for key in RANDOM_FIELDS:
-        if key not in spec:
-            raise HarnessError(join(path, key), "is required")
-    seed = spec["seed"]
-    if not is_int(seed) or seed < 0:
-        raise HarnessError(join(path, "seed"), f"must be an integer >= 0 (got {describe(seed)})")
-    low, high = spec["low"], spec["high"]
-    if dtype == "f32":
-        for key, v in (("low", low), ("high", high)):
-            if not is_number(v) or not math.isfinite(v):
-                raise HarnessError(join(path, key), f"must be a finite number (got {describe(v)})")
-        low, high = float(low), float(high)
-    else:
-        lo, hi = INT_RANGES[dtype]
-        # integers(low, high) excludes high, so high may be one past the dtype's maximum.
-        for key, v, top in (("low", low, hi), ("high", high, hi + 1)):
-            if not is_int(v):
-                raise HarnessError(
-                    join(path, key), f"must be an integer for {dtype} (got {describe(v)})"
-                )
-            if not lo <= v <= top:
-                raise HarnessError(join(path, key), f"must be within {lo}..{top} (got {v})")
-    if not low < high:
-        raise HarnessError(path, f"low must be less than high (got {low} and {high})")
-    return RandomFill(seed=seed, low=low, high=high)
-
-
-def _parse_file(value: object, path: str, fixtures_dir: Path | None) -> str:
-    if not isinstance(value, str) or not value:
-        raise HarnessError(path, f"must be a relative path to a .npy file (got {describe(value)})")
-    if "\\" in value or "\x00" in value:
-        raise HarnessError(path, "use forward slashes and plain characters")
-    rel = PurePosixPath(value)
-    if rel.is_absolute():
-        raise HarnessError(path, "must be relative to the fixtures folder, not absolute")
-    if ".." in rel.parts:
-        raise HarnessError(path, "must not contain '..'")
-    if rel.suffix != ".npy":
-        raise HarnessError(path, "must name a .npy file")
-    if fixtures_dir is not None:
-        resolve_fixture(value, fixtures_dir, path)
-    return value
-
-
-def resolve_fixture(file: str, fixtures_dir: Path, path: str = "file") -> Path:
-    """The real path of a fixture file, refusing anything that resolves outside the folder.
-
-    Resolving follows symlinks, so a link inside the folder that points elsewhere is
-    refused too.
-    """
-    root = Path(fixtures_dir).resolve()
-    target = (root / file).resolve()
-    if not target.is_relative_to(root):
-        raise HarnessError(path, "resolves outside the fixtures folder")
-    return target
 
 
 def _parse_passes(value: object, by_name: Mapping[str, Buffer], default_entry: str) -> list[Pass]:
@@ -480,7 +433,7 @@ def _parse_pass(
             raise HarnessError(key_path, f"binding must be 0 to {MAX_BINDING} (got {binding})")
         if (group, binding) in bindings:
             raise HarnessError(key_path, f"binds group {group} binding {binding} twice")
-        name = _buffer_name(buffer, key_path, by_name)
+        name = buffer_name(buffer, key_path, by_name)
         bindings[(group, binding)] = Binding(group, binding, name)
 
     dispatch_path = join(path, "dispatch")
@@ -531,7 +484,7 @@ def _parse_reference(
             f"known: {', '.join(sorted(REFERENCES))}",
         )
     args = tuple(
-        _buffer_name(a, f"reference.args[{i}]", by_name)
+        buffer_name(a, f"reference.args[{i}]", by_name)
         for i, a in enumerate(as_list(spec.get("args", MISSING), "reference.args"))
     )
     try:
@@ -545,7 +498,7 @@ def _parse_reference(
     declared = [b.name for b in buffers if b.output]
     if "outputs" in spec:
         outputs = tuple(
-            _buffer_name(o, f"reference.outputs[{i}]", by_name)
+            buffer_name(o, f"reference.outputs[{i}]", by_name)
             for i, o in enumerate(as_list(spec["outputs"], "reference.outputs"))
         )
     else:
@@ -571,12 +524,23 @@ def _parse_reference(
 
 def _parse_report(value: object, by_name: Mapping[str, Buffer]) -> Report:
     spec = as_object(value, "report", REPORT_FIELDS)
-    kind = choice(spec.get("kind", MISSING), "report.kind", REPORT_KINDS)
+    show = tuple(
+        buffer_name(name, f"report.show[{i}]", by_name)
+        for i, name in enumerate(as_list(spec.get("show", []), "report.show"))
+    )
+    for i, name in enumerate(show):
+        if by_name[name].fill == "fields":
+            raise HarnessError(f"report.show[{i}]", "a struct buffer is an input: nothing to show")
+    if "kind" not in spec and not show:
+        raise HarnessError("report", "give a kind (classification) or buffers to show")
+    if "kind" not in spec:
+        return Report(show=show)
+    kind = choice(spec["kind"], "report.kind", REPORT_KINDS)
     for key in ("probabilities", "labels"):
         if key not in spec:
             raise HarnessError(join("report", key), "is required")
-    probs = _buffer_name(spec["probabilities"], "report.probabilities", by_name)
-    labels = _buffer_name(spec["labels"], "report.labels", by_name)
+    probs = buffer_name(spec["probabilities"], "report.probabilities", by_name)
+    labels = buffer_name(spec["labels"], "report.labels", by_name)
     shape = by_name[probs].shape
     if len(shape) != 2:
         raise HarnessError(
@@ -589,4 +553,4 @@ def _parse_report(value: object, by_name: Mapping[str, Buffer]) -> Report:
         )
     if by_name[labels].dtype == "f32":
         raise HarnessError("report.labels", "must be a u32 or i32 buffer")
-    return Report(kind=kind, probabilities=probs, labels=labels)
+    return Report(kind=kind, probabilities=probs, labels=labels, show=show)

@@ -80,13 +80,16 @@ def check_limits(harness: Harness, sources: Mapping[str, str], limits: Limits) -
 
 
 def readback_names(harness: Harness) -> list[str]:
-    """The bound buffers copied back after the passes: outputs and report buffers."""
+    """The bound buffers copied back after the passes: outputs and report buffers (a
+    struct buffer, shape (), is an input)."""
     names = [b.name for b in harness.outputs()]
     if not names and harness.reference is None:
         # Nothing marked: show every buffer the kernel could have written.
-        names = [b.name for b in harness.buffers if b.usage == "read_write"]
+        names = [b.name for b in harness.buffers if b.usage == "read_write" and b.shape]
     if harness.report is not None:
-        names += [harness.report.probabilities, harness.report.labels]
+        names += harness.report.show
+        if harness.report.kind:
+            names += [harness.report.probabilities, harness.report.labels]
     bound = {b.name for b in harness.bound_buffers()}
     return [name for name in dict.fromkeys(names) if name in bound]
 

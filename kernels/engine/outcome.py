@@ -142,6 +142,11 @@ class Outcome(TypedDict):
                  read in the worker (absent from outcomes of older runners)
     report       for a harness with a report: classification_report's accuracy and
                  confusion (kind, count, accuracy, predictions, confusion, labels_count)
+    layout       for a harness with struct buffers: each one's bytes field by field, with
+                 its padding (layout.LayoutDict and "buffer", its harness name)
+    cases        for a harness with cases: each case's name, description, status,
+                 message, outputs (cell values only for the worst, which the top level
+                 shows), layout and report; the top level is the worst case's
     crash        on crashed, when the kernel itself ended its workers: Crash; such an
                  outcome is kept like a finished run (see cacheable)
     detail       for staff only: the dead workers' ids and the tails of their stderr, a
@@ -158,6 +163,8 @@ class Outcome(TypedDict):
     compile: NotRequired[CompileError]
     analysis: NotRequired[dict[str, SourceFacts]]
     report: NotRequired[dict[str, Any]]
+    layout: NotRequired[list[dict[str, Any]]]
+    cases: NotRequired[list[dict[str, Any]]]
     crash: NotRequired[Crash]
     detail: NotRequired[str]
 

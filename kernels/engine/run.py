@@ -14,31 +14,37 @@ from __future__ import annotations
 import functools
 import hashlib
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from kernels.engine.analysis import analyse
+from kernels.engine.cases import Case
 from kernels.engine.compare import (
     SENTINEL_BITS,
     classification_report,
     compare_output,
+    mark_unwritten,
     no_reference_message,
     verdict,
 )
 from kernels.engine.device import Environment, import_wgpu
-from kernels.engine.harness import (
-    Binding,
-    Buffer,
-    Harness,
-    HarnessError,
-    canonical_digest,
-    parse_harness,
-    resolve_fixture,
+from kernels.engine.harness import Binding, Harness, HarnessError, canonical_digest, parse_harness
+from kernels.engine.inputs import (
+    NP_DTYPES,
+    Memo,
+    file_stamps,
+    invalid,
+    make_inputs,
+    no_memo,
+    sentinel_array,
+    struct_layouts,
 )
-from kernels.engine.limits import DEFAULT_LIMITS, Limits, MiB, check_limits, readback_names
+from kernels.engine.layout import StructLayout
+from kernels.engine.limits import DEFAULT_LIMITS, Limits, check_limits, readback_names
 from kernels.engine.naga import (
     BINDING_COUNT,
     MISSING_DECLARATION,
@@ -47,30 +53,41 @@ from kernels.engine.naga import (
     parse_compile_error,
 )
 from kernels.engine.outcome import CompileError, Outcome, Status, Stop, no_timings
-from kernels.engine.references import REFERENCES
 from kernels.engine.webgpu import module_refusal, pipeline_refusal
 from kernels.engine.wgsl import declared_bindings, has_loop
 
 if TYPE_CHECKING:
     import wgpu
 
-INT_DTYPES = {"u32": np.uint32, "i32": np.int32}
-NP_DTYPES = {"f32": np.float32, **INT_DTYPES}
+# A run of several cases takes the status of its worst, in this order.
+SEVERITY = (Status.PASSED, Status.NO_REFERENCE, Status.NONFINITE, Status.MISMATCH)
 
 
-def load_npy(path: Path) -> np.ndarray:
-    array: np.ndarray = np.load(path, allow_pickle=False)
-    return array
+@dataclass
+class CaseResult:
+    """One case's verdict; a harness without cases is one unnamed case."""
 
+    name: str
+    description: str
+    status: Status
+    message: str
+    outputs: list[dict[str, Any]]
+    report: dict[str, Any] | None
+    layout: list[dict[str, Any]]
 
-# memo(key, compute) returns compute()'s value, or the value kept from an earlier call
-# with the same key. Worker processes keep one across jobs (kernels/engine/worker.py), so a
-# fixture is read, and a harness's inputs and reference are computed, once per worker.
-Memo = Callable[[tuple[Any, ...], Callable[[], Any]], Any]
-
-
-def no_memo(key: tuple[Any, ...], compute: Callable[[], Any]) -> Any:
-    return compute()
+    def as_dict(self) -> dict[str, Any]:
+        entry: dict[str, Any] = {
+            "name": self.name,
+            "status": str(self.status),
+            "message": self.message,
+            "outputs": self.outputs,
+            "layout": self.layout,
+        }
+        if self.description:
+            entry["description"] = self.description
+        if self.report is not None:
+            entry["report"] = self.report
+        return entry
 
 
 def execute(
@@ -160,7 +177,7 @@ class _Run:
         try:
             harness = spec if isinstance(spec, Harness) else parse_harness(spec, self.fixtures_dir)
         except HarnessError as e:
-            raise Stop(Status.REJECTED, f"The harness is invalid: {e}", str(e)) from None
+            raise invalid(e) from None
         for name in sorted(harness.kernel_names()):
             if not isinstance(self.sources.get(name), str):
                 raise Stop(
@@ -169,10 +186,12 @@ class _Run:
                     f"sources has no {name!r}",
                 )
         check_limits(harness, self.sources, self.limits)
-        # A harness's inputs and reference do not depend on the kernel: every version
-        # replayed under it shares them.
-        key = ("inputs", canonical_digest(harness), *self.file_stamps(harness))
-        host, expected = self.memo(key, lambda: self.inputs(harness))
+        layouts = struct_layouts(harness, self.sources)
+        cases: list[tuple[Harness, Case | None]] = [
+            (harness.for_case(case), case) for case in harness.cases
+        ] or [(harness, None)]
+        # Inputs before the device, so a bad fixture file stops the run before it compiles.
+        first = self.inputs(cases[0][0], layouts)
         self.warn_about_backend(harness)
 
         started = time.perf_counter()
@@ -183,10 +202,77 @@ class _Run:
 
         started = time.perf_counter()
         try:
-            got = self.dispatch(harness, host, pipelines, readback_names(harness))
+            results = [
+                self.run_case(case_harness, case, layouts, pipelines, first if i == 0 else None)
+                for i, (case_harness, case) in enumerate(cases)
+            ]
         finally:
             self.timings["run_ms"] = _ms(started)
-        return self.compare(harness, host, got, expected)
+        return self.combine(results, bool(harness.cases))
+
+    def inputs(
+        self, harness: Harness, layouts: dict[str, StructLayout]
+    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        # A harness's inputs and reference do not depend on the kernel (but for a struct's
+        # layout): every version replayed under it shares them.
+        key = (
+            "inputs",
+            canonical_digest(harness),
+            *file_stamps(harness, self.fixtures_dir),
+            *sorted(layouts.items()),
+        )
+        inputs: tuple[dict[str, np.ndarray], dict[str, np.ndarray]] = self.memo(
+            key, lambda: make_inputs(harness, layouts, self.fixtures_dir, self.limits, self.memo)
+        )
+        return inputs
+
+    def run_case(
+        self,
+        harness: Harness,
+        case: Case | None,
+        layouts: dict[str, StructLayout],
+        pipelines: dict[tuple[str, str], Any],
+        inputs: tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | None,
+    ) -> CaseResult:
+        """Dispatch, read back and compare; on wrong outputs, dispatch again with fresh
+        buffers holding the sentinel to tell never-written cells from wrong ones."""
+        host, expected = inputs or self.inputs(harness, layouts)
+        readback = readback_names(harness)
+        got = self.dispatch(harness, host, pipelines, readback)
+        result = self.compare(harness, host, got, expected, None)
+        fresh = any(b.fill == "fresh" for b in harness.bound_buffers())
+        if result.status in (Status.MISMATCH, Status.NONFINITE) and fresh:
+            diagnostic = self.dispatch(harness, host, pipelines, readback, sentinel=True)
+            result = self.compare(harness, host, got, expected, diagnostic)
+        if case is not None:
+            result.name, result.description = case.name, case.description
+        result.layout = [
+            {"buffer": name, **layout.describe(host[name].tobytes())}
+            for name, layout in layouts.items()
+        ]
+        return result
+
+    def combine(self, results: list[CaseResult], named: bool) -> Outcome:
+        """The outcome: a lone case's own, or the worst case's with every case listed."""
+        worst = max(results, key=lambda r: SEVERITY.index(r.status))
+        outcome = self.outcome(
+            worst.status, worst.message, outputs=worst.outputs, report=worst.report
+        )
+        if worst.layout:
+            outcome["layout"] = worst.layout
+        if not named:
+            return outcome
+        passed = sum(r.status == Status.PASSED for r in results)
+        if worst.status == Status.PASSED:
+            outcome["message"] = f"All {len(results)} cases match the reference."
+        elif worst.status == Status.NO_REFERENCE:
+            outcome["message"] = f"Ran {len(results)} cases; there is no reference to compare with."
+        else:
+            outcome["message"] = (
+                f"{passed} of {len(results)} cases pass; case {worst.name}: {worst.message}"
+            )
+        outcome["cases"] = [_case_entry(r, shown=r is worst) for r in results]
+        return outcome
 
     def compile_only(self) -> Outcome:
         wgpu = import_wgpu()
@@ -207,135 +293,6 @@ class _Run:
         return self.outcome(Status.NO_REFERENCE, "Compiles; there is no harness to run it with.")
 
     # -- before the device -------------------------------------------------------------
-
-    def inputs(self, harness: Harness) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-        """Every buffer's initial contents and the reference's outputs, read-only."""
-        host = {b.name: self.host_array(b) for b in harness.buffers}
-        expected = self.reference(harness, host)
-        for array in (*host.values(), *expected.values()):
-            array.setflags(write=False)
-        return host, expected
-
-    def file_stamps(self, harness: Harness) -> list[tuple[str, int, int]]:
-        """Which version of each fixture file the inputs come from."""
-        stamps = []
-        for buf in harness.buffers:
-            if buf.fill == "file" and buf.file is not None:
-                try:
-                    stat = resolve_fixture(buf.file, self.fixtures_dir).stat()
-                except (HarnessError, OSError):
-                    continue  # inputs() stops with the reason
-                stamps.append((buf.file, stat.st_mtime_ns, stat.st_size))
-        return stamps
-
-    def host_array(self, buf: Buffer) -> np.ndarray:
-        dtype = NP_DTYPES[buf.dtype]
-        if buf.fill == "data":
-            return np.array(buf.data, dtype=dtype).reshape(buf.shape)
-        if buf.fill == "zeros":
-            return np.zeros(buf.shape, dtype=dtype)
-        if buf.fill == "random" and buf.random is not None:
-            rng = np.random.default_rng(buf.random.seed)
-            values: np.ndarray
-            if buf.dtype == "f32":
-                values = rng.uniform(buf.random.low, buf.random.high, size=buf.shape)
-            else:
-                # The harness holds integers for integer dtypes: int() only tells mypy so.
-                low, high = int(buf.random.low), int(buf.random.high)
-                values = rng.integers(low, high, size=buf.shape)
-            return values.astype(dtype)
-        if buf.fill == "file" and buf.file is not None:
-            return self.load_file(buf)
-        return np.full(buf.shape, SENTINEL_BITS[buf.dtype], dtype=np.uint32).view(dtype)
-
-    def load_file(self, buf: Buffer) -> np.ndarray:
-        field = f"buffers.{buf.name}.file"
-        try:
-            path = resolve_fixture(buf.file or "", self.fixtures_dir, field)
-        except HarnessError as e:
-            raise Stop(Status.REJECTED, f"The harness is invalid: {e}", str(e)) from None
-        if not path.is_file():
-            raise Stop(
-                Status.REJECTED,
-                f"Fixture file {buf.file} (buffer {buf.name}) does not exist.",
-                f"{field}: no such file {buf.file!r}",
-            )
-        # A float64 file converts to f32, so allow twice the buffer cap plus a header.
-        if path.stat().st_size > 2 * self.limits.max_buffer_bytes + MiB:
-            raise Stop(
-                Status.REJECTED,
-                f"Fixture file {buf.file} is too large.",
-                f"{field}: {path.stat().st_size:,} bytes",
-            )
-        try:
-            stat = path.stat()
-            key = ("file", str(path), stat.st_mtime_ns, stat.st_size)
-            array: np.ndarray = self.memo(key, lambda: load_npy(path))
-        except (OSError, ValueError) as e:
-            raise Stop(
-                Status.REJECTED,
-                f"Fixture file {buf.file} is not a readable .npy array.",
-                f"{field}: {e}",
-            ) from None
-        if tuple(array.shape) != buf.shape:
-            raise Stop(
-                Status.REJECTED,
-                f"Fixture file {buf.file} holds shape {list(array.shape)}, "
-                f"but buffer {buf.name} has shape {list(buf.shape)}.",
-                f"{field}: shape mismatch",
-            )
-        kinds = "biuf" if buf.dtype == "f32" else "biu"
-        if array.dtype.kind not in kinds:
-            raise Stop(
-                Status.REJECTED,
-                f"Fixture file {buf.file} holds {array.dtype} values, which do not "
-                f"convert to {buf.dtype}.",
-                f"{field}: dtype {array.dtype}",
-            )
-        if buf.dtype != "f32" and array.size:
-            info = np.iinfo(INT_DTYPES[buf.dtype])
-            if array.min() < info.min or array.max() > info.max:
-                raise Stop(
-                    Status.REJECTED,
-                    f"Fixture file {buf.file} holds values outside the {buf.dtype} range.",
-                    f"{field}: out of range",
-                )
-        return array.astype(NP_DTYPES[buf.dtype])
-
-    def reference(self, harness: Harness, host: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        ref = harness.reference
-        if ref is None:
-            return {}
-        args = [host[name].astype(np.float64) for name in ref.args]
-        try:
-            result = REFERENCES[ref.name](*args)
-        except Exception as e:
-            raise Stop(
-                Status.REJECTED,
-                f"The reference {ref.name} failed on the harness's buffers: {e}",
-                f"{type(e).__name__}: {e}",
-            ) from None
-        results = result if isinstance(result, tuple) else (result,)
-        if len(results) != len(ref.outputs):
-            raise Stop(
-                Status.REJECTED,
-                f"The reference {ref.name} returns {len(results)} arrays but the harness "
-                f"names {len(ref.outputs)} outputs.",
-                "reference.outputs: count mismatch",
-            )
-        expected = {}
-        for name, value in zip(ref.outputs, results, strict=True):
-            array = np.asarray(value, dtype=np.float64)
-            buf = harness.buffer(name)
-            if array.size != buf.count:
-                raise Stop(
-                    Status.REJECTED,
-                    f"The reference {ref.name} returns shape {list(array.shape)} for "
-                    f"output {name}, which has shape {list(buf.shape)}.",
-                    "reference.outputs: shape mismatch",
-                )
-            expected[name] = array.reshape(buf.shape)
-        return expected
 
     def warn_about_backend(self, harness: Harness) -> None:
         if not self.env.software:
@@ -408,9 +365,13 @@ class _Run:
         host: dict[str, np.ndarray],
         pipelines: dict[tuple[str, str], Any],
         readback: list[str],
+        sentinel: bool = False,
     ) -> dict[str, np.ndarray]:
+        """Run the passes on new buffers; sentinel=True is the diagnostic run, whose fresh
+        buffers start with the never-written sentinel instead of zeros."""
         wgpu = import_wgpu()
 
+        self.release()
         usage = wgpu.BufferUsage
         for buf in harness.bound_buffers():
             flags = (
@@ -419,7 +380,11 @@ class _Run:
                 else usage.STORAGE | usage.COPY_SRC | usage.COPY_DST
             )
             try:
-                if buf.fill == "zeros":
+                if sentinel and buf.fill == "fresh":
+                    gpu = self.device.create_buffer_with_data(
+                        data=sentinel_array(buf), usage=flags, label=buf.name
+                    )
+                elif buf.fill in ("zeros", "fresh"):
                     # wgpu zero-initialises new buffers: no host copy needed.
                     gpu = self.device.create_buffer(size=buf.nbytes, usage=flags, label=buf.name)
                 else:
@@ -558,35 +523,58 @@ class _Run:
         host: dict[str, np.ndarray],
         got: dict[str, np.ndarray],
         expected: dict[str, np.ndarray],
-    ) -> Outcome:
-        has_reference = harness.reference is not None
+        diagnostic: dict[str, np.ndarray] | None,
+    ) -> CaseResult:
+        """Each output against the reference (cells wrong here and never written in the
+        diagnostic run marked so), then the buffers the report asks to see."""
+        atol, rtol = harness.tolerance.atol, harness.tolerance.rtol
         names = list(harness.reference.outputs) if harness.reference else self.shown(harness, got)
         outputs = []
         for name in names:
             buf = harness.buffer(name)
             # An output no pass binds was never written: it still holds its start value.
             values = got[name] if name in got else host[name]
-            outputs.append(
-                compare_output(
-                    buf, values, expected.get(name), harness.tolerance.atol, harness.tolerance.rtol
-                )
-            )
+            want = expected.get(name)
+            if diagnostic is not None and want is not None and name in diagnostic:
+                sentinel = SENTINEL_BITS[buf.dtype]
+                values = mark_unwritten(values, want, diagnostic[name], sentinel, atol, rtol)
+            outputs.append(compare_output(buf, values, want, atol, rtol))
+        checked = list(outputs)
         report = None
         if harness.report is not None:
-            probs = got.get(harness.report.probabilities, host[harness.report.probabilities])
-            labels = got.get(harness.report.labels, host[harness.report.labels])
-            report = classification_report(probs, labels)
-        if not has_reference:
-            return self.outcome(
-                Status.NO_REFERENCE, no_reference_message(outputs), outputs=outputs, report=report
-            )
-        status, message = verdict(outputs)
-        return self.outcome(status, message, outputs=outputs, report=report)
+            for name in harness.report.show:
+                if name not in names:
+                    values = got[name] if name in got else host[name]
+                    shown = compare_output(harness.buffer(name), values, None, atol, rtol)
+                    outputs.append({**shown, "intermediate": True})
+            if harness.report.kind:
+                probs = got.get(harness.report.probabilities, host[harness.report.probabilities])
+                labels = got.get(harness.report.labels, host[harness.report.labels])
+                report = classification_report(probs, labels)
+        if harness.reference is None:
+            message = no_reference_message(outputs)
+            return CaseResult("", "", Status.NO_REFERENCE, message, outputs, report, [])
+        status, message = verdict(checked)
+        return CaseResult("", "", status, message, outputs, report, [])
 
     def shown(self, harness: Harness, got: dict[str, np.ndarray]) -> list[str]:
-        report = {harness.report.probabilities, harness.report.labels} if harness.report else set()
+        report = set()
+        if harness.report is not None:
+            report = {harness.report.probabilities, harness.report.labels, *harness.report.show}
         marked = [b.name for b in harness.outputs()]
         return marked or [name for name in got if name not in report]
+
+
+def _case_entry(result: CaseResult, shown: bool) -> dict[str, Any]:
+    """A case in the outcome's list; the values of its cells only for the case shown at the
+    top (the worst), so sixty-four cases do not carry sixty-four copies of every output."""
+    entry = result.as_dict()
+    if not shown:
+        entry["outputs"] = [
+            {key: value for key, value in output.items() if key not in ("got", "expected")}
+            for output in result.outputs
+        ]
+    return entry
 
 
 def refuse_as_a_browser(kernel: str, source: str) -> None:

@@ -55,7 +55,7 @@ def test_it_parses_a_valid_harness() -> None:
     b = harness.buffer("b")
     assert b.shape == (2, 2) and b.data == (1.0, 1.0, 1.0, 1.0) and b.fill == "data"
     c = harness.buffer("c")
-    assert c.fill == "sentinel" and c.output and c.nbytes == 16
+    assert c.fill == "fresh" and c.output and c.nbytes == 16
     (only,) = harness.passes
     assert only.kernel == "self" and only.entry_point == "main"
     assert only.dispatch == (1, 1, 1)
@@ -280,3 +280,127 @@ def test_different_specs_have_different_digests() -> None:
     assert digest != canonical_digest(with_change(["buffers", "a", "data"], [1, 2, 3, 5]))
     assert digest != canonical_digest(with_change(["tolerance"], {"atol": 1e-4}))
     assert digest != canonical_digest(with_change(["entry_point"], "other"))
+
+
+# -- struct buffers, file slices, cases, shown buffers ---------------------------------------
+
+
+def completed_spec() -> dict:
+    spec = add_spec()
+    spec["buffers"]["n"] = {
+        "usage": "uniform",
+        "struct": "Params",
+        "fields": {"count": 4, "scale": 0.5, "origin": [0, 1, 2]},
+    }
+    spec["buffers"]["r"] = {
+        "usage": "read",
+        "dtype": "i32",
+        "shape": [4],
+        "file": {"path": "digits.bin", "dtype": "u8", "offset": 16, "count": 2},
+    }
+    spec["buffers"]["h"] = {"usage": "read_write", "dtype": "f32", "shape": [4]}
+    spec["passes"][0]["bind"]["3"] = "h"
+    spec["report"] = {"show": ["h"]}
+    spec["cases"] = {
+        "seven": {"description": "a 7", "buffers": {"a": {"data": [7, 7, 7, 7]}}},
+        "scaled": {"buffers": {"n": {"fields": {"count": 4, "scale": 2, "origin": [0, 0, 0]}}}},
+    }
+    return spec
+
+
+def test_it_parses_structs_file_slices_cases_and_shown_buffers() -> None:
+    harness = parse_harness(completed_spec())
+
+    n = harness.buffer("n")
+    assert (n.fill, n.struct, n.shape, n.fields["scale"]) == ("fields", "Params", (), 0.5)
+    r = harness.buffer("r")
+    assert (r.file, r.slice.dtype, r.slice.offset, r.slice.count) == ("digits.bin", "u8", 16, 2)
+    assert harness.buffer("h").fill == "fresh"
+    assert harness.report.show == ("h",) and harness.report.kind == ""
+    seven, scaled = harness.cases
+    assert (seven.name, seven.description, seven.buffers[0].data) == ("seven", "a 7", (7,) * 4)
+    assert scaled.buffers[0].fields["scale"] == 2
+    refilled = harness.for_case(seven)
+    assert refilled.buffer("a").data == (7.0,) * 4 and refilled.buffer("b") == harness.buffer("b")
+    assert refilled.cases == ()
+    assert parse_harness(harness.to_dict()) == harness
+
+
+def test_cases_and_fields_are_part_of_the_digest() -> None:
+    digest = canonical_digest(completed_spec())
+    other_case = completed_spec()
+    other_case["cases"]["seven"]["buffers"]["a"]["data"] = [7, 7, 7, 8]
+    other_field = completed_spec()
+    other_field["buffers"]["n"]["fields"]["scale"] = 0.25
+
+    assert digest != canonical_digest(other_case) != canonical_digest(other_field)
+
+
+@pytest.mark.parametrize(
+    ("change", "path", "fragment"),
+    [
+        ({"dtype": "u32"}, "buffers.n.dtype", "size comes from its WGSL struct"),
+        ({"fields": []}, "buffers.n.fields", "object of field values"),
+        ({"fields": {"x": [1, "two"]}}, "buffers.n.fields.x[1]", "finite number"),
+        ({"fields": {"x": 1}, "struct": "not a name"}, "buffers.n.struct", "identifier"),
+    ],
+)
+def test_it_checks_a_struct_buffer(change: dict, path: str, fragment: str) -> None:
+    spec = add_spec()
+    spec["buffers"]["n"] = {"usage": "uniform", "fields": {"x": 1}, **change}
+
+    error = error_for(spec)
+
+    assert error.path == path and fragment in error.message
+
+
+def test_a_struct_buffer_needs_fields() -> None:
+    spec = add_spec()
+    spec["buffers"]["n"] = {"usage": "uniform", "struct": "P"}
+
+    assert error_for(spec).path == "buffers.n.fields"
+
+
+@pytest.mark.parametrize(
+    ("file", "path", "fragment"),
+    [
+        ({"path": "x.npy", "dtype": "u8"}, "buffers.a.file.dtype", "says its own dtype"),
+        ({"path": "x.bin", "dtype": "f16"}, "buffers.a.file.dtype", "must be one of"),
+        ({"path": "x.bin", "offset": -1}, "buffers.a.file.offset", "bytes >= 0"),
+        ({"path": "x.bin", "count": 5}, "buffers.a.file.count", "1 to 4"),
+        ({"path": "x.txt"}, "buffers.a.file.path", ".npy or .bin"),
+        ({"path": "../x.bin"}, "buffers.a.file.path", "'..'"),
+        ({"path": "x.bin", "size": 4}, "buffers.a.file.size", "unknown field"),
+    ],
+)
+def test_it_checks_a_file_slice(file: dict, path: str, fragment: str) -> None:
+    spec = add_spec()
+    spec["buffers"]["a"] = {"usage": "read", "dtype": "f32", "shape": [4], "file": file}
+
+    error = error_for(spec)
+
+    assert error.path == path and fragment in error.message
+
+
+@pytest.mark.parametrize(
+    ("cases", "path", "fragment"),
+    [
+        ([], "cases", "object of named cases"),
+        ({"a b": {"buffers": {"a": {"zeros": True}}}}, "cases.a b", "case names"),
+        ({"one": {}}, "cases.one.buffers", "name the buffers"),
+        ({"one": {"buffers": {"zz": {"zeros": True}}}}, "cases.one.buffers.zz", "no buffer"),
+        ({"one": {"buffers": {"a": {"data": [1]}}}}, "cases.one.buffers.a.data", "holds 4"),
+        ({"one": {"buffers": {"a": {}}}}, "cases.one.buffers.a", "give one fill"),
+        ({"one": {"buffers": {"a": {"usage": "read"}}}}, "cases.one.buffers.a.usage", "unknown"),
+        ({"one": {"buffers": {"a": {"fields": {"x": 1}}}}}, "cases.one.buffers.a", "refilled"),
+    ],
+)
+def test_it_checks_the_cases(cases: object, path: str, fragment: str) -> None:
+    error = error_for(with_change(["cases"], cases))
+
+    assert error.path == path and fragment in error.message
+
+
+def test_it_checks_the_buffers_a_report_shows() -> None:
+    assert error_for(with_change(["report"], {"show": ["zz"]})).path == "report.show[0]"
+    assert error_for(with_change(["report"], {})).path == "report"

@@ -448,17 +448,19 @@ def test_it_rejects_fixture_files_outside_the_folder(run, tmp_path: Path) -> Non
     assert outcome["status"] == "rejected" and "does not exist" in outcome["message"]
 
 
-def test_it_shows_outputs_without_a_reference(run) -> None:
+def test_it_shows_outputs_without_a_reference_as_a_browser_would(run) -> None:
     harness = add_harness(n=100, dispatch=1)
     del harness["reference"]
 
     outcome = run(ADD, harness)
 
+    # Without a verdict there is nothing to diagnose, so no second run with the sentinel:
+    # the 36 cells past the 64 invocations read as WebGPU leaves them, zero.
     assert outcome["status"] == "no_reference"
     (out,) = outcome["outputs"]
-    assert out["unwritten"] == 36 and out["bad"] is None and "expected" not in out
-    assert out["grid"]["cells"].count("u") == 18
-    assert "36 never written" in outcome["message"]
+    assert out["unwritten"] == 0 and out["bad"] is None and "expected" not in out
+    assert out["got"][63] != 0 and out["got"][64:] == [0.0] * 36
+    assert "never written" not in outcome["message"]
 
 
 def test_it_only_compiles_without_a_harness(run) -> None:
@@ -544,3 +546,234 @@ def test_the_worker_memo_stays_under_its_size() -> None:
     for i in range(5):
         memo(("pipeline", i), object)  # no bytes, but counted
     assert list(memo.values) == [("pipeline", 2), ("pipeline", 3), ("pipeline", 4)]
+
+
+# -- the completed harness: structs, files, cases, zeroed buffers, intermediates ------------
+
+SCALE = """struct Params {
+    n: u32,
+    scale: f32,
+    shift: i32,
+    bias: vec3<f32>,
+}
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read_write> y: array<f32>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = gid.x;
+    if (i < params.n) {
+        y[i] = params.scale * x[i] + f32(params.shift) + params.bias.z;
+    }
+}
+"""
+
+
+def scale_harness(fields: dict) -> dict:
+    return {
+        "buffers": {
+            "params": {"usage": "uniform", "fields": fields},
+            "x": rand([256], 3),
+            "y": {"usage": "read_write", "dtype": "f32", "shape": [256], "output": True},
+        },
+        "passes": [{"bind": {"0": "params", "1": "x", "2": "y"}, "dispatch": [4]}],
+        "reference": {"name": "double", "args": ["x"]},
+    }
+
+
+def test_it_fills_a_struct_uniform_by_field_name_as_wgsl_lays_it_out(run) -> None:
+    # shift and bias.z cancel only if each lands where the kernel reads it: bias is a
+    # vec3<f32>, 16-byte aligned, so it starts at byte 16, not 12.
+    fields = {"n": 256, "scale": 2.0, "shift": -3, "bias": [0, 0, 3]}
+
+    outcome = run(SCALE, scale_harness(fields))
+
+    assert outcome["status"] == "passed", outcome["message"]
+    (layout,) = outcome["layout"]
+    assert (layout["buffer"], layout["struct"], layout["size"]) == ("params", "Params", 32)
+    assert [(f["name"], f["offset"], f["values"]) for f in layout["fields"]] == [
+        ("n", 0, [256]),
+        ("scale", 4, [2.0]),
+        ("shift", 8, [-3]),
+        ("bias", 16, [0.0, 0.0, 3.0]),
+    ]
+    assert layout["padding"] == [{"offset": 12, "size": 4}, {"offset": 28, "size": 4}]
+
+
+def test_it_names_a_struct_field_that_does_not_fit(run) -> None:
+    outcome = run(SCALE, scale_harness({"n": 256, "scale": 2.0, "shift": -3, "bias": [0, 3]}))
+
+    assert outcome["status"] == "rejected"
+    assert "buffers.params.fields.bias: vec3<f32> takes 3 numbers" in outcome["error"]
+
+
+def test_it_reads_raw_bin_and_npy_slices(run, tmp_path: Path) -> None:
+    # An MNIST-style file: a 16-byte header, then one byte per pixel.
+    pixels = np.arange(200, dtype=np.uint8)
+    (tmp_path / "images.bin").write_bytes(bytes(16) + pixels.tobytes())
+    np.save(tmp_path / "values.npy", np.arange(100, dtype=np.float32).reshape(10, 10))
+    harness = {
+        "buffers": {
+            "x": {
+                "usage": "read",
+                "dtype": "f32",
+                "shape": [64],
+                "file": {"path": "images.bin", "dtype": "u8", "offset": 16 + 64, "count": 64},
+            },
+            "y": {"usage": "read_write", "dtype": "f32", "shape": [64], "output": True},
+        },
+        "passes": [{"bind": {"0": "x", "1": "y"}, "dispatch": [1]}],
+    }
+
+    from_bin = run(COPY, harness)
+    harness["buffers"]["x"]["file"] = {"path": "values.npy", "offset": 4 * 90, "count": 10}
+    from_npy = run(COPY, harness)
+
+    assert from_bin["status"] == "no_reference", from_bin["message"]
+    assert from_bin["outputs"][0]["got"] == [float(v) for v in range(64, 128)]
+    # Ten values from the tenth row on; the rest of the buffer stays zero.
+    assert from_npy["outputs"][0]["got"] == [float(v) for v in range(90, 100)] + [0.0] * 54
+
+
+@pytest.mark.parametrize(
+    ("file", "fragment"),
+    [
+        ({"path": "images.bin", "dtype": "u32", "offset": 2}, "not a multiple of the value size"),
+        ({"path": "images.bin", "dtype": "u8", "offset": 8, "count": 64}, "holds 40 values"),
+        ({"path": "images.bin", "dtype": "f32"}, "holds 12 values after byte 0, not 64"),
+    ],
+)
+def test_it_rejects_a_slice_the_file_cannot_give(
+    run, tmp_path: Path, file: dict, fragment: str
+) -> None:
+    (tmp_path / "images.bin").write_bytes(bytes(48))
+    harness = {
+        "buffers": {
+            "x": {"usage": "read", "dtype": "f32", "shape": [64], "file": file},
+            "y": {"usage": "read_write", "dtype": "f32", "shape": [64], "output": True},
+        },
+        "passes": [{"bind": {"0": "x", "1": "y"}, "dispatch": [1]}],
+    }
+
+    outcome = run(COPY, harness)
+
+    assert outcome["status"] == "rejected"
+    assert fragment in outcome["message"] and "buffers.x.file" in outcome["error"]
+
+
+CLAMPED_ADD = ADD.replace("c[i] = a[i] + b[i];", "c[i] = min(a[i] + b[i], 10.0);")
+
+
+def test_it_runs_each_case_and_takes_the_worst(run) -> None:
+    harness = add_harness(n=64, dispatch=1)
+    harness["cases"] = {
+        "small": {"buffers": {"a": {"data": [1.0] * 64}, "b": {"zeros": True}}},
+        "large": {
+            "description": "sums past the clamp",
+            "buffers": {"a": {"data": [9.0] * 64}, "b": {"data": [2.0] * 64}},
+        },
+        "random": {"buffers": {"a": {"random": {"seed": 5, "low": 0, "high": 1}}}},
+    }
+
+    outcome = run(CLAMPED_ADD, harness)
+
+    assert outcome["status"] == "mismatch"
+    assert outcome["message"].startswith("2 of 3 cases pass; case large: 64 of 64 cells wrong")
+    assert [(c["name"], c["status"]) for c in outcome["cases"]] == [
+        ("small", "passed"),
+        ("large", "mismatch"),
+        ("random", "passed"),
+    ]
+    large = outcome["cases"][1]
+    assert large["description"] == "sums past the clamp"
+    # The top level shows the worst case, whose cells alone come with their values.
+    assert outcome["outputs"] == large["outputs"] and large["outputs"][0]["got"][0] == 10.0
+    assert "got" not in outcome["cases"][0]["outputs"][0]
+
+
+def test_all_cases_passing_say_so(run) -> None:
+    harness = add_harness(n=64, dispatch=1)
+    harness["cases"] = {
+        f"digit-{i}": {"buffers": {"a": {"data": [float(i)] * 64}}} for i in range(10)
+    }
+
+    outcome = run(ADD, harness)
+
+    assert outcome["status"] == "passed"
+    assert outcome["message"] == "All 10 cases match the reference."
+    assert len(outcome["cases"]) == 10
+
+
+ACCUMULATE = ADD.replace("c[i] = a[i] + b[i];", "c[i] += a[i];\n        c[i] += b[i];")
+
+
+def test_an_accumulating_kernel_passes_on_a_fresh_buffer(run) -> None:
+    # WebGPU zeroes a new buffer, so `c[i] += ...` is right in a browser, and here.
+    outcome = run(ACCUMULATE, add_harness())
+
+    assert outcome["status"] == "passed", outcome["message"]
+
+
+def test_it_runs_again_with_the_sentinel_only_to_diagnose_a_mismatch(
+    run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kernels.engine import run as runner
+
+    dispatches: list[bool] = []
+    dispatch = runner._Run.dispatch
+
+    def counting(self, *args, **kwargs):
+        dispatches.append(kwargs.get("sentinel", False))
+        return dispatch(self, *args, **kwargs)
+
+    monkeypatch.setattr(runner._Run, "dispatch", counting)
+
+    passed = run(ADD, add_harness())
+    assert passed["status"] == "passed" and dispatches == [False]
+
+    short = run(ACCUMULATE, add_harness(n=1000, dispatch=8))
+    assert dispatches[1:] == [False, True]
+    (out,) = short["outputs"]
+    # Cells past the 512 invocations are wrong (zero) and stay the sentinel in the second
+    # run: never written. The accumulated cells are right, so none of them is called so.
+    assert short["status"] == "mismatch"
+    assert out["unwritten"] == out["bad"] == 1000 - 512
+    assert out["got"][511] is not None and out["got"][512] is None
+
+
+RELU_OUT = """@group(0) @binding(0) var<storage, read> h: array<f32>;
+@group(0) @binding(1) var<storage, read_write> y: array<f32>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    if (gid.x < arrayLength(&y)) {
+        y[gid.x] = max(h[gid.x], 0.0);
+    }
+}
+"""
+
+
+def test_it_shows_an_intermediate_buffer_the_report_asks_for(run) -> None:
+    harness = {
+        "buffers": {
+            "x": rand([64], 4),
+            "hidden": {"usage": "read_write", "dtype": "f32", "shape": [64]},
+            "y": {"usage": "read_write", "dtype": "f32", "shape": [64], "output": True},
+        },
+        "passes": [
+            {"kernel": "copy", "bind": {"0": "x", "1": "hidden"}, "dispatch": [1]},
+            {"bind": {"0": "hidden", "1": "y"}, "dispatch": [1]},
+        ],
+        "reference": {"name": "relu", "args": ["x"]},
+        "report": {"show": ["hidden"]},
+    }
+
+    outcome = run({"self": RELU_OUT, "copy": COPY}, harness)
+
+    assert outcome["status"] == "passed", outcome["message"]
+    y, hidden = outcome["outputs"]
+    assert y["name"] == "y" and y["bad"] == 0 and "intermediate" not in y
+    assert hidden["name"] == "hidden" and hidden["intermediate"] is True
+    assert hidden["bad"] is None and "expected" not in hidden
+    assert min(hidden["got"]) < 0  # before the ReLU
