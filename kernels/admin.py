@@ -125,6 +125,12 @@ class SessionFileAdmin(admin.ModelAdmin):
             return ("session", "upload", "name", "content_type")
         return self.readonly_fields
 
+    def get_form(self, request: HttpRequest, obj: SessionFile | None = None, **kwargs):
+        # Only a new file is uploaded; a stored one is shown, never edited.
+        if obj is not None:
+            kwargs["form"] = forms.ModelForm
+        return super().get_form(request, obj, **kwargs)
+
     def get_readonly_fields(self, request: HttpRequest, obj: SessionFile | None = None):
         return self.readonly_fields if obj is not None else ()
 

@@ -103,14 +103,11 @@ class KernelVersion(models.Model):
 
     def diff_from(self, other: KernelVersion) -> str:
         """A unified diff from another version's source to this one's."""
-        return _diff(other.source, self.source, other.number, self.number)
-
-    def host_diff_from(self, other: KernelVersion) -> str:
-        """A unified diff from another version's host program to this one's."""
-        return _diff(other.host_program, self.host_program, other.number, self.number)
+        return version_diff(other.source, self.source, other.number, self.number)
 
 
-def _diff(old: str, new: str, old_number: int, new_number: int) -> str:
+def version_diff(old: str, new: str, old_number: int, new_number: int) -> str:
+    """A unified diff between two versions' texts, labelled with their numbers."""
     lines = difflib.unified_diff(
         old.splitlines(keepends=True),
         new.splitlines(keepends=True),

@@ -10,6 +10,7 @@ for the outcome as long as the caller can). Both answer with a Replay.
 
 from __future__ import annotations
 
+import base64
 import functools
 import hashlib
 import json
@@ -28,7 +29,7 @@ from django.utils.module_loading import import_string
 
 from kernels.engine.harness import Harness, HarnessError, canonical_digest, parse_harness
 from kernels.engine.outcome import Outcome, Status, cacheable, failure
-from kernels.models import KernelVersion, Run
+from kernels.models import KernelVersion, Run, SessionFile
 
 BACKENDS = {
     "local": "kernels.backends.LocalBackend",
@@ -120,8 +121,11 @@ def sources_for(version: KernelVersion, harness: Harness | None) -> dict[str, st
 
 
 def job_for(version: KernelVersion, spec: dict | None = None) -> Job:
-    """The job replaying this version, under its own harness or the one given."""
+    """The job replaying this version, under its own harness or the one given; its host
+    program when it has one."""
     spec = version.harness if spec is None else spec
+    if version.host_program:
+        return program_job(version, spec)
     harness = parsed_harness(version, spec)
     sources = sources_for(version, harness)
     payload = {
@@ -131,6 +135,81 @@ def job_for(version: KernelVersion, spec: dict | None = None) -> Job:
     }
     digest = canonical_digest(harness) if harness else "compile-only"
     return Job(sources_digest(sources), digest, payload)
+
+
+# A program's own interrupt, which names its line, comes this long before the pool's
+# deadline kills its worker.
+PROGRAM_MARGIN = 2.0
+
+
+@dataclass(frozen=True)
+class ProgramCheck:
+    """What a host program's readbacks are checked against: the harness's numpy
+    reference fed with the inputs the program wrote, else the readbacks of the kernel's
+    final program version, else nothing (its outputs are shown without a verdict)."""
+
+    harness: Harness | None = None
+    final: KernelVersion | None = None
+
+    @property
+    def against(self) -> str:
+        return "reference" if self.harness else "program" if self.final else "none"
+
+
+def program_check(version: KernelVersion, harness: Harness | None) -> ProgramCheck:
+    if harness is not None and harness.reference is not None:
+        return ProgramCheck(harness=harness)
+    final = version.kernel.versions.exclude(host_program="").order_by("-number").first()
+    return ProgramCheck(final=final if final is not None and final.pk != version.pk else None)
+
+
+def wgsl_files(version: KernelVersion) -> dict[str, str]:
+    """The version's WGSL as the files a program may fetch() it by."""
+    return {"kernel.wgsl": version.source, f"{version.kernel.name}.wgsl": version.source}
+
+
+def program_job(version: KernelVersion, spec: dict) -> Job:
+    """The job running this version's host program (kernels.engine.host.program).
+
+    Its key covers the WGSL, the program, the session's files and what it is checked
+    against; the files themselves join the payload only when the job is sent (with_files).
+    """
+    check = program_check(version, parsed_harness(version, spec))
+    files = dict(
+        SessionFile.objects.filter(session=version.kernel.session_id).values_list("name", "sha256")
+    )
+    content = {"self": version.source, "@host": version.host_program}
+    content |= {f"@file:{name}": sha256 for name, sha256 in files.items()}
+    payload: dict = {
+        "kind": "program",
+        "source": version.host_program,
+        "wgsl": wgsl_files(version),
+        "files": None,
+        "session_files": version.kernel.session_id if files else None,
+        "deadline_s": max(1.0, settings.REPLAY_DEADLINE - PROGRAM_MARGIN),
+    }
+    if check.harness is not None:
+        payload["harness"] = check.harness.to_dict()
+        against = f"reference:{canonical_digest(check.harness)}"
+    elif check.final is not None:
+        final = check.final
+        payload["reference_program"] = {"source": final.host_program, "wgsl": wgsl_files(final)}
+        against = f"program:{sources_digest({'self': final.source, '@host': final.host_program})}"
+    else:
+        against = "none"
+    digest = hashlib.sha256(f"program/{against}".encode()).hexdigest()
+    return Job(sources_digest(content), digest, payload)
+
+
+def with_files(job: Job) -> Job:
+    """The job with its session's files in it, read from the database when it is sent."""
+    session_id = job.payload.get("session_files")
+    if session_id is None:
+        return job
+    rows = SessionFile.objects.filter(session=session_id).values_list("name", "data")
+    files = {name: base64.b64encode(bytes(data)).decode() for name, data in rows}
+    payload = {key: value for key, value in job.payload.items() if key != "session_files"}
+    return Job(job.source_sha256, job.harness_digest, {**payload, "files": files})
 
 
 def unattended_seconds() -> float:
@@ -219,7 +298,7 @@ def start_run(job: Job, fresh: bool = False, wanted_for: float | None = None) ->
             return joined
         return start_run(job, fresh=False, wanted_for=wanted_for)
     try:
-        backend().start(run, job, wanted_for)
+        backend().start(run, with_files(job), wanted_for)
     except ReplayUnavailable:
         run.delete()
         raise
