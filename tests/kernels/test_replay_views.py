@@ -19,6 +19,14 @@ from kernels.models import Run
 from tests.base import ADD_HARNESS, ADD_SOURCE, add_kernel, make_session
 
 COMPILE_ERROR = ADD_SOURCE.replace("a[id.x] + b[id.x];", "a[id.x] + b[id.x]")
+COPY_SOURCE = """@group(0) @binding(0) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read_write> y: array<f32>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+    y[id.x] = x[id.x];
+}
+"""
 # Long enough on llvmpipe to outlive any short deadline: 4096 workgroups of 256
 # invocations, each looping 60,000 times (under the 65,535 loop cap).
 HOSTILE = """@group(0) @binding(0) var<storage, read> a: array<f32>;
@@ -338,6 +346,33 @@ class ReplayCommandTestCase(TransactionTestCase):
             text = self.call("--source", source, "--harness", harness)
             self.assertIn("compile_error", text)
             self.assertIn("wgsl:8:1", text)
+
+    def test_it_replays_a_program_of_several_modules(self) -> None:
+        import copy
+        import tempfile
+        from pathlib import Path
+
+        harness = copy.deepcopy(ADD_HARNESS)
+        harness["buffers"]["sum"] = {"usage": "read_write", "dtype": "f32", "shape": [128]}
+        harness["passes"] = [
+            {"kernel": "add", "bind": {"0": "a", "1": "b", "2": "sum"}, "dispatch": [2]},
+            {"kernel": "self", "bind": {"0": "sum", "1": "out"}, "dispatch": [2]},
+        ]
+        harness["report"] = {"show": ["sum"]}
+        with tempfile.TemporaryDirectory() as tmp:
+            copy_source, add, spec = (
+                Path(tmp) / "copy.wgsl",
+                Path(tmp) / "add.wgsl",
+                Path(tmp) / "h.json",
+            )
+            copy_source.write_text(COPY_SOURCE)
+            add.write_text(ADD_SOURCE)
+            spec.write_text(json.dumps(harness))
+
+            text = self.call("--source", copy_source, "--source", add, "--harness", spec)
+
+        self.assertIn("passed: All 128 cells match", text)
+        self.assertIn("sum [128]: intermediate, shown, 128 cells", text)
 
     def test_it_replays_a_stored_turn(self) -> None:
         session = make_session("demo", turns=2)

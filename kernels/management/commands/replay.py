@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -19,15 +20,12 @@ def describe(outcome: Outcome) -> str:
         lines.append(compile_error.get("text", "").rstrip())
     elif outcome.get("error") and outcome["status"] != "timeout":
         lines.append(outcome["error"].rstrip())
+    for case in outcome.get("cases", []):
+        lines.append(f"  case {case['name']}: {case['status']}: {case['message']}")
     for output in outcome.get("outputs", []):
-        shape = "x".join(str(n) for n in output["shape"])
-        lines.append(
-            f"  {output['name']} [{shape}]: {output['bad']} wrong, {output['unwritten']} never "
-            f"written, {output['nonfinite']} NaN/inf of {output['count']}"
-        )
-        for cell in output.get("first_bad", [])[:5]:
-            got = "nothing (never written)" if cell["got"] is None else cell["got"]
-            lines.append(f"    at {cell['index']}: expected {cell['expected']}, got {got}")
+        lines += _output_lines(output)
+    for layout in outcome.get("layout", []):
+        lines.append(_layout_line(layout))
     if report := outcome.get("report"):
         lines.append(f"  accuracy {report['accuracy']:.2%} on {report['count']} samples")
     environment = outcome.get("environment") or {}
@@ -43,6 +41,46 @@ def describe(outcome: Outcome) -> str:
     return "\n".join(lines)
 
 
+def _output_lines(output: dict[str, Any]) -> list[str]:
+    shape = "x".join(str(n) for n in output["shape"])
+    name = f"  {output['name']} [{shape}]"
+    if output["bad"] is None:
+        role = "intermediate, shown" if output.get("intermediate") else "shown"
+        return [f"{name}: {role}, {output['count']} cells"]
+    lines = [
+        f"{name}: {output['bad']} wrong, {output['unwritten']} never "
+        f"written, {output['nonfinite']} NaN/inf of {output['count']}"
+    ]
+    for cell in output.get("first_bad", [])[:5]:
+        got = "nothing (never written)" if cell["got"] is None else cell["got"]
+        lines.append(f"    at {cell['index']}: expected {cell['expected']}, got {got}")
+    return lines
+
+
+def _layout_line(layout: dict[str, Any]) -> str:
+    """A struct buffer's bytes: each field at its offset, then the padding."""
+    fields = ", ".join(
+        f"{f['name']}@{f['offset']} {f['type']} = {f['values']}" for f in layout["fields"]
+    )
+    padding = ", ".join(f"{p['size']} at {p['offset']}" for p in layout["padding"]) or "none"
+    return (
+        f"  {layout['buffer']}: struct {layout['struct']}, {layout['size']} bytes: "
+        f"{fields}; padding {padding}"
+    )
+
+
+def _sources(paths: list[Path]) -> dict[str, str]:
+    """The first file is the kernel replayed ("self"); the others are the kernels a
+    harness's passes name, each by its file name without .wgsl."""
+    sources: dict[str, str] = {}
+    for number, path in enumerate(paths):
+        name = "self" if number == 0 else path.stem
+        if name in sources:
+            raise CommandError(f"Two sources are named {name!r}: rename one of the files.")
+        sources[name] = path.read_text()
+    return sources
+
+
 class Command(BaseCommand):
     help = (
         "Run a WGSL kernel under a harness and print the outcome: either files "
@@ -50,7 +88,13 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--source", type=Path, help="a .wgsl file")
+        parser.add_argument(
+            "--source",
+            type=Path,
+            action="append",
+            help="a .wgsl file; give it again for the other kernels a harness's passes "
+            "name (a pass with kernel 'relu' runs relu.wgsl)",
+        )
         parser.add_argument(
             "--harness", type=Path, help="a harness .json file (omit: compile only)"
         )
@@ -71,9 +115,9 @@ class Command(BaseCommand):
         else:
             self.stdout.write(describe(outcome))
 
-    def _files(self, source: Path, harness: Path | None) -> dict:
+    def _files(self, paths: list[Path], harness: Path | None) -> dict:
         try:
-            sources = {"self": source.read_text()}
+            sources = _sources(paths)
             spec = json.loads(harness.read_text()) if harness else None
         except OSError as error:
             raise CommandError(f"Cannot read {error.filename}: {error.strerror}") from None
@@ -86,7 +130,7 @@ class Command(BaseCommand):
         with Pool(
             size=1, deadline=settings.REPLAY_DEADLINE, backend=settings.REPLAY_WGPU_BACKEND
         ) as pool:
-            return pool.run(f"cli:{source}", job)
+            return pool.run(f"cli:{paths[0]}", job)
 
     def _stored(self, slug: str, number: int, fresh: bool) -> dict:
         session = Session.objects.filter(slug=slug).first()
