@@ -1,4 +1,5 @@
-"""Secrets and personal paths out of imported data, before anything is stored.
+"""Secrets, e-mail addresses and personal paths out of imported data, before anything is
+stored.
 
 Transcripts carry whatever passed through the learner's terminal: API keys pasted into
 a prompt, a `.env` file a tool read, the user name in every absolute path. The importer
@@ -19,43 +20,69 @@ from typing import Any, cast
 
 # One alternation, so each string is scanned once. Order matters where patterns overlap:
 # private key blocks first, Anthropic before the generic sk- form.
+#
+# The token families and their shapes follow the maintained secret-scanning rule sets
+# (gitleaks, detect-secrets); their patterns are not taken as they are, because several
+# backtrack (nested quantifiers, `.+` before a literal). Every pattern here is linear in
+# its input: it begins with a literal or a lookbehind that lets an attempt start only at
+# the start of a run; no quantifier holds another, nor an alternation whose branches can
+# begin alike; runs that a literal follows are possessive or cannot contain that literal.
+# tests/sessions/test_claude_code_redact.py checks all three and feeds growing hostile
+# inputs.
 _PATTERNS: list[tuple[str, str]] = [
     (
         "private-key",
-        r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----"
-        r"(?:.*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----|.*\Z)",
+        # The whole block, or to the end when it is cut off: the first BEGIN consumes
+        # the rest of the text, so no later attempt rescans it.
+        r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY-----"
+        r"(?:.*?-----END [A-Z0-9 ]{0,40}PRIVATE KEY-----|.*\Z)",
     ),
-    ("anthropic-key", r"\bsk-ant-[A-Za-z0-9_\-]{16,}"),
-    ("openai-key", r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,}"),
-    ("github-token", r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})"),
+    ("anthropic-key", r"\bsk-ant-[A-Za-z0-9_\-]{16,}+"),
+    ("openai-key", r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,}+"),
+    ("github-token", r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}+|github_pat_[A-Za-z0-9_]{30,}+)"),
+    (
+        "gitlab-token",
+        r"\bgl(?:pat|dt|ft|soat|rt|cbt|imt|ptt|agent|oas)-[A-Za-z0-9_\-]{20,}+",
+    ),
+    ("slack-token", r"\bxox[abposr]-[A-Za-z0-9\-]{10,}+"),
+    ("slack-webhook", r"https://hooks\.slack\.com/services/[A-Za-z0-9_/]{20,}+"),
+    ("stripe-key", r"\b[rs]k_(?:live|test)_[A-Za-z0-9]{16,}+"),
+    ("google-api-key", r"\bAIza[0-9A-Za-z_\-]{35}"),
+    ("huggingface-token", r"\bhf_[A-Za-z]{30,}+"),
+    ("npm-token", r"\bnpm_[A-Za-z0-9]{36}"),
+    ("pypi-token", r"\bpypi-AgEIcHlwaS5vcmc[A-Za-z0-9_\-]{50,}+"),
+    ("sendgrid-key", r"\bSG\.[A-Za-z0-9_\-]{22}\.[A-Za-z0-9_\-]{43}"),
+    ("digitalocean-token", r"\bdo[opr]_v1_[a-f0-9]{64}"),
+    ("age-secret-key", r"\bAGE-SECRET-KEY-1[0-9A-Z]{50,}+"),
+    ("jwt", r"\beyJ[A-Za-z0-9_\-]{8,}+\.eyJ[A-Za-z0-9_\-]{8,}+\.[A-Za-z0-9_\-]*+"),
     ("aws-access-key", r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
     (
         "aws-secret-key",
         r"(?i:aws_secret_access_key|secret_access_key|aws_secret)"
-        r"[\"']?\s*[:=]\s*[\"']?(?P<aws>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+])",
+        r"[\"']?\s*+[:=]\s*+[\"']?(?P<aws>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+])",
     ),
-    ("bearer-token", r"(?i:\bbearer)\s+(?P<bearer>[A-Za-z0-9\-._~+/]{12,}=*)"),
+    ("bearer-token", r"(?i:\bbearer)\s++(?P<bearer>[A-Za-z0-9\-._~+/]{12,}+=*+)"),
     (
         "url-password",
-        r"\b(?P<scheme>[a-zA-Z][a-zA-Z0-9+.\-]*://)(?P<user>[^\s:/@\"'`]+):"
-        r"(?P<pw>[^\s@/\"'`]+)@",
+        r"(?<![a-zA-Z0-9+.\-])(?P<scheme>[a-zA-Z][a-zA-Z0-9+.\-]*+://)"
+        r"(?P<user>[^\s:/@\"'`]++):(?P<pw>[^\s@/\"'`]++)@",
     ),
     (
         "env-secret",
         # FOO_TOKEN=…, API_KEY: "…", DB_PASSWORD='…' (the names, not the values, stay).
         r"\b(?P<name>[A-Z][A-Z0-9_]*_(?:TOKEN|KEY|SECRET|PASSWORD|PASSWD)S?)\b[\"']?"
-        r"\s*[:=]\s*(?P<q>[\"']?)(?P<val>[^\s\"'`$<\[(){},;][^\s\"'`(){},;]{5,}?)"
+        r"\s*+[:=]\s*+(?P<q>[\"']?)(?P<val>[^\s\"'`$<\[(){},;][^\s\"'`(){},;]{5,}?)"
         r"(?=(?P=q)(?:[\s\"'`,;)}\]]|\Z))",
     ),
     (
         "home-path",
-        r"(?P<home>(?<![\w.])/home/|(?<![\w.])/Users/|\b[A-Za-z]:[\\/]+Users[\\/]+)"
-        r"(?P<who>[A-Za-z0-9._\-]+)(?=[\\/\s\"'`:;,)\]]|\Z)",
+        r"(?P<home>(?<![\w.])/home/|(?<![\w.])/Users/|\b[A-Za-z]:[\\/]++Users[\\/]++)"
+        r"(?P<who>[A-Za-z0-9._\-]++)(?=[\\/\s\"'`:;,)\]]|\Z)",
     ),
     # Claude Code's encoded project folders: ~/.claude/projects/-home-alice-proj
     (
         "home-path",
-        r"(?<=projects/)(?P<enc>-home-|-Users-|[A-Za-z]--Users-)(?P<encwho>[A-Za-z0-9._]+)(?=-)",
+        r"(?<=projects/)(?P<enc>-home-|-Users-|[A-Za-z]--Users-)(?P<encwho>[A-Za-z0-9._]++)(?=-)",
     ),
 ]
 _SCAN = re.compile(
@@ -82,6 +109,27 @@ _NEEDLES = (
     "ghs_",
     "ghr_",
     "github_pat_",
+    "glpat-",
+    "gldt-",
+    "glft-",
+    "glsoat-",
+    "glrt-",
+    "glcbt-",
+    "glimt-",
+    "glptt-",
+    "glagent-",
+    "gloas-",
+    "xox",
+    "k_live_",
+    "k_test_",
+    "AIza",
+    "hf_",
+    "npm_",
+    "pypi-",
+    "SG.",
+    "_v1_",
+    "AGE-SECRET",
+    "eyJ",
     "AKIA",
     "ASIA",
     "ecret",
@@ -101,6 +149,14 @@ _NEEDLES = (
 
 _NEEDLE = re.compile("|".join(re.escape(needle) for needle in _NEEDLES))
 _BAD_CHARS = re.compile("[\ud800-\udfff\x00]")
+
+# E-mail addresses (a git log's authors, a config's owner). An attempt starts only where
+# an address could (the lookbehind), its parts are bounded, and the domain is checked in
+# Python rather than by a backtracking pattern.
+_EMAIL = re.compile(r"(?<![\w.%+\-])(?P<local>[\w.%+\-]{1,64}+)@(?P<domain>[A-Za-z0-9.\-]{1,255}+)")
+_NOT_PERSONAL_EMAILS = {"noreply@anthropic.com"}
+_EXAMPLE_DOMAINS = {"example.com", "example.org", "example.net"}
+_NOT_PERSONAL_LOCALS = {"git"}  # git@github.com:org/repo is a remote, not a person
 
 
 def _clean_chars(text: str) -> str:
@@ -137,11 +193,29 @@ class Scrubber:
         start, end = match.start(secret) - match.start(), match.end(secret) - match.start()
         return whole[:start] + marker + whole[end:]
 
+    def _email(self, match: re.Match[str]) -> str:
+        domain = match["domain"].rstrip(".-")
+        labels = domain.split(".")
+        address = f"{match['local']}@{domain}"
+        if (
+            len(labels) < 2
+            or not (labels[-1].isascii() and labels[-1].isalpha() and len(labels[-1]) >= 2)
+            or address.lower() in _NOT_PERSONAL_EMAILS
+            or domain.lower() in _EXAMPLE_DOMAINS
+            or match["local"] in _NOT_PERSONAL_LOCALS
+        ):
+            return match[0]
+        self.counts["email"] += 1
+        return "[REDACTED:email]" + match[0][len(address) :]
+
     def text(self, value: str) -> str:
         if _BAD_CHARS.search(value):
             value = _clean_chars(value)
-        if self.redact and _NEEDLE.search(value):
-            value = _SCAN.sub(self._replace, value)
+        if self.redact:
+            if _NEEDLE.search(value):
+                value = _SCAN.sub(self._replace, value)
+            if "@" in value:
+                value = _EMAIL.sub(self._email, value)
         return value
 
     def value(self, value: Any) -> Any:

@@ -157,3 +157,60 @@ class ScrubberTestCase(ImportingTestCase):
             scrubber.value({"a\ud800": ["x\x00y", "\udfff"]}), {"a\ufffd": ["x\ufffdy", "\ufffd"]}
         )
         self.assertEqual(scrubber.text("🙂 stays"), "🙂 stays")
+
+
+# Fake tokens of the families a hand list used to miss, shaped like the real thing.
+MORE_TOKENS = {
+    "slack-token": "xoxb-2048213591-7103519267843-Zq8vN2xLr5TfW9kPjH3mYc7B",
+    "stripe-key": "sk_live_51HqZ8vN2xLr5TfW9kPjH3mYc7BdG4sA1eU6o",
+    "google-api-key": "AIzaSyD-9tSrke72PouQMnMX-a7eZSW0jkFMBWY",
+    "gitlab-token": "glpat-xV3kq9ZmT2bWn8Lr4YcP",
+    "huggingface-token": "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",
+    "npm-token": "npm_q8Zr2Vb7Wm4Xn1Pc9Tl5Ys3Ud6Ae0Hf2Gj8x",
+    "jwt": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJzdHVkZW50In0.Zq8vN2xLr5TfW9kPjH3mYc7BdG4",
+}
+GIT_LOG = (
+    "commit 3f2a9c1\nAuthor: Alice Liddell <alice.liddell@wonderland.edu>\n\n"
+    "    Fix the dispatch size\n\n    Co-Authored-By: Claude <noreply@anthropic.com>\n"
+    "remote: git@github.com:alice/wgsl-tutor.git, docs: admin@example.com"
+)
+
+
+class MoreFamiliesTestCase(RedactionTestCase):
+    def test_token_families_and_e_mail_addresses_are_redacted(self) -> None:
+        t = tiny()
+        listing = "\n".join(f"{kind}: {token}" for kind, token in MORE_TOKENS.items())
+        t.assistant("msg_M1", [tool_use("toolu_M1", "Bash", command="git log -1")], "tool_use")
+        t.result("toolu_M1", GIT_LOG, {"stdout": GIT_LOG, "stderr": "", "interrupted": False})
+        t.user(f"Here is what my notes file holds:\n{listing}")
+        out = self.run_import(self.write("leaky.jsonl", t))
+        stored = "\n".join(value for _, value in every_stored_string())
+        for kind, token in MORE_TOKENS.items():
+            with self.subTest(kind=kind):
+                self.assertNotIn(token, stored)
+                self.assertIn(f"{kind}: [REDACTED:{kind}]", stored)
+        self.assertNotIn("alice.liddell@wonderland.edu", stored)
+        self.assertIn("Alice Liddell <[REDACTED:email]>", stored)
+        # Not a person's address: the co-author line, a git remote, documentation.
+        self.assertIn("noreply@anthropic.com", stored)
+        self.assertIn("git@github.com:alice", stored)
+        self.assertIn("admin@example.com", stored)
+        self.assertIn("2 email", out.split("Redacted:")[1].splitlines()[0])
+
+
+class EmailTestCase(ImportingTestCase):
+    def test_what_looks_like_an_address_but_is_not(self) -> None:
+        for given in (
+            "@compute @workgroup_size(64)",
+            "npm i lodash@4.17.21",
+            "user@localhost",
+            "a@b",
+            "ping @alice in the chat",
+        ):
+            with self.subTest(given=given):
+                self.assertEqual(Scrubber().text(given), given)
+
+    def test_addresses_in_text(self) -> None:
+        self.assertEqual(
+            Scrubber().text("mail bob.smith+gpu@mail.co.uk."), "mail [REDACTED:email]."
+        )
