@@ -11,11 +11,8 @@ for the outcome as long as the caller can). Both answer with a Replay.
 from __future__ import annotations
 
 import base64
-import functools
 import hashlib
 import json
-import os
-import socket
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -27,6 +24,7 @@ from django.db.models import Case, F, Q, Value, When
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
+from config import processes
 from kernels.engine.harness import Harness, HarnessError, canonical_digest, parse_harness
 from kernels.engine.outcome import Outcome, Status, cacheable, failure
 from kernels.models import KernelVersion, Run, SessionFile
@@ -41,14 +39,10 @@ BACKENDS = {
 RECENT = 20
 
 
-@functools.cache
-def _hostname() -> str:
-    return socket.gethostname()  # a system call that can take milliseconds
-
-
 def worker_name() -> str:
-    """host:pid of this process, as recorded on the runs it takes."""
-    return f"{_hostname()}:{os.getpid()}"
+    """This process as recorded on the runs it takes (config.processes: host:start:pid),
+    so that a run whose process is gone from this host is seen to be lost at once."""
+    return processes.this_process()
 
 
 class ReplayUnavailable(Exception):
@@ -231,8 +225,11 @@ def lost() -> Q:
 
 def expire_lost_runs(job: Job) -> None:
     runs = Run.objects.filter(source_sha256=job.source_sha256, harness_digest=job.harness_digest)
-    for run in runs.filter(lost()):
-        finish(run.pk, failed_outcome("This replay was lost: the worker running it stopped."))
+    unfinished = runs.exclude(state=Run.State.DONE)
+    timed_out = set(unfinished.filter(lost()).values_list("pk", flat=True))
+    for run in unfinished.only("pk", "worker"):
+        if run.pk in timed_out or processes.is_gone(run.worker):
+            finish(run.pk, failed_outcome("This replay was lost: the worker running it stopped."))
 
 
 def failed_outcome(message: str) -> Outcome:
@@ -246,7 +243,9 @@ def _find_run(job: Job) -> Run | None:
     # One query answers the usual case: a cached run, nothing in flight.
     # Outcomes are loaded only for the run chosen (Django fetches a deferred field on use).
     recent = list(runs.exclude(lost()).defer("outcome").order_by("-created")[:RECENT])
-    if in_flight := [run for run in recent if run.state != Run.State.DONE]:
+    # A run whose process is gone from this host (a web process killed mid-run) is lost.
+    unfinished = [run for run in recent if run.state != Run.State.DONE]
+    if in_flight := [run for run in unfinished if not processes.is_gone(run.worker)]:
         return in_flight[0]
     # Until the backend has said which adapter it runs on, any adapter's result stands
     # in: every outcome names its own adapter.
@@ -262,7 +261,8 @@ def _find_run(job: Job) -> Run | None:
     if cached:
         return max(cached, key=lambda run: run.finished)
     recently = timezone.now() - timedelta(seconds=settings.REPLAY_RETRY_AFTER)
-    return next((run for run in recent if run.finished >= recently), None)
+    done = [run for run in recent if run.state == Run.State.DONE]
+    return next((run for run in done if run.finished >= recently), None)
 
 
 def start_run(job: Job, fresh: bool = False, wanted_for: float | None = None) -> Run:

@@ -164,6 +164,13 @@ class _Worker:
             os.killpg(self.pid, signal.SIGKILL)
         self.reap()
 
+    def end(self) -> None:
+        """After its output closed: let it finish dying, so that its exit status says how
+        it ended; kill it if it lingers."""
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=STOP_GRACE)
+        self.kill()
+
     def stop(self) -> None:
         """Ask the worker to exit (it does at end of input); kill it if it does not."""
         with contextlib.suppress(OSError):
@@ -561,7 +568,7 @@ class Pool:
             self._retire(slot, "timeouts")
             return self._timeout_outcome(worker, started)
         except (EOFError, OSError, ValueError) as e:
-            worker.kill()
+            worker.end()
             if self._closed:
                 self._retire(slot, None)
                 return self._closed_outcome()

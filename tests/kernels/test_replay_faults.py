@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import time
 
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.test import TransactionTestCase, override_settings
+from django.utils import timezone
 
+from config import processes
 from kernels import replay
 from kernels.models import Run
 from tests.base import add_kernel, make_session
@@ -75,6 +79,32 @@ class CrashedKernelTestCase(TransactionTestCase):
         run.refresh_from_db()
         self.assertEqual(run.status, "crashed")
         self.assertFalse(run.cacheable)
+
+
+class LostRunTestCase(TransactionTestCase):
+    def test_a_run_whose_process_is_gone_from_this_host_is_replaced_at_once(self) -> None:
+        version = add_kernel(make_session("orphan", turns=1))
+        job = replay.job_for(version)
+        server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        orphan = Run.objects.create(
+            source_sha256=job.source_sha256,
+            harness_digest=job.harness_digest,
+            environment_id=replay.backend().environment_id(wait=True),
+            state=Run.State.RUNNING,
+            started=timezone.now(),
+            worker=processes.process_name(server.pid),
+        )
+        # While its process lives, readers see it running.
+        self.assertEqual(replay.for_reader(version, start=True).run.pk, orphan.pk)
+        server.kill()  # the web process running it is killed
+        server.wait()
+
+        body = finished(self.client, "/s/orphan/turns/1/replay.json")
+
+        self.assertEqual(body["outcome"]["status"], "passed")
+        self.assertNotEqual(body["run"]["id"], orphan.pk)
+        orphan.refresh_from_db()
+        self.assertEqual((orphan.state, orphan.status), ("done", "crashed"))
 
 
 class GaveUpTestCase(TransactionTestCase):
