@@ -19,6 +19,12 @@ While streaming, text is released only once its fate is settled: a fenced block 
 closes, a run of code lines when a non-code line ends it, a line that starts like prose
 as it arrives (minus any open `code span`). redact() on the full text is the source of
 truth; the streamed text is always a prefix of it, so nothing held back ever leaks.
+
+Claude's text is untrusted (a learner can ask for anything) and this runs in the web
+process, so the work is linear: each line is read a bounded number of times by patterns
+that cannot backtrack over it more than once, code spans are paired in one pass, a stream
+re-reads only what is not settled yet, and a reply is read up to MAX_CHARS (Claude's
+replies stop at TUTOR_MAX_TOKENS, far below it); the rest is withheld.
 """
 
 from __future__ import annotations
@@ -27,6 +33,11 @@ import re
 from dataclasses import dataclass, field
 
 MAX_CODE_LINES = 2
+MAX_CHARS = 32_000
+# A line still arriving is read again on each delta only while its undecided rest (all of
+# a line that is not prose, or a prose line from a code span not closed yet) is this
+# short; past it, it waits for its end.
+MAX_PARTIAL = 400
 # A line is prose (never code) when its first PROSE_PREFIX characters read like words.
 PROSE_PREFIX = 24
 
@@ -35,6 +46,7 @@ NOTE = (
     "Ask for the next hint if you are stuck.)*"
 )
 INLINE_NOTE = "`[code withheld]`"
+TOO_LONG = "\n\n*(The rest of this reply was withheld: it is too long to check.)*"
 
 FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})[ \t]*([^\s`]*)")
 MARKER = re.compile(
@@ -61,9 +73,29 @@ class Finding:
 
 
 @dataclass
+class Held:
+    """What a stream's unsettled input starts with: a fence still open (kind "fence", its
+    opener and language) or a run of code lines ("code"), and how many complete lines of
+    it have been read; or the rest of a prose line still arriving ("prose"), of which
+    chars were decided."""
+
+    kind: str
+    lines: int = 0
+    opener: str = ""
+    language: str = ""
+    chars: int = 0
+
+
+@dataclass
 class Guarded:
     text: str
     findings: list[Finding] = field(default_factory=list)
+    # The input up to settled (a line start) is decided for good, and gave text[:shown].
+    settled: int = 0
+    shown: int = 0
+    # Characters looked at, for the tests of linear growth.
+    steps: int = 0
+    held: Held | None = None
 
     @property
     def redacted(self) -> bool:
@@ -123,111 +155,214 @@ def _span_blocked(span: str) -> bool:
     )
 
 
-def _prose(line: str, findings: list[Finding], partial: bool = False) -> str:
-    """A prose line with offending `code spans` replaced. With partial, the line is still
-    arriving: stop before a span that has not closed yet."""
-    out = []
-    position = 0
-    while True:
-        opener = BACKTICKS.search(line, position)
-        if opener is None:
-            out.append(line[position:])
-            break
-        if partial and opener.end() == len(line):
-            # The run of backticks may still grow: wait for it.
-            out.append(line[position : opener.start()])
-            break
-        closer = re.compile(rf"(?<!`){opener.group()}(?!`)").search(line, opener.end())
-        if closer is None or (partial and closer.end() == len(line)):
-            if partial:
-                out.append(line[position : opener.start()])
+def _process(text: str, final: bool, held: Held | None = None) -> Guarded:
+    """The guarded text. Without final, only the part whose fate is already settled.
+    held: what the text starts with, as the last pass over it found (not read again)."""
+    return _Pass(text, final, held).run()
+
+
+class _Pass:
+    """One reading of the text, line by line; each line is looked at a bounded number of
+    times (steps counts the characters)."""
+
+    def __init__(self, text: str, final: bool, held: Held | None) -> None:
+        self.lines = text.splitlines(keepends=True)
+        self.final = final
+        self.held = held
+        self.now_held: Held | None = None
+        self.decided = 0  # of a prose line still arriving, the characters decided
+        self.out: list[str] = []
+        self.length = 0  # of what out holds
+        self.findings: list[Finding] = []
+        self.steps = 0
+
+    def complete(self, k: int) -> bool:
+        return self.final or self.lines[k].endswith("\n")
+
+    def emit(self, text: str) -> None:
+        self.out.append(text)
+        self.length += len(text)
+
+    def run(self) -> Guarded:
+        settled = shown = i = 0
+        while i < len(self.lines):
+            after = self.block(i)
+            if after is None:  # still open, or still arriving: hold it
+                if self.now_held is not None and self.now_held.kind == "prose":
+                    settled, shown = settled + self.now_held.chars, self.length
                 break
-            out.append(line[position:])
-            break
-        out.append(line[position : opener.start()])
-        span = line[opener.end() : closer.start()]
-        if _span_blocked(span):
-            findings.append(Finding("inline code", span))
-            out.append(INLINE_NOTE)
-        else:
-            out.append(line[opener.start() : closer.end()])
-        position = closer.end()
-    return "".join(out)
+            settled += sum(len(line) for line in self.lines[i:after])
+            shown, i = self.length, after
+        return Guarded("".join(self.out), self.findings, settled, shown, self.steps, self.now_held)
 
-
-def _process(text: str, final: bool) -> Guarded:
-    """The guarded text. Without final, only the part whose fate is already settled."""
-    lines = text.splitlines(keepends=True)
-    out: list[str] = []
-    findings: list[Finding] = []
-    i, n = 0, len(lines)
-
-    def complete(k: int) -> bool:
-        return final or lines[k].endswith("\n")
-
-    while i < n:
-        line = lines[i]
+    def block(self, i: int) -> int | None:
+        """Write what starts at line i: the index past it, or None to stop here."""
+        line = self.lines[i]
+        if i == 0 and self.held is not None:
+            # What the last pass held: its first lines are not read again, and the rest of
+            # a prose line is still prose.
+            if self.held.kind == "fence":
+                return self.fenced_block(0, self.held.opener, self.held.language)
+            if self.held.kind == "code":
+                return self.code_lines(0)
+            if self.complete(0):
+                self.emit(self.prose(line))
+                return 1
+            return self.partial_prose(line)
+        self.steps += len(line)
         fence = FENCE.match(line)
-        if fence and complete(i):
-            opener, language = fence.group(1), fence.group(2)
-            j = i + 1
-            while j < n and not (_closes(lines[j], opener) and complete(j)):
-                j += 1
-            if j >= n and not final:
-                break  # still open: hold it
-            block = lines[i : j + 1]
-            if _fence_blocked(language, lines[i + 1 : j]):
-                findings.append(Finding("fenced code", "".join(block)))
-                ending = "\n" if block[-1].endswith("\n") else ""
-                out.append(NOTE + ending)
-            else:
-                out.extend(block)
-            i = j + 1
-            continue
-        if not complete(i):
+        if fence and self.complete(i):
+            return self.fenced_block(i, fence.group(1), fence.group(2))
+        if not self.complete(i):
             # The last line is still arriving: release it only if it is already prose.
-            if not fence and prose_start(line):
-                out.append(_prose(line, findings, partial=True))
-            break
+            return self.partial_prose(line) if not fence and prose_start(line) else None
         if is_code_line(line):
-            j = i
-            while j < n and complete(j) and is_code_line(lines[j]) and not FENCE.match(lines[j]):
-                j += 1
-            if not final and (j >= n or not complete(j)):
-                break  # the run may go on: hold it
-            run = lines[i:j]
-            joined = "".join(run)
-            if MARKER.search(joined) or len(run) > MAX_CODE_LINES:
-                findings.append(Finding("code lines", joined))
-                out.append(NOTE + ("\n" if run[-1].endswith("\n") else ""))
+            return self.code_lines(i)
+        self.emit(self.prose(line))
+        return i + 1
+
+    def known(self, i: int) -> int:
+        """The lines after i already read in the last pass (the block it held)."""
+        return self.held.lines if i == 0 and self.held is not None else 0
+
+    def fenced_block(self, i: int, opener: str, language: str) -> int | None:
+        """The fenced block opening at line i: the index past it, or None while open."""
+        j = max(i + 1, self.known(i))
+        while j < len(self.lines) and not (_closes(self.lines[j], opener) and self.complete(j)):
+            self.steps += len(self.lines[j])
+            j += 1
+        if j >= len(self.lines) and not self.final:
+            # The last line may still become the closing fence: it is read again.
+            read = j if self.lines[-1].endswith("\n") else j - 1
+            self.now_held = Held("fence", read - i, opener, language)
+            return None
+        block = self.lines[i : j + 1]
+        self.steps += 2 * sum(len(line) for line in block)
+        if _fence_blocked(language, self.lines[i + 1 : j]):
+            self.findings.append(Finding("fenced code", "".join(block)))
+            self.emit(NOTE + ("\n" if block[-1].endswith("\n") else ""))
+        else:
+            self.emit("".join(block))
+        return j + 1
+
+    def code_lines(self, i: int) -> int | None:
+        """The run of code lines starting at line i: the index past it, or None while it
+        may still go on."""
+        j = max(i, self.known(i))
+        while j < len(self.lines) and self.complete(j) and is_code_line(self.lines[j]):
+            self.steps += len(self.lines[j])
+            if j > i and FENCE.match(self.lines[j]):
+                break
+            j += 1
+        if not self.final and (j >= len(self.lines) or not self.complete(j)):
+            self.now_held = Held("code", j - i)
+            return None
+        run = self.lines[i:j]
+        joined = "".join(run)
+        self.steps += 2 * len(joined)
+        if MARKER.search(joined) or len(run) > MAX_CODE_LINES:
+            self.findings.append(Finding("code lines", joined))
+            self.emit(NOTE + ("\n" if run[-1].endswith("\n") else ""))
+        else:
+            for line in run:
+                self.emit(self.prose(line))
+        return j
+
+    def partial_prose(self, line: str) -> None:
+        """Release what is decided of a prose line still arriving; hold the rest."""
+        self.decided = len(line)
+        self.emit(self.prose(line, partial=True))
+        self.now_held = Held("prose", chars=self.decided)
+        return None
+
+    def prose(self, line: str, partial: bool = False) -> str:
+        """A prose line with offending `code spans` replaced. With partial, the line is
+        still arriving: stop before a span that has not closed yet.
+
+        A span opens at a run of backticks and closes at the next run of the same length;
+        the next run of each length is found in one pass from the end."""
+        runs = [(m.start(), m.end()) for m in BACKTICKS.finditer(line)]
+        self.steps += len(line) + len(runs)
+        closing = [-1] * len(runs)
+        last_of_length: dict[int, int] = {}
+        for k in range(len(runs) - 1, -1, -1):
+            length = runs[k][1] - runs[k][0]
+            closing[k] = last_of_length.get(length, -1)
+            last_of_length[length] = k
+        out = []
+        position = k = 0
+        while k < len(runs):
+            start, end = runs[k]
+            close = closing[k]
+            if partial and (end == len(line) or close < 0 or runs[close][1] == len(line)):
+                # The run may still grow, or its span may still close: wait for it.
+                out.append(line[position:start])
+                self.decided = start
+                return "".join(out)
+            if close < 0:
+                break
+            out.append(line[position:start])
+            span = line[end : runs[close][0]]
+            if _span_blocked(span):
+                self.findings.append(Finding("inline code", span))
+                out.append(INLINE_NOTE)
             else:
-                out.extend(_prose(r, findings) for r in run)
-            i = j
-            continue
-        out.append(_prose(line, findings))
-        i += 1
-    return Guarded("".join(out), findings)
+                out.append(line[start : runs[close][1]])
+            position = runs[close][1]
+            k = close + 1
+        out.append(line[position:])
+        return "".join(out)
 
 
 def redact(text: str) -> Guarded:
     """The reply as the learner may see it, and what was withheld."""
-    return _process(text, final=True)
+    guarded = _process(text[:MAX_CHARS], final=True)
+    if len(text) > MAX_CHARS:
+        guarded.findings.append(Finding("too long", text[MAX_CHARS:]))
+        guarded.text += TOO_LONG
+    return guarded
 
 
 class StreamGuard:
-    """Feed it text deltas; it returns what may be shown now."""
+    """Feed it text deltas; it returns what may be shown now.
+
+    Only the input not settled yet is read again, and only when the delta could change
+    its fate: while a line is held (an open fence, a run of code lines), a delta without
+    a line break changes nothing."""
 
     def __init__(self) -> None:
-        self.text = ""
+        self.pending = ""  # the input not settled yet
+        self.shown = ""  # what the settled input became
+        self.received = 0
+        self.held: Held | None = None
         self.sent = ""
         self.stalled = False
+        self.steps = 0
 
     def feed(self, delta: str) -> str:
-        self.text += delta
-        return self._advance(_process(self.text, final=False).text)
+        room = MAX_CHARS - self.received
+        self.received += len(delta)
+        if room <= 0:
+            return ""
+        self.pending += delta[:room]
+        held, quiet = self.held, "\n" not in delta[:room]
+        # A held block changes only when a line ends; a line still arriving is read again
+        # as it grows only while its undecided rest is short.
+        if quiet and ((held and held.kind != "prose") or len(self.pending) > MAX_PARTIAL):
+            return ""
+        guarded = _process(self.pending, final=False, held=self.held)
+        self.steps += guarded.steps
+        shown = self.shown + guarded.text
+        self.pending = self.pending[guarded.settled :]
+        self.shown += guarded.text[: guarded.shown]
+        self.held = guarded.held
+        return self._advance(shown)
 
     def finish(self) -> str:
-        return self._advance(_process(self.text, final=True).text)
+        guarded = _process(self.pending, final=True, held=self.held)
+        self.steps += guarded.steps
+        rest = TOO_LONG if self.received > MAX_CHARS else ""
+        return self._advance(self.shown + guarded.text + rest)
 
     def _advance(self, shown: str) -> str:
         if self.stalled or not shown.startswith(self.sent):

@@ -4,17 +4,18 @@ The offline reviewer works from the outcome alone (no API key, or the budget is 
 naga's message with the line it points at, which cells are wrong and the likely cause
 (a transposed result, too few invocations, an early return, an overflow, a binding that
 does not match the host). It never writes code: it quotes at most the learner's own line.
+What it knows of the source (workgroup sizes, where outputs are written) the worker read
+and put in the outcome's "analysis": nothing here parses a kernel in the web process, and
+every scan of text here is one pass.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
 
 from kernels.engine.harness import HarnessError, parse_harness
-from kernels.engine.outcome import Outcome, Status
-from kernels.engine.wgsl import workgroup_size
+from kernels.engine.outcome import EntryPointFacts, Outcome, Status
 
 FIRST_CELLS = 6
 
@@ -101,46 +102,72 @@ def _quote(line: str) -> str:
     return f"`{line}`" if line and "`" not in line and len(line) <= 120 else ""
 
 
+# Phrases looked for in the error, case-insensitively; "a … b" is a, then b on one line.
 COMPILE_CAUSES = [
     (
-        r"expected `;`",
+        ("uniform control flow",),
+        "A barrier must be reached by every invocation of the workgroup or by none. A browser "
+        "refuses workgroupBarrier() (or storageBarrier(), workgroupUniformLoad()) inside an "
+        "if or a loop, or after a return, that depends on local_invocation_id or "
+        "global_invocation_id: keep the barrier outside the branch, and let the branch guard "
+        "only the work.",
+    ),
+    (
+        ("expected `;`",),
         "A statement is missing its semicolon: look at the end of the previous statement "
         "(naga notices only when the next token arrives, often on the next line).",
     ),
     (
-        r"no definition in scope|unknown identifier|unresolved",
+        ("no definition in scope", "unknown identifier", "unresolved"),
         "A name is used that is not declared where it is used: a typo, a variable declared "
         "inside another block, or a builtin written differently (it is `global_invocation_id`).",
     ),
     (
-        r"automatic conversion|type mismatch|expected .*found|cannot be|mismatch",
+        ("automatic conversion", "type mismatch", "expected … found", "cannot be", "mismatch"),
         "Two types meet that WGSL will not convert for you: u32, i32 and f32 never mix "
         "implicitly; convert explicitly with f32(…), u32(…) or i32(…), and write u32 "
         "literals with a u suffix (8u).",
     ),
     (
-        r"workgroup_size",
+        ("workgroup_size",),
         "A compute entry point needs both @compute and @workgroup_size(…).",
     ),
     (
-        r"access|read-only|not writable|store",
+        ("access", "read-only", "not writable", "store"),
         "A write to something that cannot be written: a buffer declared `read` or a `let`. "
         "Check the access mode of the buffer you store into.",
     ),
     (
-        r"\[\[|stage|block",
+        ("[[", "stage", "block"),
         "Old WGSL syntax: attributes are written @compute, @group(0) @binding(1); "
         "[[block]] and @stage(compute) were removed in 2022.",
     ),
 ]
 
 
+def _mentions(text: str, phrase: str) -> bool:
+    """Whether the lower-case text holds the phrase ("a … b": a, then b on the same line)."""
+    first, _, then = phrase.partition(" … ")
+    if not then:
+        return first in text
+    for line in text.splitlines():
+        start = line.find(first)
+        if start >= 0 and line.find(then, start + len(first)) >= 0:
+            return True
+    return False
+
+
 def _compile_review(outcome: Outcome, source: str) -> list[str]:
     info = outcome.get("compile") or {}
     line, column = info.get("line"), info.get("column")
     where = f"line {line}, column {column}" if line else "an unknown place"
+    # naga compiles; Chrome's compiler, Tint, refuses what naga lets through (a barrier
+    # in non-uniform control flow) and the worker reports it in Tint's words.
+    tint = "uniform control flow" in info.get("message", "")
+    compiler = "Tint" if tint else "naga"
+    stops = "a browser's compiler, Tint, refuses it at" if tint else "naga stops at"
     parts = [
-        f"**It does not compile.** naga stops at {where}: *{info.get('message', '')}*"
+        f"**It does not compile.** {stops} {where}: *{info.get('message', '')}*"
         + (
             f" ({info['label']})"
             if info.get("label") and info["label"] not in info.get("message", "")
@@ -153,10 +180,10 @@ def _compile_review(outcome: Outcome, source: str) -> list[str]:
     if line and column == 1 and line > 1 and (quoted := _quote(_source_line(source, line - 1))):
         parts.append(f"The line before it reads {quoted}.")
     for note in info.get("notes") or []:
-        parts.append(f"naga adds: {note}.")
-    text = " ".join(info.get(key) or "" for key in ("message", "label", "text"))
-    for pattern, cause in COMPILE_CAUSES:
-        if re.search(pattern, text, re.IGNORECASE):
+        parts.append(f"{compiler} adds: {note}.")
+    text = " ".join(info.get(key) or "" for key in ("message", "label", "text")).lower()
+    for phrases, cause in COMPILE_CAUSES:
+        if any(_mentions(text, phrase) for phrase in phrases):
             parts.append(f"Likely cause: {cause}")
             break
     return [" ".join(parts[:2]), *parts[2:]]
@@ -184,16 +211,27 @@ def _pipeline_review(outcome: Outcome, harness: dict) -> list[str]:
     message = outcome.get("message", "")
     parts = [f"**It compiles, but the pipeline could not be set up:** {message}"]
     text = f"{message} {outcome.get('error', '')}"
-    if re.search(r"UNIFORM", text):
+    if "workgroup storage" in text:
+        cause = (
+            "the kernel's var<workgroup> arrays need more memory than WebGPU gives a "
+            "workgroup unless the page asks for more (16 KiB): use smaller tiles, or fewer "
+            "workgroup arrays"
+        )
+    elif "max_compute_invocations_per_workgroup" in text:
+        cause = (
+            "the workgroup is larger than WebGPU allows by default: at most 256 invocations "
+            "per workgroup (x and y up to 256, z up to 64)"
+        )
+    elif "UNIFORM" in text:
         cause = (
             "a binding is declared `var<uniform>` but the host binds a storage buffer there: "
             "match the address space to the host's buffer"
         )
-    elif re.search(r"STORAGE", text):
+    elif "STORAGE" in text:
         cause = "a binding is declared as storage but the host binds a uniform buffer there"
-    elif re.search(r"does not match the number|not bound|declaration", text):
+    elif any(words in text for words in ("does not match the number", "not bound", "declaration")):
         cause = "the kernel declares a different set of @group/@binding numbers than the host binds"
-    elif re.search(r"size|minimum|align", text, re.IGNORECASE):
+    elif any(word in text.lower() for word in ("size", "minimum", "align")):
         cause = (
             "a uniform or struct size mismatch: the struct the kernel declares is larger than "
             "the buffer the host binds (check member types and padding)"
@@ -206,16 +244,39 @@ def _pipeline_review(outcome: Outcome, harness: dict) -> list[str]:
     return parts
 
 
-def _threads(harness: dict, source: str) -> tuple[int, int, int] | None:
-    """(workgroups, invocations per workgroup, total invocations) of the first pass."""
+def _entry_point(outcome: Outcome, harness: dict) -> tuple[EntryPointFacts, int] | None:
+    """The first pass's entry point as the worker read it, and the pass's workgroups."""
     try:
-        parsed = parse_harness(harness)
+        first = parse_harness(harness).passes[0]
     except HarnessError:
         return None
-    first = parsed.passes[0]
-    groups = math.prod(first.dispatch)
-    size = workgroup_size(source, first.entry_point)
+    facts = (outcome.get("analysis") or {}).get(first.kernel) or {"entry_points": []}
+    for entry in facts["entry_points"]:
+        if entry["name"] == first.entry_point:
+            return entry, math.prod(first.dispatch)
+    return None
+
+
+def _threads(outcome: Outcome, harness: dict) -> tuple[int, int, int] | None:
+    """(workgroups, invocations per workgroup, total invocations) of the first pass; a
+    size that is not a constant counts as 1, as the limits' pre-check counts it."""
+    found = _entry_point(outcome, harness)
+    if found is None:
+        return None
+    entry, groups = found
+    size = math.prod(entry["workgroup_size"] or [1])
     return groups, size, groups * size
+
+
+def _stores(outcome: Outcome, harness: dict, name: str) -> str:
+    """Where the kernel stores into the output, as a sentence: It stores into `out[i]`."""
+    found = _entry_point(outcome, harness)
+    writes = [w for w in (found[0]["writes"] if found else []) if w["buffer"] == name][:3]
+    places = [(_quote(f"{name}[{w['index']}]"), w["line"]) for w in writes]
+    if not places or not all(quoted for quoted, _ in places):
+        return ""
+    listed = ", ".join(f"{quoted} (line {line})" for quoted, line in places)
+    return f" It stores into {listed}."
 
 
 def _transposed(output: dict) -> bool:
@@ -306,9 +367,9 @@ def _cells(output: dict) -> str:
     return "| cell | expected | got |\n|---|---|---|\n" + "\n".join(rows)
 
 
-def _results_review(outcome: Outcome, source: str, harness: dict) -> list[str]:
+def _results_review(outcome: Outcome, harness: dict) -> list[str]:
     parts = [f"**It runs, but the results are wrong:** {outcome.get('message', '')}"]
-    threads = _threads(harness, source) if harness else None
+    threads = _threads(outcome, harness) if harness else None
     for output in outcome.get("outputs", []):
         bad = output.get("bad") or 0
         if not bad:
@@ -352,7 +413,7 @@ def _results_review(outcome: Outcome, source: str, harness: dict) -> list[str]:
                     "before writing or wrote to another cell: check the bounds check (`>` "
                     "against `>=`, the right length) and that the index you write to reaches "
                     "every cell."
-                )
+                ) + _stores(outcome, harness, name)
             parts.append(text)
         if nonfinite:
             parts.append(
@@ -374,7 +435,7 @@ def offline_review(outcome: Outcome, source: str, harness: dict, lesson: dict | 
     elif status == Status.PIPELINE_ERROR:
         parts = _pipeline_review(outcome, harness)
     elif status in (Status.MISMATCH, Status.NONFINITE):
-        parts = _results_review(outcome, source, harness)
+        parts = _results_review(outcome, harness)
     elif status == Status.PASSED:
         parts = [f"**It passes:** {outcome.get('message', '')}"]
         steps = (lesson or {}).get("steps") or []
