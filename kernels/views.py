@@ -16,6 +16,7 @@ from kernels import pictures, replay
 from kernels.digits import EmptyDrawing, drawing_harness, preprocess
 from kernels.engine.harness import resolve_fixture
 from kernels.engine.outcome import Status
+from kernels.host_context import host_context, host_diff_html
 from kernels.models import Kernel, KernelVersion, Run
 from kernels.outcome_context import outcome_context
 from sessions.access import get_session_for_user
@@ -105,6 +106,8 @@ def replay_page(request: HttpRequest, slug: str, number: int) -> HttpResponse:
         "turn": turn,
         "kernel": version.kernel,
         "diff_html": render_code(diff, "diff") if diff else "",
+        "host": host_context(version, outcome),
+        "host_diff_html": host_diff_html(version, previous),
         "previous": _version_link(previous),
         "next": _version_link(following),
         "digits": _digits_figure(version, shown.run) if outcome and outcome.get("report") else None,

@@ -104,6 +104,17 @@ class ReplayTestCase(TransactionTestCase):
         self.assertContains(r, '<span class="hll"><span class="linenos">8</span>')
         self.assertContains(r, "expected `;`")
 
+    def test_a_harness_version_shows_its_harness_as_host_code_and_its_trace(self) -> None:
+        self.finished()
+        r = self.client.get("/s/demo/turns/2/replay/")
+        self.assertContains(r, "the harness, written as the WebGPU code it stands for")
+        self.assertContains(r, "What the host did")
+        # 2 workgroups of 64 for the 128 elements of out, each buffer 512 bytes.
+        self.assertContains(r, "<code>dispatchWorkgroups(2)</code> × <code>@workgroup_size(64)")
+        self.assertContains(r, "for the 128 elements of <code>out</code>")
+        self.assertContains(r, '<span class="bytes">512 bytes</span>')
+        self.assertNotContains(r, "Host changes since")
+
     @override_settings(EMBED_PENDING_CACHE_SECONDS=1)
     def test_an_embed_shows_the_stored_outcome_and_starts_nothing(self) -> None:
         self.version.source = COMPILE_ERROR

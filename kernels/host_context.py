@@ -1,0 +1,104 @@
+"""The host side of a version for the pages that show it: the host code and the picture
+of what it did (templates/kernels/_host.html).
+
+A version with a host program shows the program, its console and error, and the trace
+its run left. A version without one shows its harness written out as the WebGPU host
+code it stands for (kernels/engine/host/harness_program.py) and that code's trace, so a
+host mistake made in a harness (a dispatch rounded down, a uniform too short) shows as
+plainly as one in a program.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from kernels import replay, trace_pictures
+from kernels.engine.host.harness_program import harness_host
+from kernels.engine.host.trace import Trace
+from kernels.models import KernelVersion, version_diff
+from sessions.markdown import render_code, render_source
+
+
+@dataclass
+class Host:
+    """A version's host code, and the trace of what it did with the WGSL of its modules."""
+
+    code: str = ""
+    is_program: bool = False
+    trace: Trace | None = None
+    module_sources: dict[str, str] = field(default_factory=dict)
+
+
+def host_of(version: KernelVersion, outcome: dict | None = None) -> Host:
+    """The version's host program and its run's trace, or its harness as host code."""
+    if version.host_program:
+        trace = ((outcome or {}).get("program") or {}).get("trace")
+        modules = {m["name"]: version.source for m in (trace or {}).get("modules", [])}
+        return Host(version.host_program, True, trace, modules)
+    try:
+        harness = replay.parsed_harness(version)
+        if harness is None:
+            return Host()
+        sources = replay.sources_for(version, harness)
+    except replay.ReplayProblem:
+        return Host()
+    written = harness_host(harness, sources, version.kernel.name)
+    modules = {name: sources[kernel] for name, kernel in written.modules.items()}
+    return Host(written.code, False, written.trace, modules)
+
+
+def host_context(version: KernelVersion, outcome: dict | None) -> dict[str, Any]:
+    """What _host.html shows of this version; {} when it has no host side to show."""
+    host = host_of(version, outcome)
+    if not host.code:
+        return {}
+    program = (outcome or {}).get("program") or {}
+    error = program.get("error") or None
+    picture = trace_pictures.host_picture(host.trace, host.module_sources) if host.trace else None
+    marked = [f["line"] for f in (picture or {}).get("findings", []) if f.get("line")]
+    if error and error.get("line"):
+        marked.append(error["line"])
+    context = {
+        "is_program": host.is_program,
+        "html": render_source(host.code, "javascript", sorted(set(marked))),
+        "picture": picture,
+        "console": program.get("console", []),
+        "console_dropped": program.get("console_dropped", 0),
+        "error": error,
+    }
+    if host.is_program:
+        context["check"] = check_text(version)
+    return context
+
+
+def host_diff_html(version: KernelVersion, previous: KernelVersion | None) -> str:
+    """The diff of the host code from the previous version, when it changed."""
+    if previous is None:
+        return ""
+    before, after = host_of(previous).code, host_of(version).code
+    if before == after or not (before or after):
+        return ""
+    return render_code(version_diff(before, after, previous.number, version.number), "diff")
+
+
+def check_text(version: KernelVersion) -> str:
+    """What a program's readbacks were compared with, in words."""
+    try:
+        check = replay.program_check(version, replay.parsed_harness(version))
+    except replay.ReplayProblem:
+        return ""
+    if check.harness is not None and check.harness.reference is not None:
+        return (
+            f"Its readbacks are compared with numpy's {check.harness.reference.name}, "
+            "computed from the inputs the program wrote."
+        )
+    if check.final is not None:
+        return (
+            f"Its readbacks are compared with those of v{check.final.number}, the final "
+            "version of this program in the session."
+        )
+    return (
+        "Its readbacks are shown as they came back: this is the final version of the "
+        "program, and its kernel names no reference to compare with."
+    )

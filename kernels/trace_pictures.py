@@ -1,0 +1,373 @@
+"""The host side of a replay as a picture: what a program (or a harness) did on the GPU.
+
+host_picture() reads a Trace (kernels/engine/host/trace.py) with the WGSL of its shader
+modules and says, for templates/kernels/_host_trace.html to draw: every buffer with its
+size in bytes and usage, a uniform's bytes laid out field by field against the WGSL
+struct it is bound to (kernels/engine/layout.py), each pass with its bindings and its
+dispatch (invocations against the elements of the buffer it writes), the copies and the
+readbacks; and the findings, the host mistakes a reader should see first: a uniform
+smaller than its struct, a dispatch that leaves elements without an invocation, one
+uniform buffer feeding several dispatches of the same kernel in one submit.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from kernels.engine.host.harness_program import trimmed, workgroup
+from kernels.engine.host.trace import NP_VIEWS
+from kernels.engine.layout import LayoutError, binding_type, struct_layout
+from kernels.engine.wgsl import entry_points, parse, resource_numbers
+
+MAX_SHOWN_BUFFERS = 40
+MAX_SHOWN_WORDS = 64
+STRIP_WIDTH = 640  # px for a uniform's bytes, at most 24 px a byte
+
+
+@dataclass
+class _Binding:
+    group: int
+    binding: int
+    buffer: str
+    size: int | None
+
+
+@dataclass
+class _Dispatch:
+    number: int  # the pass's number, 1-based
+    pipeline: str
+    entry_point: str
+    source: str
+    workgroups: list[int]
+    bindings: list[_Binding]
+    line: int | None
+
+
+@dataclass
+class _Reading:
+    """A trace read for the picture: the buffers by name, the dispatches in order."""
+
+    trace: Mapping[str, Any]
+    sources: Mapping[str, str]
+    buffers: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+    dispatches: list[_Dispatch] = field(default_factory=list)
+    findings: list[dict[str, Any]] = field(default_factory=list)
+
+
+def host_picture(trace: Mapping[str, Any], sources: Mapping[str, str]) -> dict[str, Any]:
+    """What _host_trace.html draws. sources maps shader module names to their WGSL; a
+    module it lacks is drawn without layouts."""
+    reading = _Reading(trace, sources)
+    reading.buffers = {b["name"]: b for b in trace.get("buffers", [])}
+    reading.dispatches = _dispatches(reading)
+    buffers = [_buffer(reading, b) for b in trace.get("buffers", [])[:MAX_SHOWN_BUFFERS]]
+    passes = _passes(reading)
+    _shared_uniforms(reading, {b["name"]: b.get("layout") for b in buffers})
+    return {
+        "findings": reading.findings,
+        "buffers": buffers,
+        "more_buffers": max(0, len(reading.buffers) - MAX_SHOWN_BUFFERS),
+        "passes": passes,
+        "copies": list(trace.get("copies", [])),
+        "readbacks": [_readback(r) for r in trace.get("readbacks", [])],
+        "submits": trace.get("submits", 0),
+        "dropped": dict(trace.get("dropped", {})),
+    }
+
+
+# -- reading the trace ------------------------------------------------------------------------
+
+
+def _dispatches(reading: _Reading) -> list[_Dispatch]:
+    trace = reading.trace
+    pipelines = {p["name"]: p for p in trace.get("pipelines", [])}
+    groups = {g["name"]: g for g in trace.get("bind_groups", [])}
+    found = []
+    for number, traced in enumerate(trace.get("passes", []), start=1):
+        for dispatch in traced["dispatches"]:
+            pipeline = pipelines.get(dispatch["pipeline"], {})
+            source = reading.sources.get(pipeline.get("module", ""), "")
+            entry = pipeline.get("entry_point") or next(iter(entry_points(source)), "")
+            bindings = [
+                _Binding(int(index), e["binding"], e["buffer"], e.get("size"))
+                for index, name in sorted(dispatch["bind_groups"].items())
+                for e in groups.get(name, {}).get("entries", [])
+            ]
+            found.append(
+                _Dispatch(
+                    number,
+                    dispatch["pipeline"],
+                    entry,
+                    source,
+                    list(dispatch["workgroups"]),
+                    bindings,
+                    dispatch.get("line"),
+                )
+            )
+    return found
+
+
+def _written_bytes(reading: _Reading, name: str, size: int) -> bytes:
+    """A buffer's bytes as the host wrote them (zeros where it did not)."""
+    data = bytearray(size)
+    for write in reading.trace.get("writes", []):
+        if write["buffer"] != name:
+            continue
+        dtype = "u8" if write["dtype"] == "bytes" else write["dtype"]
+        values = [_number(v) for v in write["values"]]
+        raw = np.array(values, dtype=np.float64).astype(NP_VIEWS.get(dtype, np.uint8)).tobytes()
+        start = write["offset"]
+        data[start : start + len(raw)] = raw[: max(0, size - start)]
+    return bytes(data)
+
+
+def _number(value: Any) -> float:
+    if isinstance(value, int | float):
+        return value
+    return {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}.get(value, 0.0)
+
+
+# -- buffers --------------------------------------------------------------------------------
+
+
+def _buffer(reading: _Reading, traced: Mapping[str, Any]) -> dict[str, Any]:
+    largest = max((b["size"] for b in reading.buffers.values()), default=1) or 1
+    usage = list(traced["usage"])
+    shown = {
+        "name": traced["name"],
+        "size": traced["size"],
+        "usage": " | ".join(usage),
+        "kind": _kind(usage),
+        "line": traced.get("line"),
+        # Bars on a square-root scale: a 16-byte uniform still shows beside 3 MB of weights.
+        "bar": max(2.0, 100 * math.sqrt(traced["size"] / largest)),
+        "writes": sum(1 for w in reading.trace.get("writes", []) if w["buffer"] == traced["name"]),
+    }
+    if shown["kind"] == "uniform":
+        shown["layout"] = _uniform_layout(reading, traced)
+    return shown
+
+
+def _kind(usage: list[str]) -> str:
+    for flag, kind in (("UNIFORM", "uniform"), ("STORAGE", "storage"), ("MAP_READ", "readback")):
+        if flag in usage:
+            return kind
+    return "other"
+
+
+def _uniform_layout(reading: _Reading, traced: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The uniform's bytes against the struct of the first variable it is bound to."""
+    name, size = traced["name"], traced["size"]
+    for dispatch in reading.dispatches:
+        for b in dispatch.bindings:
+            if b.buffer != name or not dispatch.source:
+                continue
+            struct = binding_type(dispatch.source, b.group, b.binding)
+            try:
+                layout = struct_layout(dispatch.source, struct or "")
+            except LayoutError:
+                return _words(reading, name, size)
+            described = layout.describe(_written_bytes(reading, name, size))
+            segments = _segments(described)
+            if described["given"] < described["size"]:
+                reading.findings.append(_short_uniform(traced, described, b, dispatch))
+            return _laid_out(described["struct"], described["size"], segments)
+    return _words(reading, name, size)
+
+
+def _words(reading: _Reading, name: str, size: int) -> dict[str, Any]:
+    """A uniform with no struct to read it against: its 4-byte words as u32."""
+    data = _written_bytes(reading, name, size)
+    words = np.frombuffer(data[: size - size % 4], dtype=np.uint32)[:MAX_SHOWN_WORDS]
+    segment = {"kind": "field", "name": "", "type": "u32 words", "offset": 0, "size": size}
+    return _laid_out("", size, [{**segment, "values": list(map(int, words)), "missing": False}])
+
+
+def _laid_out(struct: str, size: int, segments: list[dict[str, Any]]) -> dict[str, Any]:
+    """A layout with the geometry of its SVG strip: a box per field or padding run, as
+    wide as its bytes, and a tick at every boundary."""
+    scale = max(6.0, min(24.0, STRIP_WIDTH / max(size, 1)))
+    for segment in segments:
+        segment["x"] = segment["offset"] * scale
+        segment["width"] = segment["size"] * scale
+        segment["middle"] = segment["x"] + segment["width"] / 2
+        segment["shown"] = ", ".join(str(v) for v in segment.get("values", [])[:8])
+    bounds = sorted({0, size, *(s["offset"] for s in segments)})
+    ticks = [{"x": offset * scale, "text": offset} for offset in bounds]
+    return {
+        "struct": struct,
+        "size": size,
+        "segments": segments,
+        "ticks": ticks,
+        "width": size * scale + 24,
+    }
+
+
+def _segments(described: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Fields, padding and bytes the host did not give, in byte order."""
+    given = described["given"]
+    parts = [{"kind": "field", **f} for f in described["fields"]]
+    parts += [{"kind": "padding", "name": "padding", **p} for p in described["padding"]]
+    parts.sort(key=lambda part: part["offset"])
+    for part in parts:
+        # Bytes past the end of the buffer: the struct reads them, the host never gave them.
+        part["missing"] = part["offset"] + part["size"] > given
+    return parts
+
+
+def _short_uniform(
+    traced: Mapping[str, Any], described: Mapping[str, Any], b: _Binding, dispatch: _Dispatch
+) -> dict[str, Any]:
+    fields = described["fields"]
+    end = max((f["offset"] + f["size"] for f in fields), default=0)
+    why = ""
+    if end < described["size"]:
+        why = (
+            f": its fields end at byte {end}, and WGSL rounds a struct's size up to a "
+            f"multiple of its alignment ({described['align']} bytes)"
+        )
+    return {
+        "line": traced.get("line"),
+        "text": (
+            f"Buffer {traced['name']} is {traced['size']:,} bytes, but struct "
+            f"{described['struct']}, which pass {dispatch.number} reads at @group({b.group}) "
+            f"@binding({b.binding}), is {described['size']:,} bytes{why}."
+        ),
+    }
+
+
+# -- passes ------------------------------------------------------------------------------------
+
+
+def _passes(reading: _Reading) -> list[dict[str, Any]]:
+    shown: dict[int, dict[str, Any]] = {}
+    for number, traced in enumerate(reading.trace.get("passes", []), start=1):
+        shown[number] = {"number": number, "name": traced["name"], "line": traced.get("line")}
+        shown[number]["dispatches"] = []
+    for dispatch in reading.dispatches:
+        shown[dispatch.number]["dispatches"].append(_dispatch(reading, dispatch))
+    return list(shown.values())
+
+
+def _dispatch(reading: _Reading, dispatch: _Dispatch) -> dict[str, Any]:
+    size = workgroup(dispatch.source, dispatch.entry_point) if dispatch.source else (1, 1, 1)
+    grid = [count * per for count, per in zip(dispatch.workgroups, size, strict=True)]
+    invocations = math.prod(grid)
+    written = _written_buffer(reading, dispatch)
+    elements = None
+    if written is not None:
+        name, count = written
+        elements = {"buffer": name, "count": count, "short": invocations < count}
+        one_dimensional = grid[1] == grid[2] == 1
+        # Fewer invocations than elements, but not by a whole factor (a kernel that
+        # handles a row each): the count was rounded down.
+        if one_dimensional and invocations < count < 2 * invocations:
+            reading.findings.append(_short_dispatch(dispatch, size, invocations, name, count))
+    return {
+        "pipeline": dispatch.pipeline,
+        "entry_point": dispatch.entry_point,
+        "workgroups": " × ".join(trimmed(dispatch.workgroups)),
+        "workgroup_size": " × ".join(trimmed(size)),
+        "grid": " × ".join(trimmed(grid)),
+        "invocations": invocations,
+        "elements": elements,
+        "line": dispatch.line,
+        "bindings": [_binding(reading, b) for b in dispatch.bindings],
+    }
+
+
+def _binding(reading: _Reading, b: _Binding) -> dict[str, Any]:
+    buffer = reading.buffers.get(b.buffer, {})
+    return {
+        "group": b.group,
+        "binding": b.binding,
+        "buffer": b.buffer,
+        "size": b.size if b.size is not None else buffer.get("size"),
+        "kind": _kind(list(buffer.get("usage", []))),
+    }
+
+
+def _written_buffer(reading: _Reading, dispatch: _Dispatch) -> tuple[str, int] | None:
+    """The last buffer the dispatch binds to a read_write storage variable, and its
+    element count (4-byte elements)."""
+    if not dispatch.source:
+        return None
+    module = parse(dispatch.source)
+    writable = {
+        resource_numbers(module, v)
+        for v in module.variables
+        if v.address_space == "storage" and v.access == "read_write"
+    }
+    found = None
+    for b in dispatch.bindings:
+        if (b.group, b.binding) in writable and b.buffer in reading.buffers:
+            size = b.size if b.size is not None else reading.buffers[b.buffer]["size"]
+            found = (b.buffer, size // 4)
+    return found
+
+
+def _short_dispatch(
+    dispatch: _Dispatch, size: tuple[int, int, int], invocations: int, name: str, count: int
+) -> dict[str, Any]:
+    workgroups = " × ".join(trimmed(dispatch.workgroups))
+    per = " × ".join(trimmed(size))
+    return {
+        "line": dispatch.line,
+        "text": (
+            f"Pass {dispatch.number} dispatches {workgroups} workgroups of {per}: "
+            f"{invocations:,} invocations for the {count:,} elements of {name}, so "
+            f"{count - invocations:,} elements get no invocation (round the workgroup count "
+            "up: Math.ceil(n / size))."
+        ),
+    }
+
+
+def _shared_uniforms(reading: _Reading, layouts: Mapping[str, Any]) -> None:
+    """One uniform buffer bound by several dispatches of one entry point in one submit:
+    every dispatch reads the same bytes, whatever the host wrote in between."""
+    if reading.trace.get("submits", 0) != 1:
+        return
+    users: dict[tuple[str, str], list[_Dispatch]] = {}
+    for dispatch in reading.dispatches:
+        for b in dispatch.bindings:
+            if _kind(list(reading.buffers.get(b.buffer, {}).get("usage", []))) == "uniform":
+                users.setdefault((b.buffer, dispatch.entry_point), []).append(dispatch)
+    for (name, entry_point), dispatches in users.items():
+        if len({d.number for d in dispatches}) < 2:
+            continue
+        numbers = " and ".join(str(d.number) for d in dispatches)
+        values = _field_values(layouts.get(name))
+        writes = sum(1 for w in reading.trace.get("writes", []) if w["buffer"] == name)
+        written = (
+            f" It is written {writes} times; only the last write reaches the GPU."
+            if writes > 1
+            else ""
+        )
+        reading.findings.append(
+            {
+                "line": reading.buffers[name].get("line"),
+                "text": (
+                    f"Uniform buffer {name} is bound in passes {numbers}, which run "
+                    f"{entry_point} in one submit: every one of them reads the same "
+                    f"bytes{values}."
+                    f"{written} Give each pass its own buffer."
+                ),
+            }
+        )
+
+
+def _field_values(layout: Mapping[str, Any] | None) -> str:
+    """ " (m = 16, k = 32)": a uniform's fields as the passes read them."""
+    fields = [s for s in (layout or {}).get("segments", []) if s["kind"] == "field" and s["name"]]
+    shown = [f"{f['name']} = {', '.join(str(v) for v in f['values'])}" for f in fields[:8]]
+    return f" ({'; '.join(shown)})" if shown else ""
+
+
+def _readback(traced: Mapping[str, Any]) -> dict[str, Any]:
+    itemsize = np.dtype(NP_VIEWS.get(traced["dtype"], np.uint8)).itemsize
+    return {**traced, "count": traced["size"] // itemsize}
