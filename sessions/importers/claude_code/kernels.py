@@ -11,8 +11,12 @@ order and reports each new version of each kernel:
   "unresolved" and holds the best source we have.
 - A full Read of a tracked file whose content differs from what we rebuilt: the learner
   changed it in their editor ("read").
-- JS/TS files: each template string that holds a `@compute` shader is a kernel of its own
-  ("template_string"), updated when that shader's text changes.
+- JS/TS and HTML files (scripts.py reads them): each template string that holds a
+  `@compute` shader is a kernel of its own ("template_string"), as is a WGSL `<script>`
+  in a page ("script_tag"), updated when that shader's text changes. A file that is a
+  whole WebGPU program (a `.js` or `.html` file that asks for a device) also gives its
+  host code to the kernel of its first shader: that kernel gets a new version when its
+  shader or the host code changes, and each replays as a program.
 - Fenced ```wgsl blocks in the learner's messages that hold a `@compute` entry point
   ("fenced").
 
@@ -21,9 +25,9 @@ Kernel names (slugs, stable across re-imports of the same or a longer transcript
 - `.wgsl` file: the file stem (`kernels/matmul_tiled.wgsl` → `matmul_tiled`). A second
   file with the same stem in another folder gets its folder as a prefix
   (`naive/matmul.wgsl` → `naive-matmul`), then a number if that is taken too.
-- Shader in a JS/TS template string: file stem and its first `@compute` entry point
-  (`src/pipeline.js`, `fn reduce_sum` → `pipeline-reduce_sum`); a second shader in the
-  same file with the same entry point name gets `-2`, in file order.
+- Shader in a JS/TS template string or an HTML page: file stem and its first `@compute`
+  entry point (`src/pipeline.js`, `fn reduce_sum` → `pipeline-reduce_sum`); a second
+  shader in the same file with the same entry point name gets `-2`, in file order.
 - Learner's fenced block: a leading comment naming a `.wgsl` file (`// matmul.wgsl`)
   joins that file's kernel; otherwise a block whose entry points match exactly one
   existing kernel continues it; otherwise its first entry point names it ("snippet"
@@ -42,9 +46,10 @@ from django.utils.text import slugify
 
 # The engine's tokenizer: one linear pass, block comments nested as WGSL says.
 from kernels.engine.wgsl import entry_points
+from sessions.importers.claude_code.scripts import HTML_SUFFIXES, SCRIPT_SUFFIXES, read_program
 
 WGSL_SUFFIXES = (".wgsl",)
-SCRIPT_SUFFIXES = (".js", ".mjs", ".cjs", ".jsx", ".ts", ".mts", ".cts", ".tsx")
+TRACKED_SUFFIXES = WGSL_SUFFIXES + SCRIPT_SUFFIXES + HTML_SUFFIXES
 NAME_MAX = 60
 
 _FENCE = re.compile(
@@ -53,10 +58,6 @@ _FENCE = re.compile(
     re.M | re.S | re.I,
 )
 _FILE_COMMENT = re.compile(r"^\s*//\s*(?:file(?:name)?:\s*)?(\S+\.wgsl)\b", re.I)
-_JS_CONST = re.compile(
-    r"\b(?:const|let|var)\s+([A-Za-z_$][\w$]*)\s*=\s*(-?\d+(?:\.\d+)?|\"[^\"\n]*\"|'[^'\n]*')\s*[;\n]"
-)
-_PLACEHOLDER = re.compile(r"\$\{\s*([A-Za-z_$][\w$]*)\s*\}")
 
 
 def _path_parts(path: str) -> list[str]:
@@ -70,101 +71,6 @@ def _stem(path: str) -> str:
 
 def _slug(text: str) -> str:
     return slugify(text)[:NAME_MAX].strip("-_") or "kernel"
-
-
-def _skip_string(code: str, i: int, quote: str) -> int:
-    """Index just past a '…' or "…" string starting at i (the quote)."""
-    i += 1
-    while i < len(code):
-        char = code[i]
-        if char == "\\":
-            i += 2
-            continue
-        if char == quote or char == "\n":
-            return i + 1
-        i += 1
-    return i
-
-
-def _skip_code(code: str, i: int, found: list[tuple[str, int]]) -> int:
-    """Scan JS code from i up to an unmatched "}" (returns its index) or the end."""
-    depth = 0
-    while i < len(code):
-        char = code[i]
-        if char == "/" and code.startswith("//", i):
-            end = code.find("\n", i)
-            i = len(code) if end == -1 else end
-        elif char == "/" and code.startswith("/*", i):
-            end = code.find("*/", i + 2)
-            i = len(code) if end == -1 else end + 2
-        elif char in "\"'":
-            i = _skip_string(code, i, char)
-        elif char == "`":
-            i = _template(code, i, found)
-        elif char == "{":
-            depth += 1
-            i += 1
-        elif char == "}":
-            if depth == 0:
-                return i
-            depth -= 1
-            i += 1
-        else:
-            i += 1
-    return i
-
-
-_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "`": "`", "\\": "\\", "$": "$"}
-
-
-def _template(code: str, i: int, found: list[tuple[str, int]]) -> int:
-    """Read the template string opening at i; record its text; return the index past it."""
-    start = i
-    i += 1
-    text: list[str] = []
-    while i < len(code):
-        char = code[i]
-        if char == "\\" and i + 1 < len(code):
-            text.append(_ESCAPES.get(code[i + 1], "\\" + code[i + 1]))
-            i += 2
-        elif char == "`":
-            found.append(("".join(text), start))
-            return i + 1
-        elif char == "$" and code.startswith("${", i):
-            end = _skip_code(code, i + 2, found)
-            text.append(code[i : end + 1])  # kept as written: "${WORKGROUP}"
-            i = end + 1
-        else:
-            text.append(char)
-            i += 1
-    return i  # unterminated: not a string we can trust
-
-
-def template_strings(code: str) -> list[str]:
-    """The text of every JS/TS template literal in the code, in source order."""
-    found: list[tuple[str, int]] = []
-    i = 0
-    while i < len(code):
-        i = _skip_code(code, i, found)
-        i += 1  # past a stray "}"
-    return [text for text, _ in sorted(found, key=lambda item: item[1])]
-
-
-def shaders_in_script(code: str) -> list[tuple[str, str, bool]]:
-    """(first entry point, WGSL source, substituted) for each @compute template string.
-
-    `${NAME}` placeholders are filled in where the file defines NAME as a literal
-    (`const WG = 64;`), so the shader can be compiled as it would run.
-    """
-    constants = {name: value.strip("\"'") for name, value in _JS_CONST.findall(code)}
-    shaders = []
-    for text in template_strings(code):
-        names = entry_points(text)
-        if not names:
-            continue
-        filled = _PLACEHOLDER.sub(lambda m: constants.get(m[1], m[0]), text)
-        shaders.append((names[0], filled, filled != text))
-    return shaders
 
 
 def fenced_wgsl(text: str) -> list[str]:
@@ -181,6 +87,7 @@ class NewVersion:
     note: str = ""
     new_kernel: bool = False
     kernel_title: str = ""
+    host_program: str = ""
 
 
 @dataclass
@@ -188,6 +95,7 @@ class _Kernel:
     name: str
     number: int = 0
     source: str | None = None
+    host: str = ""
     entries: tuple[str, ...] = ()
 
 
@@ -265,15 +173,20 @@ class KernelHistory:
         title: str,
         note: str = "",
         force: bool = False,
+        host: str | None = None,
     ) -> NewVersion | None:
+        """A new version of the kernel when its source or host code changed (host None:
+        the kernel keeps the host code it has, as for a pasted block of its shader)."""
         kernel = self.kernels.get(name)
         new_kernel = kernel is None
         if kernel is None:
             kernel = self.kernels[name] = _Kernel(name=name)
-        elif kernel.source == source and not force:
+        host = kernel.host if host is None else host
+        if not new_kernel and (kernel.source, kernel.host) == (source, host) and not force:
             return None  # unchanged: not a new version
         kernel.number += 1
         kernel.source = source
+        kernel.host = host
         kernel.entries = tuple(entry_points(source))
         return NewVersion(
             kernel=name,
@@ -283,6 +196,7 @@ class KernelHistory:
             note=note,
             new_kernel=new_kernel,
             kernel_title=title,
+            host_program=host,
         )
 
     def _file_changed(
@@ -295,17 +209,22 @@ class KernelHistory:
                 self._wgsl_name(path), content, meta, self.title_for(path), note, force
             )
             return [version] if version else []
+        program = read_program(path, content)
         versions = []
         seen: dict[str, int] = {}
-        for entry, source, substituted in shaders_in_script(content):
-            ordinal = seen.get(entry, 0)
-            seen[entry] = ordinal + 1
-            shader_meta = {**meta, "container": "template_string", "entry_point": entry}
-            if substituted:
+        for number, shader in enumerate(program.shaders):
+            ordinal = seen.get(shader.entry, 0)
+            seen[shader.entry] = ordinal + 1
+            shader_meta = {**meta, "container": shader.container, "entry_point": shader.entry}
+            if shader.substituted:
                 shader_meta["substituted"] = True
-            title = f"{self.title_for(path)} · fn {entry}"
-            name = self._shader_name(path, entry, ordinal)
-            if version := self._record(name, source, shader_meta, title, note):
+            # The program belongs to its first shader's kernel; the others are shaders only.
+            host = program.host if number == 0 else ""
+            if host:
+                shader_meta["program"] = True
+            title = f"{self.title_for(path)} · fn {shader.entry}"
+            name = self._shader_name(path, shader.entry, ordinal)
+            if version := self._record(name, shader.source, shader_meta, title, note, host=host):
                 versions.append(version)
         return versions
 
@@ -316,7 +235,7 @@ class KernelHistory:
         if not isinstance(params, dict):
             return []
         path = params.get("file_path")
-        if not isinstance(path, str) or not path.lower().endswith(WGSL_SUFFIXES + SCRIPT_SUFFIXES):
+        if not isinstance(path, str) or not path.lower().endswith(TRACKED_SUFFIXES):
             return []
         if not outcome.ok:
             return []

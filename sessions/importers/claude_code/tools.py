@@ -19,8 +19,7 @@ from sessions.importers.claude_code.decisions import (
 )
 from sessions.importers.claude_code.index import Index
 from sessions.importers.claude_code.kernels import (
-    SCRIPT_SUFFIXES,
-    WGSL_SUFFIXES,
+    TRACKED_SUFFIXES,
     KernelHistory,
     NewVersion,
     Outcome,
@@ -49,8 +48,6 @@ RESULT_MAX_CHARS = 20_000
 # How much of a sub-agent's own transcript is shown inside its call.
 SUBAGENT_MAX_ITEMS = 60
 
-KERNEL_FILE_SUFFIXES = WGSL_SUFFIXES + SCRIPT_SUFFIXES
-
 _LEADING_BLANK = re.compile(r"\A\s*\n")
 _TOOL_ERROR = re.compile(r"</?tool_use_error>")
 _AGENT_ID = re.compile(r"agentId:\s*([\w-]+)")
@@ -63,6 +60,8 @@ _LANG_BY_SUFFIX = {
     "ts": "ts",
     "tsx": "ts",
     "mts": "ts",
+    "html": "html",
+    "htm": "html",
     "py": "python",
     "json": "json",
     "sh": "bash",
@@ -260,7 +259,7 @@ class ToolCalls:
         )
         path = str(params.get("file_path", "")) if isinstance(params, dict) else ""
         if found and not ok and name in ("Write", "Edit", "MultiEdit"):
-            self.stats.rejected_edits += path.lower().endswith(KERNEL_FILE_SUFFIXES)
+            self.stats.rejected_edits += path.lower().endswith(TRACKED_SUFFIXES)
         versions += made
         content = "\n\n".join(p for p in parts if p)
         turn = self.turns.turn(Turn.Role.TOOL, content, response.timestamp, meta)

@@ -102,4 +102,5 @@ class TurnMaker:
                 turn=turn_number,
                 note=version.note[:200],
                 meta=version.meta,
+                host_program=version.host_program,
             )

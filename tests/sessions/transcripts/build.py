@@ -267,6 +267,102 @@ export function label(name) {
 """
 
 
+# One index.html: the matmul shader in a template string, and the host code around it.
+# Version 1 swaps row and column in the product and sizes the dispatch with Math.floor;
+# the index fix comes next, then Math.ceil.
+MATMUL_HTML = """<!doctype html>
+<html>
+<head>
+  <meta charset="utf-8">
+  <title>Matmul on the GPU</title>
+  <style>body { font-family: system-ui; }</style>
+</head>
+<body>
+<h1>C = A B</h1>
+<script type="module">
+const M = 20, K = 16, N = 12;
+
+const shader = `
+struct Dims { m: u32, k: u32, n: u32, pad: u32 }
+@group(0) @binding(0) var<uniform> dims: Dims;
+@group(0) @binding(1) var<storage, read> a: array<f32>;
+@group(0) @binding(2) var<storage, read> b: array<f32>;
+@group(0) @binding(3) var<storage, read_write> c: array<f32>;
+
+@compute @workgroup_size(8, 8)
+fn matmul(@builtin(global_invocation_id) id: vec3<u32>) {
+    let row = id.y;
+    let col = id.x;
+    if (row >= dims.m || col >= dims.n) {
+        return;
+    }
+    var sum = 0.0;
+    for (var i = 0u; i < dims.k; i++) {
+        sum += a[col * dims.k + i] * b[i * dims.n + row];
+    }
+    c[row * dims.n + col] = sum;
+}
+`;
+
+async function main() {
+  const adapter = await navigator.gpu.requestAdapter();
+  const device = await adapter.requestDevice();
+
+  const a = new Float32Array(M * K).map((_, i) => (i % 7) - 3);
+  const b = new Float32Array(K * N).map((_, i) => (i % 5) * 0.5);
+  const dims = new Uint32Array([M, K, N, 0]);
+
+  const upload = (data, usage) => {
+    const buffer = device.createBuffer({ size: data.byteLength, usage: usage | GPUBufferUsage.COPY_DST });
+    device.queue.writeBuffer(buffer, 0, data);
+    return buffer;
+  };
+  const dimsBuffer = upload(dims, GPUBufferUsage.UNIFORM);
+  const aBuffer = upload(a, GPUBufferUsage.STORAGE);
+  const bBuffer = upload(b, GPUBufferUsage.STORAGE);
+  const cBuffer = device.createBuffer({ size: M * N * 4, usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC });
+  const readBuffer = device.createBuffer({ size: M * N * 4, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+
+  const module = device.createShaderModule({ code: shader });
+  const pipeline = device.createComputePipeline({ layout: "auto", compute: { module, entryPoint: "matmul" } });
+  const bindGroup = device.createBindGroup({
+    layout: pipeline.getBindGroupLayout(0),
+    entries: [
+      { binding: 0, resource: { buffer: dimsBuffer } },
+      { binding: 1, resource: { buffer: aBuffer } },
+      { binding: 2, resource: { buffer: bBuffer } },
+      { binding: 3, resource: { buffer: cBuffer } },
+    ],
+  });
+
+  const encoder = device.createCommandEncoder();
+  const pass = encoder.beginComputePass();
+  pass.setPipeline(pipeline);
+  pass.setBindGroup(0, bindGroup);
+  pass.dispatchWorkgroups(Math.floor(N / 8), Math.floor(M / 8));
+  pass.end();
+  encoder.copyBufferToBuffer(cBuffer, 0, readBuffer, 0, M * N * 4);
+  device.queue.submit([encoder.finish()]);
+
+  await readBuffer.mapAsync(GPUMapMode.READ);
+  const c = new Float32Array(readBuffer.getMappedRange().slice(0));
+  readBuffer.unmap();
+  console.log("c[0][0] =", c[0], "c[M-1][N-1] =", c[M * N - 1]);
+}
+
+main();
+</script>
+</body>
+</html>
+"""
+SWAPPED = "        sum += a[col * dims.k + i] * b[i * dims.n + row];\n"
+INDEXED = "        sum += a[row * dims.k + i] * b[i * dims.n + col];\n"
+FLOOR = "  pass.dispatchWorkgroups(Math.floor(N / 8), Math.floor(M / 8));\n"
+CEIL = "  pass.dispatchWorkgroups(Math.ceil(N / 8), Math.ceil(M / 8));\n"
+MATMUL_HTML_V2 = MATMUL_HTML.replace(SWAPPED, INDEXED)
+MATMUL_HTML_V3 = MATMUL_HTML_V2.replace(FLOOR, CEIL)
+
+
 # Transcript 1: a review with edits, compaction, a sub-agent, secrets ----------------------
 
 
@@ -767,8 +863,75 @@ def softmax_js() -> Transcript:
     return t
 
 
+# Transcript 3: one index.html, its shader and host code fixed in three steps --------------
+
+
+def matmul_html() -> Transcript:
+    t = Transcript("matmul-html")
+    path = f"{CWD}/index.html"
+    t.user(
+        "Write me one index.html that multiplies a 20 x 16 matrix by a 16 x 12 one with a "
+        "WebGPU compute shader, 8 x 8 workgroups, and logs two cells of the result.",
+        parent=None,
+    )
+    t.assistant(
+        "msg_31Write",
+        [
+            text("Here is the page: the WGSL is a template string, the host code below it."),
+            tool_use("toolu_31Write", "Write", file_path=path, content=MATMUL_HTML),
+        ],
+        stop_reason="tool_use",
+    )
+    t.result(
+        "toolu_31Write",
+        f"File created successfully at: {path}",
+        {"type": "create", "filePath": path, "content": MATMUL_HTML, "structuredPatch": []},
+    )
+    t.assistant("msg_32Try", [text("Open it in Chrome and compare c[0][0] with numpy.")])
+    t.user("c[0][0] is wrong, and the last cell is 0.")
+    t.assistant(
+        "msg_33Index",
+        [
+            text("The product reads `a` by column and `b` by row: swap them back."),
+            tool_use(
+                "toolu_33Edit", "Edit", file_path=path, old_string=SWAPPED, new_string=INDEXED
+            ),
+        ],
+        stop_reason="tool_use",
+    )
+    t.result(
+        "toolu_33Edit",
+        f"The file {path} has been updated.",
+        {
+            "filePath": path,
+            "oldString": SWAPPED,
+            "newString": INDEXED,
+            "originalFile": MATMUL_HTML,
+            "structuredPatch": [],
+            "userModified": False,
+            "replaceAll": False,
+        },
+    )
+    t.assistant("msg_34Review", [text("c[0][0] should match now. What about the last cell?")])
+    t.user("c[0][0] matches, but the last cell is still 0.")
+    t.assistant(
+        "msg_35Ceil",
+        [
+            text(
+                "`Math.floor(12 / 8)` is 1 workgroup: 8 columns of 12. `dispatchWorkgroups` "
+                "counts workgroups, so round up:"
+            ),
+            tool_use("toolu_35Edit", "Edit", file_path=path, old_string=FLOOR, new_string=CEIL),
+        ],
+        stop_reason="tool_use",
+    )
+    t.result("toolu_35Edit", f"The file {path} has been updated.")
+    t.assistant("msg_36Done", [text("Now 2 x 3 workgroups cover all 12 x 20 cells.")])
+    return t
+
+
 def main() -> None:
-    for build in (matmul_review, softmax_js):
+    for build in (matmul_review, softmax_js, matmul_html):
         path = build().write()
         print(f"wrote {path.relative_to(HERE.parent.parent.parent)}")
 

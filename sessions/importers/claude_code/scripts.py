@@ -1,0 +1,190 @@
+"""What a JavaScript or HTML file holds for Kernelbin: its compute shaders and its host code.
+
+- JS/TS: each template string that holds a `@compute` shader ("template_string"), with
+  `${NAME}` filled in where the file defines NAME as a literal.
+- HTML: the same inside each inline `<script>` (classic or module), and a `<script>`
+  whose type names WGSL (`type="text/wgsl"`, `x-shader/x-wgsl`) is a shader itself
+  ("script_tag"). Scripts with a `src` are not in the file, so not read.
+- Host code: a `.js` file, or an HTML file's inline scripts joined in page order, that
+  asks for a device (`requestDevice`) is a whole WebGPU program: it can be replayed
+  (kernels/engine/host/). TypeScript and JSX are shown, never run.
+
+Every scan is one pass over the text.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from kernels.engine.wgsl import entry_points
+
+SCRIPT_SUFFIXES = (".js", ".mjs", ".cjs", ".jsx", ".ts", ".mts", ".cts", ".tsx")
+HTML_SUFFIXES = (".html", ".htm")
+# Files whose code runs as it is written: a program in one of them can be replayed.
+RUNNABLE_SUFFIXES = (".js", ".mjs", ".cjs", *HTML_SUFFIXES)
+
+_JS_CONST = re.compile(
+    r"\b(?:const|let|var)\s+([A-Za-z_$][\w$]*)\s*=\s*(-?\d+(?:\.\d+)?|\"[^\"\n]*\"|'[^'\n]*')\s*[;\n]"
+)
+_PLACEHOLDER = re.compile(r"\$\{\s*([A-Za-z_$][\w$]*)\s*\}")
+_SCRIPT_TAG = re.compile(r"<script\b([^>]*)>", re.I)
+_TYPE = re.compile(r"""\btype\s*=\s*["']?([^"'\s>]*)""", re.I)
+_SRC = re.compile(r"\bsrc\s*=", re.I)
+JS_TYPES = ("", "module", "text/javascript", "application/javascript", "text/ecmascript")
+_HOST = re.compile(r"\brequestDevice\b")
+
+
+@dataclass(frozen=True)
+class Shader:
+    entry: str  # its first @compute entry point
+    source: str
+    container: str  # "template_string" or "script_tag"
+    substituted: bool = False  # ${NAME} placeholders filled in
+
+
+@dataclass(frozen=True)
+class Program:
+    """What a file holds: its compute shaders in file order, and its host code ("" when
+    it is not a whole WebGPU program that can run here)."""
+
+    shaders: tuple[Shader, ...]
+    host: str
+
+
+def read_program(path: str, content: str) -> Program:
+    """The shaders and host code of a JS, TS or HTML file."""
+    lower = path.lower()
+    if lower.endswith(HTML_SUFFIXES):
+        scripts = html_scripts(content)
+        code = "\n".join(text for kind, text in scripts if kind == "js")
+        shaders: list[Shader] = []
+        for kind, text in scripts:
+            if kind == "js":
+                shaders += shaders_in_script(text, code)
+            elif names := entry_points(text):
+                shaders.append(Shader(names[0], text, "script_tag"))
+    else:
+        code = content
+        shaders = shaders_in_script(content)
+    runnable = lower.endswith(RUNNABLE_SUFFIXES) and _HOST.search(code) is not None
+    return Program(tuple(shaders), code if runnable else "")
+
+
+def html_scripts(html: str) -> list[tuple[str, str]]:
+    """(kind, text) of each inline <script> in page order: "js", "wgsl", or "other"."""
+    lower = html.lower()
+    found = []
+    pos = 0
+    while match := _SCRIPT_TAG.search(html, pos):
+        start = match.end()
+        end = lower.find("</script", start)
+        end = len(html) if end == -1 else end
+        pos = end + 1
+        attributes = match[1]
+        if _SRC.search(attributes):
+            continue
+        kind = _TYPE.search(attributes)
+        script_type = kind[1].lower() if kind else ""
+        if script_type in JS_TYPES:
+            found.append(("js", html[start:end]))
+        else:
+            found.append(("wgsl" if "wgsl" in script_type else "other", html[start:end]))
+    return found
+
+
+def _skip_string(code: str, i: int, quote: str) -> int:
+    """Index just past a '…' or "…" string starting at i (the quote)."""
+    i += 1
+    while i < len(code):
+        char = code[i]
+        if char == "\\":
+            i += 2
+            continue
+        if char == quote or char == "\n":
+            return i + 1
+        i += 1
+    return i
+
+
+def _skip_code(code: str, i: int, found: list[tuple[str, int]]) -> int:
+    """Scan JS code from i up to an unmatched "}" (returns its index) or the end."""
+    depth = 0
+    while i < len(code):
+        char = code[i]
+        if char == "/" and code.startswith("//", i):
+            end = code.find("\n", i)
+            i = len(code) if end == -1 else end
+        elif char == "/" and code.startswith("/*", i):
+            end = code.find("*/", i + 2)
+            i = len(code) if end == -1 else end + 2
+        elif char in "\"'":
+            i = _skip_string(code, i, char)
+        elif char == "`":
+            i = _template(code, i, found)
+        elif char == "{":
+            depth += 1
+            i += 1
+        elif char == "}":
+            if depth == 0:
+                return i
+            depth -= 1
+            i += 1
+        else:
+            i += 1
+    return i
+
+
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "`": "`", "\\": "\\", "$": "$"}
+
+
+def _template(code: str, i: int, found: list[tuple[str, int]]) -> int:
+    """Read the template string opening at i; record its text; return the index past it."""
+    start = i
+    i += 1
+    text: list[str] = []
+    while i < len(code):
+        char = code[i]
+        if char == "\\" and i + 1 < len(code):
+            text.append(_ESCAPES.get(code[i + 1], "\\" + code[i + 1]))
+            i += 2
+        elif char == "`":
+            found.append(("".join(text), start))
+            return i + 1
+        elif char == "$" and code.startswith("${", i):
+            end = _skip_code(code, i + 2, found)
+            text.append(code[i : end + 1])  # kept as written: "${WORKGROUP}"
+            i = end + 1
+        else:
+            text.append(char)
+            i += 1
+    return i  # unterminated: not a string we can trust
+
+
+def template_strings(code: str) -> list[str]:
+    """The text of every JS/TS template literal in the code, in source order."""
+    found: list[tuple[str, int]] = []
+    i = 0
+    while i < len(code):
+        i = _skip_code(code, i, found)
+        i += 1  # past a stray "}"
+    return [text for text, _ in sorted(found, key=lambda item: item[1])]
+
+
+def shaders_in_script(code: str, scope: str | None = None) -> list[Shader]:
+    """The @compute shaders in the code's template strings.
+
+    `${NAME}` placeholders are filled in where scope (the code itself, or all of a page's
+    scripts) defines NAME as a literal (`const WG = 64;`), so the shader can be compiled
+    as it would run.
+    """
+    defined = _JS_CONST.findall(code if scope is None else scope)
+    constants = {name: value.strip("\"'") for name, value in defined}
+    shaders = []
+    for text in template_strings(code):
+        names = entry_points(text)
+        if not names:
+            continue
+        filled = _PLACEHOLDER.sub(lambda m: constants.get(m[1], m[0]), text)
+        shaders.append(Shader(names[0], filled, "template_string", filled != text))
+    return shaders
