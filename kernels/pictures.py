@@ -259,5 +259,12 @@ def figures(outcome: Outcome) -> list[dict]:
     if (report := outcome.get("report")) and report.get("kind") == "classification":
         accuracy = report["accuracy"]
         title = f"Confusion matrix: {accuracy:.1%} of {report['count']:,} digits right"
-        result.append({"title": title, "svg": confusion_matrix(report)})
+        result.append({"title": title, "svg": confusion_matrix(report), "kind": "confusion"})
     return result
+
+
+def headline(outcome: Outcome) -> dict | None:
+    """The one picture that says most about an outcome, for embeds: a classifier's
+    confusion matrix, else the first output's picture."""
+    shown = figures(outcome)
+    return next((f for f in shown if f.get("kind") == "confusion"), shown[0] if shown else None)

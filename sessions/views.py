@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import json
 import re
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlencode
 
 from csp.decorators import csp_replace
 from django.conf import settings
@@ -11,18 +11,18 @@ from django.core.cache import cache
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import EmptyPage, Page, PageNotAnInteger, Paginator
 from django.db.models import Count, QuerySet
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, QueryDict
-from django.shortcuts import get_object_or_404, redirect, render
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, render
 from django.template.loader import render_to_string
-from django.urls import Resolver404, resolve, reverse
-from django.utils.html import format_html
+from django.urls import reverse
 from django.views.decorators.clickjacking import xframe_options_exempt
 from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_GET, require_http_methods
 
 from config.context_processors import site_origin
-from kernels import replay
-from sessions import search
+from kernels import pictures
+from kernels.models import KernelVersion
+from sessions import embedding, navigation, search
 from sessions.access import get_embeddable_session, get_session_for_user
 from sessions.export import export_markdown, export_session
 from sessions.forms import CappedUploadHandler, ImportForm
@@ -30,38 +30,10 @@ from sessions.importers.files import import_file, size_limit
 from sessions.importers.options import ImportOptions
 from sessions.importers.writer import ImportProblem
 from sessions.models import Session, Tag, Turn
-from sessions.templatetags.kernelbin import inline_hash
 
-EMBED_MAX_TURNS = 50
-EMBED_STYLES = ("css/theme.css", "css/turns.css", "css/embed.css")
-EMBED_SCRIPT = "js/embed.js"
-# Embeds may be framed by any site, and run only the CSS and JS we inline into them.
-EMBED_CSP = {
-    "frame-ancestors": ["*"],
-    "script-src": [inline_hash(EMBED_SCRIPT)],
-    "style-src": [inline_hash(*EMBED_STYLES)],
-}
-EMBED_THEMES = ("auto", "light", "dark")
-OEMBED_WIDTH = 640
-OEMBED_MAX_HEIGHT = 900
-
-
-def embed_url(origin: str, session: Session, first: int, last: int) -> str:
-    path = reverse("sessions:embed", args=[session.slug])
-    return f"{origin}{path}?{urlencode({'from': first, 'to': last})}"
-
-
-def iframe_code(
-    origin: str, session: Session, first: int, last: int, width: int, height: int
-) -> str:
-    return format_html(
-        '<iframe src="{}" width="{}" height="{}" title="{}" frameborder="0" loading="lazy">'
-        "</iframe>",
-        embed_url(origin, session, first, last),
-        width,
-        height,
-        f"{session.title}, turns {first} to {last} (Kernelbin)",
-    )
+# The parameters a session page reads. Its own URL keeps them: in its discovery link (so
+# that an oEmbed consumer embeds the turns the URL names) and in its cache key.
+PAGE_PARAMS = ("page", "turn", "from", "to")
 
 
 @require_GET
@@ -107,109 +79,99 @@ def _page_number(paginator: Paginator, raw: str | None) -> int:
         return paginator.num_pages
 
 
-def _turn_page_number(turns: QuerySet, number: int, per_page: int) -> int:
-    return turns.filter(number__lt=number).count() // per_page + 1
+def _asked_page(request: HttpRequest, paginator: Paginator) -> int:
+    """The page holding ?turn=N (a permalink, "go to turn N"), else ?page."""
+    if "turn" not in request.GET:
+        return _page_number(paginator, request.GET.get("page"))
+    raw = request.GET["turn"]
+    turns = paginator.object_list
+    if not raw.isdigit() or not turns.filter(number=int(raw)).exists():
+        raise Http404(f"This session has no turn {raw[:20]}.")
+    return turns.filter(number__lt=int(raw)).count() // paginator.per_page + 1
 
 
 @require_GET
 def detail(request: HttpRequest, slug: str) -> HttpResponse:
     session = get_session_for_user(request, slug)
-    turns = session.turns.select_related("kernel_version__kernel")
-    per_page = settings.TURNS_PER_PAGE
-
-    # "Go to turn N" and permalinks to turns beyond the first page land on the right page.
-    if "turn" in request.GET:
-        try:
-            number = int(request.GET["turn"])
-        except ValueError:
-            number = 0
-        if not turns.filter(number=number).exists():
-            raise Http404(f"This session has no turn {request.GET['turn'][:20]}.")
-        page_number = _turn_page_number(turns, number, per_page)
-        query = f"?page={page_number}" if page_number > 1 else ""
-        return redirect(f"{session.get_absolute_url()}{query}#turn-{number}")
-
     origin = site_origin(request)
+    query = urlencode(
+        [(name, request.GET[name][:12]) for name in PAGE_PARAMS if name in request.GET]
+    )
     # A reader without cookies gets the same bytes as every other such reader.
     anonymous = not request.user.is_authenticated and not request.COOKIES
-    page_key = session.cache_key("page", request.GET.get("page", "")[:12], per_page, origin)
+    page_key = session.cache_key("page", query, origin)
     if anonymous and (html := cache.get(page_key)) is not None:
         return HttpResponse(html)
 
-    paginator = Paginator(turns, per_page)
-    page_number = _page_number(paginator, request.GET.get("page"))
+    turns = session.turns.select_related("kernel_version__kernel")
+    paginator = Paginator(turns, navigation.page_size(turns.count(), settings.TURNS_PER_PAGE))
+    page_number = _asked_page(request, paginator)
     # The body depends only on the session, the page and our origin, never on the reader.
-    body_key = session.cache_key("body", page_number, per_page, origin)
-    body = cache.get(body_key)
+    body_key = session.cache_key("body", page_number, paginator.per_page, origin)
+    body, seconds = cache.get(body_key), settings.PAGE_CACHE_SECONDS
     if body is None:
-        body = _render_session_body(session, paginator, page_number, origin)
-        cache.set(body_key, body, timeout=settings.PAGE_CACHE_SECONDS)
+        body, complete = _render_session_body(session, paginator, page_number, origin)
+        # Badges show stored runs: while one is missing, look again soon.
+        seconds = seconds if complete else settings.EMBED_PENDING_CACHE_SECONDS
+        cache.set(body_key, body, timeout=seconds)
+    link = f"{origin}{session.get_absolute_url()}"
     context = {
         "session": session,
         "body": body,
-        "oembed_href": _oembed_href(origin, session),
+        "oembed_href": embedding.oembed_href(origin, f"{link}?{query}" if query else link),
+        "canonical": f"{link}?page={page_number}" if page_number > 1 else link,
         "can_embed": session.is_embeddable,
     }
     response = render(request, "sessions/detail.html", context)
     if anonymous:
-        cache.set(page_key, response.content, timeout=settings.PAGE_CACHE_SECONDS)
+        cache.set(page_key, response.content, timeout=seconds)
     return response
 
 
 def _render_session_body(
     session: Session, paginator: Paginator, page_number: int, origin: str
-) -> str:
+) -> tuple[str, bool]:
+    """The session page's body, and whether every kernel on it has a stored run."""
     page = paginator.page(page_number)
     shown = list(page.object_list)
+    versions = KernelVersion.objects.filter(kernel__session=session)
+    runs, complete = navigation.stored_runs(versions.select_related("kernel__session", "turn"))
+    sections = navigation.outline(session)
+    opening = {section.number: section for section in sections}
+    for turn in shown:
+        turn.replayed = runs.get(turn.kernel_version_id)
+        turn.section = opening.get(turn.number)
+    link = session.get_absolute_url()
+    on_page = {turn.number for turn in shown}
+    for section in sections:
+        number = section.number
+        section.href = (
+            f"#turn-{number}" if number in on_page else f"{link}?turn={number}#turn-{number}"
+        )
     first = shown[0].number if shown else 1
+    last = shown[-1].number if shown else 0
+    snippet = embedding.range_target(session, first, min(last, first + embedding.DEFAULT_TURNS - 1))
     context = {
         "session": session,
         "page": page,
         "turns": shown,
         "page_first": first,
-        "page_last": shown[-1].number if shown else 0,
+        "page_last": last,
         "paginated": paginator.num_pages > 1,
         "turn_count": paginator.count,
         "kernels": session.kernels.annotate(version_count=Count("versions")),
-        "embed_first": first,
-        "embed_last": min(paginator.count, first + 4),
+        "outline": sections,
+        "jumps": navigation.jumps(session, runs),
+        "snippet": snippet,
+        "snippet_script": embedding.script_code(snippet, origin),
+        "snippet_iframe": embedding.iframe_code(snippet, origin),
         "embed_base": origin + reverse("sessions:embed", args=[session.slug]),
+        "code_templates": embedding.code_templates(origin),
+        "heights": (embedding.HEIGHT_BASE, embedding.HEIGHT_PER_TURN, embedding.OEMBED_MAX_HEIGHT),
         "can_embed": session.is_embeddable,
         "site_url": origin,
     }
-    return render_to_string("sessions/_session_body.html", context)
-
-
-def _oembed_href(origin: str, session: Session) -> str:
-    target = f"{origin}{session.get_absolute_url()}"
-    return f"{origin}{reverse('sessions:oembed')}?{urlencode({'url': target, 'format': 'json'})}"
-
-
-class BadRange(ValueError):
-    pass
-
-
-def _parse_turn_bound(value: str | None, name: str) -> int:
-    if value is None or value == "":
-        raise BadRange(f"The '{name}' parameter is required: a turn number like {name}=3.")
-    if not re.fullmatch(r"\d{1,9}", value):
-        raise BadRange(f"'{name}' must be a whole turn number, not {value[:40]!r}.")
-    return int(value)
-
-
-def parse_range(params, last_turn: int) -> tuple[int, int]:
-    """from/to as 1-based inclusive turn numbers, checked against the session."""
-    first = _parse_turn_bound(params.get("from"), "from")
-    last = _parse_turn_bound(params.get("to"), "to")
-    if first < 1:
-        raise BadRange("Turn numbers start at 1.")
-    if first > last:
-        raise BadRange(f"'from' ({first}) is after 'to' ({last}): swap them.")
-    if last > last_turn:
-        raise BadRange(f"This session has {last_turn} turns; 'to' ({last}) is past the end.")
-    if last - first + 1 > EMBED_MAX_TURNS:
-        raise BadRange(f"An embed shows at most {EMBED_MAX_TURNS} turns; this asks for more.")
-    return first, last
+    return render_to_string("sessions/_session_body.html", context), complete
 
 
 def _embed_error(request: HttpRequest, message: str, status: int = 400) -> HttpResponse:
@@ -218,29 +180,30 @@ def _embed_error(request: HttpRequest, message: str, status: int = 400) -> HttpR
 
 @require_GET
 @xframe_options_exempt
-@csp_replace(EMBED_CSP)
+@csp_replace(embedding.EMBED_CSP)
 def embed(request: HttpRequest, slug: str) -> HttpResponse:
     try:
         session = get_embeddable_session(slug)
     except Http404:
         return _embed_error(request, "There is no public session at this address.", 404)
     origin = site_origin(request)
-    theme = request.GET.get("theme", "auto")
-    params = (request.GET.get("from", "")[:12], request.GET.get("to", "")[:12], theme[:12])
+    params = [request.GET.get(name, "")[:12] for name in ("from", "to", "theme")]
     # Only a valid range is ever cached, so a hit needs no bounds check.
     key = session.cache_key("embed", *params, origin)
     page = cache.get(key)
     if page is None:
         last_turn = session.turns.order_by("-number").values_list("number", flat=True).first()
         try:
-            if theme not in EMBED_THEMES:
-                raise BadRange(f"theme must be one of {', '.join(EMBED_THEMES)}.")
-            first, last = parse_range(request.GET, last_turn or 0)
-        except BadRange as error:
+            theme = embedding.parse_theme(request.GET)
+            first, last = embedding.parse_range(request.GET, last_turn or 0)
+        except embedding.BadRange as error:
             return _embed_error(request, str(error))
+        target = embedding.range_target(session, first, last, theme)
         turns = session.turns.filter(number__gte=first, number__lte=last)
-        turns = list(turns.select_related("kernel_version__kernel", "kernel_version__turn"))
-        complete = _attach_outcomes(turns)
+        turns = list(
+            turns.select_related("kernel_version__kernel__session", "kernel_version__turn")
+        )
+        complete = _show_outcomes(turns)
         link = f"{origin}{session.get_absolute_url()}"
         context = {
             "session": session,
@@ -248,8 +211,10 @@ def embed(request: HttpRequest, slug: str) -> HttpResponse:
             "first": first,
             "last": last,
             "theme": theme,
+            "title": target.title,
+            "oembed_href": embedding.oembed_href(origin, target.embed_url(origin)),
             "session_link": link,
-            "turn_link": f"{link}?turn={first}",
+            "turn_link": f"{link}?turn={first}#turn-{first}",
             "site_url": origin,
         }
         page = render_to_string("embed/session.html", context)
@@ -258,50 +223,19 @@ def embed(request: HttpRequest, slug: str) -> HttpResponse:
     return HttpResponse(page)
 
 
-def _attach_outcomes(turns: list[Turn]) -> bool:
-    """Give each turn that reviewed a kernel the finished run a reader would see now
-    (turn.replayed, or None: nothing is started from an embed). True when each kernel
-    that can be replayed has a stored outcome: those do not change, so the page can stay."""
-    versions = {turn.kernel_version_id: turn.kernel_version for turn in turns}
-    versions.pop(None, None)
-    shown = {pk: replay.for_reader(version) for pk, version in versions.items()}
+def _show_outcomes(turns: list[Turn]) -> bool:
+    """Give each turn that reviewed a kernel its stored run (turn.replayed; nothing is
+    started from an embed), and the first turn showing each version its outcome's
+    picture. True when every kernel that can be replayed has a stored run."""
+    versions = [turn.kernel_version for turn in turns if turn.kernel_version is not None]
+    runs, complete = navigation.stored_runs(versions)
+    pictured = set()
     for turn in turns:
-        seen = shown.get(turn.kernel_version_id)
-        turn.replayed = seen.run if seen is not None and seen.outcome is not None else None
-    # A kernel that cannot be replayed shows no outcome, now or later.
-    replayable = [seen for seen in shown.values() if not seen.problem]
-    return all(seen.run is not None and seen.run.cacheable for seen in replayable)
-
-
-def _oembed_target(url: str, request: HttpRequest) -> tuple[Session, int, int]:
-    """Which session and turn range an oEmbed url points at; Http404 for anything else."""
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 -- parsing the port is what rejects "host:99999" or "host:x"
-    except ValueError:  # "http://[::1" and other text that is not a URL
-        raise Http404("Not a URL.") from None
-    ours = {urlsplit(site_origin(request)).netloc, request.get_host()}
-    if parts.scheme not in ("http", "https") or parts.netloc not in ours:
-        raise Http404("Not a Kernelbin URL.")
-    try:
-        match = resolve(parts.path)
-    except Resolver404:
-        raise Http404("Not a Kernelbin session URL.") from None
-    if match.view_name not in ("sessions:detail", "sessions:embed"):
-        raise Http404("Not a Kernelbin session URL.")
-    session = get_embeddable_session(match.kwargs["slug"])
-    last_turn = session.turns.order_by("-number").values_list("number", flat=True).first() or 0
-    if not last_turn:
-        raise Http404("This session has no turns to embed.")
-    params = QueryDict(parts.query)
-    fragment = re.fullmatch(r"turn-(\d{1,9})", parts.fragment)
-    if "from" in params or "to" in params:
-        first, last = parse_range(params, last_turn)
-    elif fragment and 1 <= int(fragment[1]) <= last_turn:
-        first = last = int(fragment[1])
-    else:
-        first, last = 1, min(last_turn, 5)
-    return session, first, last
+        turn.replayed = runs.get(turn.kernel_version_id)
+        if turn.replayed is not None and turn.kernel_version_id not in pictured:
+            pictured.add(turn.kernel_version_id)
+            turn.picture = pictures.headline(turn.replayed.outcome)
+    return complete
 
 
 def _positive_int(request: HttpRequest, name: str) -> int | None:
@@ -309,7 +243,7 @@ def _positive_int(request: HttpRequest, name: str) -> int | None:
     if value in (None, ""):
         return None
     if not re.fullmatch(r"\d{1,6}", value) or int(value) < 1:
-        raise BadRange(f"{name} must be a positive whole number of pixels.")
+        raise embedding.BadRange(f"{name} must be a positive whole number of pixels.")
     return int(value)
 
 
@@ -324,29 +258,13 @@ def oembed(request: HttpRequest) -> HttpResponse:
     try:
         maxwidth = _positive_int(request, "maxwidth")
         maxheight = _positive_int(request, "maxheight")
-        session, first, last = _oembed_target(url, request)
-    except BadRange as error:
+        target = embedding.target_of(url, request)
+    except embedding.BadRange as error:
         return JsonResponse({"error": str(error)}, status=400)
     except Http404 as error:
         return JsonResponse({"error": str(error)}, status=404)
-
-    width = min(OEMBED_WIDTH, maxwidth or OEMBED_WIDTH)
-    # A first guess; the embed then reports its real height to the page (postMessage).
-    height = min(OEMBED_MAX_HEIGHT, 120 + 180 * (last - first + 1), maxheight or OEMBED_MAX_HEIGHT)
-    document = {
-        "type": "rich",
-        "version": "1.0",
-        "title": f"{session.title} · turns {first}–{last}" if first != last else session.title,
-        "provider_name": "Kernelbin",
-        "provider_url": site_origin(request),
-        "cache_age": 3600,
-        "html": iframe_code(site_origin(request), session, first, last, width, height),
-        "width": width,
-        "height": height,
-    }
-    if session.learner:
-        document["author_name"] = session.learner
-    return JsonResponse(document)
+    origin = site_origin(request)
+    return JsonResponse(embedding.oembed_document(target, origin, maxwidth, maxheight))
 
 
 def _export_filename(session: Session, extension: str) -> str:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from django.contrib.auth.models import User
 from django.test import Client, TestCase
+from django.utils import timezone
 
-from kernels.models import Kernel, KernelVersion
+from kernels import replay
+from kernels.models import Kernel, KernelVersion, Run
 from sessions.models import Session, Turn
 
 ADD_SOURCE = """@group(0) @binding(0) var<storage, read> a: array<f32>;
@@ -79,3 +81,30 @@ class BaseTestCase(TestCase):
         self.charlie = User.objects.create_user(
             "charlie", "charlie@example.org", "password", is_staff=True
         )
+
+
+def store_run(version: KernelVersion, status: str, message: str = "", **outcome) -> Run:
+    """A finished run of this version, as the replay service would have stored it."""
+    job = replay.job_for(version)
+    outcome = {
+        "status": status,
+        "message": message or f"It ended in {status}.",
+        "environment": {"label": "llvmpipe (test)", "software": True},
+        "timings": {"compile_ms": 1.0, "run_ms": 1.0, "wall_ms": 2.0},
+        "warnings": [],
+        "outputs": [],
+        **outcome,
+    }
+    now = timezone.now()
+    return Run.objects.create(
+        source_sha256=job.source_sha256,
+        harness_digest=job.harness_digest,
+        environment_id="test",
+        state=Run.State.DONE,
+        status=status,
+        cacheable=True,
+        outcome=outcome,
+        adapter="llvmpipe (test)",
+        started=now,
+        finished=now,
+    )

@@ -2,10 +2,12 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import re
 from functools import cache
 
 from django import template
 from django.contrib.staticfiles import finders
+from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
 register = template.Library()
@@ -52,3 +54,13 @@ def cell(value: object) -> str:
     if isinstance(value, float):
         return format(value, ".6g")
     return str(value)
+
+
+CODE_SPAN = re.compile(r"`([^`\n]+)`")
+
+
+@register.filter
+def code_spans(text: object) -> SafeString:
+    """Plain text (an outcome's message, naga's words) with its `quoted code` as <code>."""
+    html = CODE_SPAN.sub(r"<code>\1</code>", escape(str(text)))
+    return mark_safe(html)  # noqa: S308 (escaped above; only our own tags added)

@@ -44,23 +44,38 @@ class DetailTestCase(BaseTestCase):
         self.assertEqual(self.client.get("/s/nope/").status_code, 404)
 
     @override_settings(TURNS_PER_PAGE=10)
-    def test_long_sessions_are_paginated(self) -> None:
+    def test_long_sessions_are_paginated_in_even_pages(self) -> None:
         make_session("long", turns=25)
+        # At most 10 a page: three pages of 9, 9 and 7, not 10, 10 and 5.
         r = self.client.get("/s/long/")
-        self.assertContains(r, 'id="turn-10"')
-        self.assertNotContains(r, 'id="turn-11"')
+        self.assertContains(r, 'id="turn-9"')
+        self.assertNotContains(r, 'id="turn-10"')
         self.assertContains(r, "Later turns")
         r = self.client.get("/s/long/", {"page": 3})
+        self.assertContains(r, 'id="turn-19"')
         self.assertContains(r, 'id="turn-25"')
-        self.assertNotContains(r, 'id="turn-20"')
+        self.assertNotContains(r, 'id="turn-18"')
+
+    @override_settings(TURNS_PER_PAGE=100)
+    def test_109_turns_make_two_pages_of_55_and_54(self) -> None:
+        make_session("showcase-sized", turns=109)
+        r = self.client.get("/s/showcase-sized/")
+        self.assertContains(r, "Turns 1–55 of 109")
+        r = self.client.get("/s/showcase-sized/", {"page": 2})
+        self.assertContains(r, "Turns 56–109 of 109")
 
     @override_settings(TURNS_PER_PAGE=10)
-    def test_go_to_turn_lands_on_its_page(self) -> None:
+    def test_a_turn_link_opens_the_page_that_holds_it(self) -> None:
         make_session("long", turns=25)
         r = self.client.get("/s/long/", {"turn": 17})
-        self.assertRedirects(r, "/s/long/?page=2#turn-17", fetch_redirect_response=False)
+        self.assertEqual(r.status_code, 200)
+        self.assertContains(r, 'id="turn-17"')
+        self.assertContains(r, "Turns 10–18 of 25")
+        # It is the page a consumer of our oEmbed discovery reads: the link keeps the turn.
+        self.assertContains(r, "url=http%3A%2F%2Ftestserver%2Fs%2Flong%2F%3Fturn%3D17&amp;format")
+        self.assertContains(r, '<link rel="canonical" href="http://testserver/s/long/?page=2">')
         r = self.client.get("/s/long/", {"turn": 3})
-        self.assertRedirects(r, "/s/long/#turn-3", fetch_redirect_response=False)
+        self.assertContains(r, "Turns 1–9 of 25")
 
     def test_go_to_a_missing_turn_says_so(self) -> None:
         for value in ("99", "0", "abc", "-1"):

@@ -19,7 +19,7 @@ class EmbedTestCase(BaseTestCase):
 
     def test_it_links_back_to_the_full_session(self) -> None:
         r = self.get(**{"from": 2, "to": 3})
-        self.assertContains(r, 'href="http://testserver/s/demo/?turn=2"')
+        self.assertContains(r, 'href="http://testserver/s/demo/?turn=2#turn-2"')
         self.assertContains(r, "Read the whole session on Kernelbin")
 
     def test_it_is_frameable_by_any_site(self) -> None:
@@ -33,7 +33,9 @@ class EmbedTestCase(BaseTestCase):
     def test_it_is_self_contained_and_sets_no_cookie(self) -> None:
         r = self.get(**{"from": 1, "to": 2})
         body = r.content.decode()
-        self.assertNotIn("<link", body)
+        # Its only link is the oEmbed discovery link, which loads nothing.
+        self.assertEqual(body.count("<link"), 1)
+        self.assertIn('<link rel="alternate" type="application/json+oembed"', body)
         self.assertNotIn("<script src", body)
         self.assertIn("postMessage", body)
         self.assertEqual(r.cookies, {})
@@ -55,7 +57,9 @@ class EmbedTestCase(BaseTestCase):
 
     def test_themes(self) -> None:
         self.assertContains(self.get(**{"from": 1, "to": 1, "theme": "dark"}), 'data-theme="dark"')
-        self.assertContains(self.get(**{"from": 1, "to": 1}), 'data-theme="auto"')
+        self.assertContains(self.get(**{"from": 1, "to": 1, "theme": "auto"}), 'data-theme="auto"')
+        # Light unless asked: most pages an embed sits in are light.
+        self.assertContains(self.get(**{"from": 1, "to": 1}), 'data-theme="light"')
 
     def test_bad_bounds_say_what_is_wrong(self) -> None:
         cases = [

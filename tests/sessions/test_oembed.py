@@ -1,7 +1,9 @@
 import json
 from html.parser import HTMLParser
 
-from tests.base import BaseTestCase, make_session
+from django.test import override_settings
+
+from tests.base import BaseTestCase, add_kernel, make_session, store_run
 
 
 class _Iframes(HTMLParser):
@@ -41,7 +43,9 @@ class OEmbedTestCase(BaseTestCase):
         self.assertEqual(doc["provider_name"], "Kernelbin")
         self.assertEqual(doc["author_name"], "Sam")
         parsed = iframes(doc["html"])
-        self.assertEqual(parsed.tags, ["iframe"])
+        # The iframe first (WordPress keeps only it), then the script that fits it.
+        self.assertEqual(parsed.tags, ["iframe", "script"])
+        self.assertIn('<script async src="http://testserver/static/js/embed.js">', doc["html"])
         src = parsed.iframes[0]["src"]
         self.assertEqual(src, "http://testserver/s/demo/embed/?from=1&to=5")
         self.assertEqual(int(parsed.iframes[0]["width"]), doc["width"])
@@ -113,3 +117,84 @@ class OEmbedTestCase(BaseTestCase):
         self.assertIn("Matmul &amp; friends", doc["html"])
         self.assertNotIn("Matmul & friends", doc["html"])
         json.dumps(doc)
+
+
+class _Discovery(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.href = None
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "link" and attrs.get("type") == "application/json+oembed":
+            self.href = attrs["href"]
+
+
+class OEmbedUrlFormsTestCase(BaseTestCase):
+    """Every URL of ours a blogger might paste keeps what it names."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.session = make_session("demo", turns=8, title="Matmul & friends")
+
+    def oembed(self, url: str) -> dict:
+        r = self.client.get("/oembed/", {"url": f"http://testserver{url}", "format": "json"})
+        self.assertEqual(r.status_code, 200, r.content)
+        return r.json()
+
+    def src(self, url: str) -> str:
+        return iframes(self.oembed(url)["html"]).iframes[0]["src"]
+
+    def test_every_session_url_form_keeps_its_range_and_title(self) -> None:
+        cases = [
+            ("/s/demo/?turn=6", "/s/demo/embed/?from=6&to=6", "Matmul & friends · turn 6"),
+            ("/s/demo/#turn-7", "/s/demo/embed/?from=7&to=7", "Matmul & friends · turn 7"),
+            ("/s/demo/?from=2&to=4", "/s/demo/embed/?from=2&to=4", "Matmul & friends · turns 2–4"),
+            ("/s/demo/?turn=6#turn-6", "/s/demo/embed/?from=6&to=6", "Matmul & friends · turn 6"),
+            (
+                "/s/demo/embed/?from=3&to=5&theme=dark",
+                "/s/demo/embed/?from=3&to=5&theme=dark",
+                None,
+            ),
+            ("/s/demo/", "/s/demo/embed/?from=1&to=5", "Matmul & friends · turns 1–5"),
+        ]
+        for url, src, title in cases:
+            with self.subTest(url=url):
+                doc = self.oembed(url)
+                self.assertEqual(iframes(doc["html"]).iframes[0]["src"], f"http://testserver{src}")
+                if title:
+                    self.assertEqual(doc["title"], title)
+
+    @override_settings(TURNS_PER_PAGE=4)
+    def test_a_later_page_embeds_its_own_first_turns(self) -> None:
+        self.assertTrue(self.src("/s/demo/?page=2").endswith("/s/demo/embed/?from=5&to=8"))
+
+    def test_replay_urls_embed_the_replay(self) -> None:
+        add_kernel(self.session, turn=2)
+        for url in ("/s/demo/turns/2/replay/", "/s/demo/turns/2/replay/embed/"):
+            with self.subTest(url=url):
+                doc = self.oembed(url)
+                self.assertEqual(
+                    iframes(doc["html"]).iframes[0]["src"],
+                    "http://testserver/s/demo/turns/2/replay/embed/",
+                )
+                self.assertEqual(doc["title"], "add v1 replayed · Matmul & friends")
+        r = self.client.get("/oembed/", {"url": "http://testserver/s/demo/turns/3/replay/"})
+        self.assertEqual(r.status_code, 404)
+
+    def test_a_consumer_that_discovers_gets_the_range_of_the_url_it_was_given(self) -> None:
+        """As WordPress and Ghost do: fetch the page, follow its discovery link, use html."""
+        store_run(add_kernel(self.session, turn=2), "passed")
+        cases = {
+            "/s/demo/?turn=6": "/s/demo/embed/?from=6&to=6",
+            "/s/demo/?from=2&to=4": "/s/demo/embed/?from=2&to=4",
+            "/s/demo/embed/?from=3&to=5": "/s/demo/embed/?from=3&to=5",
+            "/s/demo/turns/2/replay/embed/": "/s/demo/turns/2/replay/embed/",
+        }
+        for page, src in cases.items():
+            with self.subTest(page=page):
+                parser = _Discovery()
+                parser.feed(self.client.get(page).content.decode())
+                self.assertIsNotNone(parser.href, "no discovery link")
+                doc = self.client.get(parser.href.removeprefix("http://testserver")).json()
+                self.assertEqual(iframes(doc["html"]).iframes[0]["src"], f"http://testserver{src}")

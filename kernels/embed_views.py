@@ -1,0 +1,73 @@
+"""The embed of a replay: the outcome of the kernel a turn reviewed, with its pictures,
+framed by any site like the session embeds (sessions/embedding.py)."""
+
+from __future__ import annotations
+
+from csp.decorators import csp_replace
+from django.conf import settings
+from django.core.cache import cache
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.template.loader import render_to_string
+from django.views.decorators.clickjacking import xframe_options_exempt
+from django.views.decorators.http import require_GET
+
+from config.context_processors import site_origin
+from kernels import replay
+from kernels.outcome_context import outcome_context
+from sessions import embedding
+from sessions.access import get_embeddable_session
+from sessions.models import Turn
+
+
+def _embed_error(request: HttpRequest, message: str, status: int) -> HttpResponse:
+    return render(request, "embed/error.html", {"message": message}, status=status)
+
+
+@require_GET
+@xframe_options_exempt
+@csp_replace(embedding.EMBED_CSP)
+def replay_embed(request: HttpRequest, slug: str, number: int) -> HttpResponse:
+    try:
+        session = get_embeddable_session(slug)
+        turn = (
+            Turn.objects.select_related("kernel_version__kernel__session", "kernel_version__turn")
+            .filter(session=session, number=number)
+            .exclude(kernel_version=None)
+            .first()
+        )
+        if turn is None:
+            raise Http404
+        theme = embedding.parse_theme(request.GET)
+    except Http404:
+        return _embed_error(request, "There is no public kernel replay at this address.", 404)
+    except embedding.BadRange as error:
+        return _embed_error(request, str(error), 400)
+
+    # As on the replay page, a kernel nobody has run yet starts running now.
+    shown = replay.for_reader(turn.kernel_version, start=True)
+    origin = site_origin(request)
+    finished = shown.outcome is not None and shown.run.cacheable
+    key = session.cache_key("replay-embed", number, theme, origin, shown.run and shown.run.pk)
+    if finished and (page := cache.get(key)) is not None:
+        return HttpResponse(page)
+    target = embedding.replay_target(turn, theme)
+    link = f"{origin}{session.get_absolute_url()}"
+    context = {
+        **outcome_context(shown),
+        "session": session,
+        "turn": turn,
+        "kernel": turn.kernel_version.kernel,
+        "theme": theme,
+        "title": target.title,
+        "problem": shown.problem,
+        "busy": shown.busy,
+        "oembed_href": embedding.oembed_href(origin, target.embed_url(origin)),
+        "replay_link": origin + request.path.removesuffix("embed/"),
+        "turn_link": f"{link}?turn={number}#turn-{number}",
+        "site_url": origin,
+    }
+    page = render_to_string("embed/replay.html", context, request)
+    if finished:
+        cache.set(key, page, timeout=settings.PAGE_CACHE_SECONDS)
+    return HttpResponse(page)
