@@ -130,7 +130,7 @@ class BadInputTestCase(ImportingTestCase):
             "  line 10: valid JSON but not an object (list)",
             out,
         )
-        self.assertEqual(Turn.objects.count(), 31)
+        self.assertEqual(Turn.objects.count(), 33)
 
     def test_crlf_line_ends_and_a_byte_order_mark(self) -> None:
         data = "\ufeff" + "".join(json.dumps(line) + "\r\n" for line in tiny().lines)

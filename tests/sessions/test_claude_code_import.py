@@ -36,7 +36,7 @@ class ReportTestCase(ImportingTestCase):
         self.assertEqual(
             out.splitlines()[:2],
             [
-                "Created session 'matmul-the-dispatch-and-bounds-bugs': 31 turns, 1 kernel, 5 kernel versions.",
+                "Created session 'matmul-the-dispatch-and-bounds-bugs': 33 turns, 1 kernel, 5 kernel versions.",
                 "Read 51 lines (Claude Code JSONL).",
             ],
         )
@@ -200,7 +200,7 @@ class RoundTripTestCase(ImportingTestCase):
             self.client.get("/s/matmul-the-dispatch-and-bounds-bugs/export.json").content
         )
         out = self.run_import(self.write("export.json", json.dumps(first)), "--slug", "copy")
-        self.assertIn("Created session 'copy': 31 turns, 1 kernel, 5 kernel versions.", out)
+        self.assertIn("Created session 'copy': 33 turns, 1 kernel, 5 kernel versions.", out)
         self.assertIn("already holds this recording's source key, so this copy has none", out)
         second = json.loads(self.client.get("/s/copy/export.json").content)
         for doc in (first, second):

@@ -174,3 +174,51 @@ class LostCompactionParentTestCase(ImportingTestCase):
         self.assertIn("Continuing: the tree reduction is next.", contents)
         self.assertIn("Here is a first version.", contents)
         self.assertNotIn("unconnected", out)
+
+
+class ProgressLinesTestCase(ImportingTestCase):
+    def test_a_sub_agent_known_only_from_progress_lines_is_nested_whole(self) -> None:
+        """Claude Code 2.1 echoes a sub-agent's messages into the main file as progress
+        lines (agent_progress) under the call's id: without its own file, they are it."""
+        main, agent = session_with_agent()
+        task_result = next(i for i, line in enumerate(main.lines) if line.get("toolUseResult"))
+        parent = main.lines[task_result - 1]["uuid"]
+        progress = []
+        for k, line in enumerate(agent.lines):
+            message = {key: line[key] for key in ("type", "message", "uuid", "timestamp")}
+            if "toolUseResult" in line:
+                message["toolUseResult"] = line["toolUseResult"]
+            progress.append(
+                main.envelope(
+                    "progress",
+                    parent,
+                    data={"type": "agent_progress", "message": message, "prompt": "…"},
+                    toolUseID=f"agent_msg_{k}",
+                    parentToolUseID="toolu_Task1",
+                    uuid=f"progress-{k}",
+                    timestamp=line["timestamp"],
+                )
+            )
+            parent = f"progress-{k}"
+        main.lines[task_result:task_result] = progress
+        out = self.run_import(self.write("with-agent.jsonl", main))
+        turns = self.turns()
+        self.assertEqual(
+            [(t.role, t.kind, t.meta.get("depth")) for t in turns],
+            [
+                ("learner", "", None),
+                ("tool", "tool_call", None),  # Task
+                ("tool", "tool_call", 1),  # the sub-agent's Grep, with its result
+                ("tutor", "", 1),
+                ("tutor", "", None),
+            ],
+        )
+        grep = turns[2]
+        self.assertIn("kernels/matmul.wgsl:6:@compute @workgroup_size(8, 8)", grep.content)
+        self.assertNotIn("no result", grep.meta["summary"])
+        self.assertIn("1 rebuilt from progress lines", out)
+        # The page shows them nested and folded.
+        self.client.force_login(self.charlie)
+        page = self.client.get(self.session().get_absolute_url()).content.decode()
+        self.assertIn('class="turn role-tool kind-tool_call nested depth-1" id="turn-3"', page)
+        self.assertIn("Tool · Grep · sub-agent", page)

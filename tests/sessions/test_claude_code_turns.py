@@ -48,11 +48,13 @@ class TurnsTestCase(ImportingTestCase):
                 ("tool", "tool_call"),  # Edit, unresolved
                 ("tutor", ""),
                 ("learner", ""),
-                ("tool", "tool_call"),  # Task, with its sub-agent
+                ("tool", "tool_call"),  # Task
+                ("tool", "tool_call"),  # its sub-agent's Glob, nested
+                ("tutor", ""),  # its sub-agent's answer, nested
                 ("tutor", ""),
             ],
         )
-        self.assertEqual([t.number for t in self.all], list(range(1, 32)))
+        self.assertEqual([t.number for t in self.all], list(range(1, 34)))
 
     def test_it_merges_a_streamed_response_and_keeps_the_last_usage(self) -> None:
         # msg_01 came as four lines: thinking, text, two tool calls.
@@ -135,12 +137,20 @@ class TurnsTestCase(ImportingTestCase):
             self.assertTrue(turn.is_collapsed)
 
     def test_a_sub_agent_is_nested_in_its_call(self) -> None:
-        task = self.by_number[30]
+        task, glob, answer = self.by_number[30], self.by_number[31], self.by_number[32]
         self.assertEqual(task.meta["tool"], "Task")
         self.assertTrue(task.meta["subagent"])
-        self.assertIn("**Sub-agent transcript** (4 lines)", task.content)
-        self.assertIn("`Glob` kernels/*.wgsl", task.content)
-        self.assertIn("reduce.wgsl uses 256", task.content)
+        self.assertIn("*The sub-agent's conversation: turns 31–32, below.*", task.content)
+        # Its whole conversation follows, each turn folded and marked as the agent's.
+        self.assertEqual(glob.meta["tool"], "Glob")
+        self.assertIn("kernels/matmul.wgsl\nkernels/reduce.wgsl", glob.content)
+        self.assertIn("reduce.wgsl uses 256", answer.content)
+        for turn in (glob, answer):
+            self.assertEqual(turn.meta["agent"], "a7f3c2e")
+            self.assertEqual(turn.meta["call"], "toolu_10Task")
+            self.assertEqual(turn.meta["depth"], 1)
+            self.assertTrue(turn.is_collapsed)
+        self.assertEqual(answer.meta["model"], "claude-haiku-4-5")
         # The sub-agent's own prompt is not a learner turn of this session.
         self.assertFalse(any("Look at every" in t.content for t in self.all if t.role == "learner"))
 

@@ -53,7 +53,7 @@ class UploadTestCase(ImportingTestCase):
         r = self.post(MATMUL.read_bytes(), visibility="unlisted")
         self.assertContains(
             r,
-            "Created session &#x27;matmul-the-dispatch-and-bounds-bugs&#x27;: 31 turns, 1 kernel, 5 kernel versions.",
+            "Created session &#x27;matmul-the-dispatch-and-bounds-bugs&#x27;: 33 turns, 1 kernel, 5 kernel versions.",
         )
         self.assertContains(r, 'href="/s/matmul-the-dispatch-and-bounds-bugs/"')
         self.assertContains(r, "Redacted: 1 anthropic-key")

@@ -84,6 +84,8 @@ class Index:
         self.extras: list[tuple[int, int, int, int]] = []
         self.sidechain_prompts: dict[int, int] = {}  # hash of a sub-agent's first prompt → line
         self.agent_calls: dict[int, int] = {}  # tool call id key → agentId key (sidecars)
+        # Claude Code 2.1's agent_progress lines, by the key of the call they report on.
+        self.agent_progress: dict[int, list[int]] = {}
         self.custom_title = self.ai_title = ""
         self.summaries: list[tuple[int, str]] = []
         self.last_prompt: tuple[int, int] | None = None  # (leaf key, lines indexed before it)
@@ -125,6 +127,10 @@ class Index:
             if model and model != "<synthetic>":
                 # A sub-agent's model only stands in when the file has no other.
                 self.model = self.model or model if flags & SIDECHAIN else model
+        if kind == "progress" and dict_at(line, "data").get("type") == "agent_progress":
+            call = str_or_none(line.get("parentToolUseID"))
+            if call:
+                self.agent_progress.setdefault(key_of(call), []).append(idx)
         if code == BOUNDARY and str_or_none(line.get("logicalParentUuid")):
             self.logical[idx] = key_of(line["logicalParentUuid"])
         if flags & SIDECHAIN:

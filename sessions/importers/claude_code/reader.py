@@ -44,6 +44,7 @@ from sessions.importers.claude_code.lines import (
 from sessions.importers.claude_code.plan import Branch, Plan
 from sessions.importers.claude_code.responses import Responses
 from sessions.importers.claude_code.source import LineSource
+from sessions.importers.claude_code.subagents import Subagents
 from sessions.importers.claude_code.tools import RESULT_MAX_CHARS, ToolCalls, result_text
 from sessions.importers.claude_code.turns import TurnMaker, code, raw_json, short
 from sessions.importers.redact import Scrubber
@@ -62,6 +63,8 @@ class TranscriptReader:
         self.history = KernelHistory(cwd=scrubber.text(index.cwd))
         self.turns = TurnMaker()
         self.tools = ToolCalls(self.source, self.turns, self.history, index, plan)
+        self.subagents = Subagents(self.source, self.turns, self.tools, index, plan)
+        self.tools.subagents = self.subagents
         self.responses = Responses(self.turns, self.tools, self.stats)
         # The lines shown, main line and merged side branches (one byte per line).
         self.shown = np.zeros(len(index), dtype=bool)
@@ -104,7 +107,7 @@ class TranscriptReader:
             yield from self._extras(extras[anchor])
         for branch in plan.detached:
             yield self._branch_note(branch, "detached")
-        yield from self.tools.unlinked_sidechains()
+        yield from self.subagents.unlinked()
 
     def _extras(self, extras: list[tuple[int, int, int, int]]) -> Iterator[Item]:
         for _, number, offset, length in extras:
@@ -378,11 +381,13 @@ class TranscriptReader:
             )
         if self.plan.detached:
             notes.append(f"{len(self.plan.detached)} group(s) of unconnected lines noted.")
-        if self.plan.sidechains:
-            linked = len(self.tools.linked_agents)
+        if self.plan.sidechains or self.subagents.from_progress:
+            linked = len(self.subagents.linked)
+            rebuilt = self.subagents.from_progress
             notes.append(
                 f"Sub-agents: {linked} transcript(s) nested in their calls, "
-                f"{len(self.plan.sidechains) - linked} shown on their own."
+                f"{len(self.plan.sidechains) - linked} shown on their own"
+                + (f", {rebuilt} rebuilt from progress lines." if rebuilt else ".")
             )
         if rejected := self.stats.rejected_edits:
             notes.append(f"{rejected} failed or rejected edit(s) of kernel files: no version.")

@@ -105,7 +105,9 @@ class Responses:
         if response is None:
             return
         items = self._items(response)
-        turns = [item for item in items if isinstance(item, TurnSpec)]
+        # This response's own turns, not those of a sub-agent nested under one of its calls.
+        depth = self.turns.nesting.get("depth", 0)
+        turns = [i for i in items if isinstance(i, TurnSpec) and i.meta.get("depth", 0) == depth]
         if turns:
             tutor = next(
                 (t for t in turns if t.role == Turn.Role.TUTOR and "kind" not in t.meta), turns[-1]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from sessions.diffs import unified
@@ -25,12 +26,7 @@ from sessions.importers.claude_code.kernels import (
     Outcome,
 )
 from sessions.importers.claude_code.lines import (
-    ASSISTANT,
-    PROMPT,
     REMINDER,
-    blocks_of,
-    key_of,
-    prompt_text,
     str_or_none,
     timestamp_of,
 )
@@ -42,15 +38,13 @@ from sessions.models import Turn
 
 if TYPE_CHECKING:
     from sessions.importers.claude_code.responses import Response
+    from sessions.importers.claude_code.subagents import Subagents
 
 # A tool result longer than this is cut in its turn (the call and its effect stay whole).
 RESULT_MAX_CHARS = 20_000
-# How much of a sub-agent's own transcript is shown inside its call.
-SUBAGENT_MAX_ITEMS = 60
 
 _LEADING_BLANK = re.compile(r"\A\s*\n")
 _TOOL_ERROR = re.compile(r"</?tool_use_error>")
-_AGENT_ID = re.compile(r"agentId:\s*([\w-]+)")
 _LANG_BY_SUFFIX = {
     "wgsl": "wgsl",
     "js": "js",
@@ -208,13 +202,29 @@ class ToolCalls:
         self.index = index
         self.plan = plan
         self.stats = index.stats
-        self.linked_agents: set[int] = set()  # sub-agents shown inside their calls
+        # Set by the reader: sub-agents' conversations, nested under their calls.
+        self.subagents: Subagents | None = None
+        # A sub-agent rebuilt from progress lines: its results, which the index lacks.
+        self.local_results: dict[str, ToolResult] | None = None
+
+    @contextmanager
+    def results_from(self, results: dict[str, ToolResult]) -> Iterator[None]:
+        outer, self.local_results = self.local_results, results
+        try:
+            yield
+        finally:
+            self.local_results = outer
+
+    def _result(self, tool_id: str) -> ToolResult | None:
+        if self.local_results is not None:
+            return self.local_results.get(tool_id)
+        return self.source.result(tool_id)
 
     def call(self, block: dict[str, Any], response: Response) -> list[Item]:
         name = str(block.get("name") or "tool")
         tool_id = str(block.get("id") or "")
         params = block.get("input")
-        found = self.source.result(tool_id)
+        found = self._result(tool_id)
         text, images = result_text(found.block.get("content")) if found else ("", 0)
         self.stats.images += images
         is_error = bool(found and found.block.get("is_error"))
@@ -243,20 +253,15 @@ class ToolCalls:
         if name == "AskUserQuestion" and isinstance(params, dict):
             parts = [f"**{name}**\n\n{describe_questions(given, params)}"]
         versions: list[NewVersion] = []
-        if name in ("Task", "Agent"):
-            nested, nested_versions = self._subagent(tool_id, params, found, text)
-            if nested:
-                parts.append(nested)
-                meta["subagent"] = True
-            versions += nested_versions
         if found is None:
             parts.append("*No result was recorded for this call.*")
         else:
             parts.append(_result_section(text, rejected, is_error))
         detail = found.detail if found else None
-        made = self.history.tool_call(
-            name, params, Outcome(ok=ok, result=detail), {"tool_use_id": tool_id}
-        )
+        where: dict[str, Any] = {"tool_use_id": tool_id}
+        if self.turns.nesting:
+            where["subagent"] = True
+        made = self.history.tool_call(name, params, Outcome(ok=ok, result=detail), where)
         path = str(params.get("file_path", "")) if isinstance(params, dict) else ""
         if found and not ok and name in ("Write", "Edit", "MultiEdit"):
             self.stats.rejected_edits += path.lower().endswith(TRACKED_SUFFIXES)
@@ -266,6 +271,15 @@ class ToolCalls:
         items = list(self.turns.with_versions(turn, versions))
         if found is not None:
             items += self._decision(name, tool_id, found, text, given)
+        if name in ("Task", "Agent") and self.subagents is not None:
+            nested = self.subagents.conversation(tool_id, params, found, text)
+            if nested:
+                meta["subagent"] = True
+                numbers = [i.number for i in nested if isinstance(i, TurnSpec)] or [0]
+                turn.content += (
+                    f"\n\n*The sub-agent's conversation: turns {numbers[0]}–{numbers[-1]}, below.*"
+                )
+            items += nested
         return items
 
     def _decision(
@@ -299,80 +313,3 @@ class ToolCalls:
             if str_or_none(params.get(key)):
                 return short(params[key], 60)
         return ""
-
-    def _subagent(
-        self, tool_id: str, params: Any, found: ToolResult | None, text: str
-    ) -> tuple[str, list[NewVersion]]:
-        key = self.index.agent_calls.get(key_of(tool_id), 0) if tool_id else 0
-        detail = found.detail if found else None
-        if key in self.plan.sidechains:
-            pass  # the sidecar named this call
-        elif isinstance(detail, dict) and str_or_none(detail.get("agentId")):
-            key = key_of(detail["agentId"])
-        elif m := _AGENT_ID.search(text):
-            key = key_of(m[1])
-        if (
-            key not in self.plan.sidechains
-            and isinstance(params, dict)
-            and str_or_none(params.get("prompt"))
-        ):
-            root = self.index.sidechain_prompts.get(key_of(params["prompt"].strip()))
-            if root is not None:
-                key = next((k for k, lines in self.plan.sidechains.items() if root in lines), 0)
-        if key not in self.plan.sidechains or key in self.linked_agents:
-            return "", []
-        self.linked_agents.add(key)
-        return self._render_sidechain(self.plan.sidechains[key])
-
-    def _render_sidechain(self, lines: list[int]) -> tuple[str, list[NewVersion]]:
-        entries: list[str] = []
-        versions: list[NewVersion] = []
-        for i in lines:
-            line = self.source.load(i)
-            kind = self.index.kinds[i]
-            blocks = blocks_of(line.get("message"))
-            if kind == PROMPT and len(entries) < SUBAGENT_MAX_ITEMS:
-                entries.append("- *prompt:* " + short(prompt_text(blocks), 300))
-            elif kind == ASSISTANT:
-                for block in blocks:
-                    if block.get("type") == "text" and len(entries) < SUBAGENT_MAX_ITEMS:
-                        entries.append("- " + short(str(block.get("text", "")), 300))
-                    elif block.get("type") == "tool_use":
-                        tool_id = str(block.get("id") or "")
-                        found = self.source.result(tool_id)
-                        result, _ = result_text(found.block.get("content")) if found else ("", 0)
-                        failed = not found or found.block.get("is_error") or REJECTED in result
-                        made = self.history.tool_call(
-                            str(block.get("name")),
-                            block.get("input"),
-                            Outcome(ok=not failed, result=found.detail if found else None),
-                            {"tool_use_id": tool_id, "subagent": True},
-                        )
-                        versions += made
-                        if len(entries) < SUBAGENT_MAX_ITEMS:
-                            name = str(block.get("name"))
-                            mark = " · error" if failed else ""
-                            made_note = "".join(f" → `{v.kernel}` v{v.number}" for v in made)
-                            target = self.target(name, block.get("input"))
-                            entries.append(f"- `{name}` {target}{mark}{made_note}")
-        more = len(lines) - len(entries)
-        if len(entries) >= SUBAGENT_MAX_ITEMS and more > 0:
-            entries.append(f"- … ({more} more lines)")
-        heading = f"**Sub-agent transcript** ({len(lines)} line{'s' if len(lines) != 1 else ''})"
-        return "\n".join([heading, "", *entries]), versions
-
-    def unlinked_sidechains(self) -> Iterator[Item]:
-        """Sub-agents whose call is not shown, each as a note of its own."""
-        for key, lines in self.plan.sidechains.items():
-            if key in self.linked_agents:
-                continue
-            content, versions = self._render_sidechain(lines)
-            first = self.source.load(lines[0])
-            turn = self.turns.note(
-                "A sub-agent's transcript whose call is not in this file.\n\n" + content,
-                first,
-                "subagent",
-                f"Sub-agent transcript, not linked to a call: {len(lines)} lines",
-                f"agent:{first.get('agentId') or first.get('uuid', '')}",
-            )
-            yield from self.turns.with_versions(turn, versions)

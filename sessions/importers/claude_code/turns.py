@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -40,6 +41,18 @@ class TurnMaker:
         self.number = 0
         self.review: tuple[str, int] | None = None  # the version the next tutor turn reviews
         self.kernels_seen: set[str] = set()
+        # Set while a sub-agent's conversation is made: {"agent", "call", "depth"}.
+        self.nesting: dict[str, Any] = {}
+
+    @contextmanager
+    def nested(self, agent: str, call: str) -> Iterator[None]:
+        """Turns made inside belong to a sub-agent's conversation, under `call`."""
+        outer = self.nesting
+        self.nesting = {"agent": agent, "call": call, "depth": outer.get("depth", 0) + 1}
+        try:
+            yield
+        finally:
+            self.nesting = outer
 
     def turn(
         self,
@@ -52,6 +65,10 @@ class TurnMaker:
         self.number += 1
         if role == Turn.Role.TUTOR and meta.get("kind") != "thinking" and self.review:
             kernel, self.review = kernel or self.review, None
+        if self.nesting:
+            # Folded under their call: one line each until opened.
+            meta = {**meta, **self.nesting, "collapsed": True}
+            meta.setdefault("summary", short(content, 90) or role)
         return TurnSpec(
             number=self.number,
             role=role,
