@@ -207,6 +207,61 @@ def test_the_buggy_forward_pass_scores_lower_than_the_fixed_one(run) -> None:
     assert max(buggy) < min(fixed) - 0.1, accuracy
 
 
+def ten_digit_cases() -> dict:
+    """The classifier on one test digit at a time: ten cases, each a slice of the fixture
+    files (the digit's 784 pixels and its label), hidden shown beside the output."""
+    kernel, _ = classifier()
+    harness = json.loads(json.dumps(kernel["harness"]))
+    buffers = harness["buffers"]
+
+    def digit(k: int) -> dict:
+        return {
+            "x": {"file": {"path": "mnist/test_images.npy", "offset": 4 * 784 * k, "count": 784}},
+            "labels": {"file": {"path": "mnist/test_labels.npy", "offset": 4 * k, "count": 1}},
+        }
+
+    for name, fill in digit(0).items():
+        buffers[name] = {**{k: v for k, v in buffers[name].items() if k != "file"}, **fill}
+    buffers["x"]["shape"] = [1, 784]
+    buffers["labels"]["shape"] = [1]
+    for name, classes in (("hidden", 128), ("logits", 10), ("probs", 10)):
+        buffers[name]["shape"] = [1, classes]
+    for number, dispatch in enumerate(([16, 1], [2, 1], [1])):
+        harness["passes"][number]["dispatch"] = dispatch
+    harness["report"]["show"] = ["hidden"]
+    harness["cases"] = {f"digit-{k}": {"buffers": digit(k)} for k in range(10)}
+    return harness
+
+
+def test_the_final_classifier_checks_ten_test_digits_one_case_each(run) -> None:
+    _, versions = classifier()
+
+    outcome = run({"self": versions[-1]["source"]}, ten_digit_cases())
+
+    assert outcome["status"] == "passed", outcome["message"]
+    assert outcome["message"] == "All 10 cases match the reference."
+    labels = np.load(FIXTURES / "mnist" / "test_labels.npy")[:10]
+    cases = outcome["cases"]
+    assert [c["name"] for c in cases] == [f"digit-{k}" for k in range(10)]
+    assert [c["report"]["labels_count"].index(1) for c in cases] == labels.tolist()
+    assert sum(c["report"]["accuracy"] for c in cases) >= 9
+    probs, hidden = outcome["outputs"]
+    assert (probs["name"], hidden["name"], hidden["intermediate"]) == ("probs", "hidden", True)
+    assert hidden["count"] == 128 and min(hidden["got"]) == 0.0  # after the ReLU
+
+
+def test_a_buggy_classifier_fails_the_cases_it_gets_wrong(run) -> None:
+    _, versions = classifier()
+    buggy = next(v for v in versions if v["expected_status"] == "mismatch")
+
+    outcome = run({"self": buggy["source"]}, ten_digit_cases())
+
+    # The first case that fails is the one shown; most fail.
+    passed = [c["name"] for c in outcome["cases"] if c["status"] == "passed"]
+    assert outcome["status"] == "mismatch" and len(passed) < 5
+    assert outcome["message"].startswith(f"{len(passed)} of 10 cases pass; case digit-0: ")
+
+
 # -- lesson plans --------------------------------------------------------------------------
 
 LESSON_FIELDS = {
