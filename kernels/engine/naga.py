@@ -10,9 +10,11 @@ import re
 
 from kernels.engine.outcome import CompileError
 
-HEADLINE = re.compile(r"Shader (?:'.*?' )?(?:parsing|validation) error: (.*)")
+# The text quotes the learner's source: each pattern reads a bounded stretch from where it
+# starts, so a line of "Shader '" or "┌─ " repeated cannot make a search quadratic.
+HEADLINE = re.compile(r"Shader (?:'[^\n]{0,200}?' )?(?:parsing|validation) error: (.*)")
 # The file name is "wgsl" for parse errors and empty for validation errors.
-SPAN = re.compile(r"┌─ [^\n:]*:(\d+):(\d+)")
+SPAN = re.compile(r"┌─ [^\n:]{0,200}:(\d+):(\d+)")
 NOTE = re.compile(r"^\s*= (.*)$")
 CARETS = re.compile(r"[\^\-]+")
 # A label that only names a naga IR handle ("naga::ir::Expression [5]") tells a learner

@@ -71,6 +71,9 @@ class PathologicalInputTestCase(SimpleTestCase):
         }
         texts = {name: (unit * (size // len(unit) + 1))[:size] for name, unit in shapes.items()}
         texts["table rows"] = "|a|b|\n|-|-|\n" + texts["table rows"]
+        # Pygments' own worst cases: its WGSL lexer on a run of zeros, TypeScript on dots.
+        texts["zeros in wgsl"] = "```wgsl\n" + "0" * (size - 12) + "\n```"
+        texts["dots in ts"] = "```ts\n" + "." * (size - 10) + "\n```"
         return texts
 
     def assert_fast(self, texts: dict[str, str]) -> None:
@@ -86,6 +89,12 @@ class PathologicalInputTestCase(SimpleTestCase):
         texts = self.cases(settings.MARKDOWN_MAX_CHARS - 20)
         self.assert_fast(texts)
         self.assertNotIn("Shown as plain text", render_markdown(texts["table rows"]))
+
+    def test_a_kernel_source_of_zeros_renders_fast(self) -> None:
+        started = time.perf_counter()
+        html = render_source("let x = " + "0" * 50_000 + ";", "wgsl")
+        self.assertLess(time.perf_counter() - started, 1.0)
+        self.assertIn('class="mi"', html)
 
     def test_50000_brackets_deep_nesting_and_a_5_mb_turn(self) -> None:
         self.assert_fast(

@@ -46,9 +46,10 @@ def await_bare_calls(source: str) -> str:
     names = set(ASYNC_FUNCTION.findall(source))
     if not names:
         return source
-    alone = re.compile(
-        rf"^(\s*)((?:{'|'.join(map(re.escape, sorted(names)))})\s*\(\s*\)\s*;?\s*)$", re.M
-    )
+    # Blanks within the line only, and possessive: "\s*" crossed lines and backtracked
+    # (8,000 blank lines took 2.3 s).
+    called = "|".join(map(re.escape, sorted(names)))
+    alone = re.compile(rf"^([ \t]*+)((?:{called})[ \t]*+\([ \t]*+\)[ \t]*+;?[ \t]*+)$", re.M)
     return alone.sub(r"\1await \2", source)
 
 

@@ -55,8 +55,10 @@ LOCAL_COMMANDS = {
 }  # fmt: skip
 
 REMINDER = re.compile(r"<system-reminder>.*?(?:</system-reminder>|\Z)", re.S)
+# "[^<>]*", not "[^>]*": every unclosed "<ide_selection" would scan to the end again
+# (8,000 of them took 1.7 s).
 _IDE_TAGS = re.compile(
-    r"<(ide_opened_file|ide_selection|ide_diagnostics|post-tool-use-hook)\b[^>]*>.*?(?:</\1>|\Z)",
+    r"<(ide_opened_file|ide_selection|ide_diagnostics|post-tool-use-hook)\b[^<>]*>.*?(?:</\1>|\Z)",
     re.S,
 )
 _HARNESS_STARTS = (
