@@ -12,6 +12,9 @@ PORT ?= 8000
 RUN_PACKAGES := mesa-vulkan-drivers libvulkan1 libegl1 libgl1-mesa-dri
 # Real-browser tests drive Debian's Chromium.
 TEST_PACKAGES := $(RUN_PACKAGES) chromium
+# The code editor is built from the npm registry (package-lock.json) by Node's npm.
+NODE_PACKAGES := nodejs npm
+EDITOR := static/vendor/editor.js
 
 .PHONY: run test lint system-packages
 
@@ -19,6 +22,7 @@ system-packages:
 	@missing=""; \
 	for package in $(PACKAGES); do dpkg -s $$package >/dev/null 2>&1 || missing="$$missing $$package"; done; \
 	$(PYTHON) -c "import ensurepip" 2>/dev/null || missing="$$missing python3-venv python3.11-venv"; \
+	command -v npm >/dev/null 2>&1 || missing="$$missing $(NODE_PACKAGES)"; \
 	if [ -n "$$missing" ]; then \
 		echo "Installing Debian packages:$$missing"; \
 		sudo=""; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \
@@ -32,9 +36,17 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e ".[dev]"
 	touch $@
 
+# CodeMirror and its WGSL and JavaScript modes, bundled by esbuild into static/vendor/
+# (not committed): `npm ci` installs exactly what package-lock.json names.
+node_modules/.package-lock.json: package.json package-lock.json
+	npm ci --no-audit --no-fund
+
+$(EDITOR): node_modules/.package-lock.json $(wildcard static/src/*.js)
+	npm run --silent build
+
 run:
 	@$(MAKE) --no-print-directory system-packages PACKAGES="$(RUN_PACKAGES)"
-	@$(MAKE) --no-print-directory $(BIN)/.installed
+	@$(MAKE) --no-print-directory $(BIN)/.installed $(EDITOR)
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py load_showcase
 	ALLOWED_HOSTS="$${ALLOWED_HOSTS:-127.0.0.1,localhost,[::1],$(HOST)}" \
@@ -42,7 +54,7 @@ run:
 
 test:
 	@$(MAKE) --no-print-directory system-packages PACKAGES="$(TEST_PACKAGES)"
-	@$(MAKE) --no-print-directory $(BIN)/.installed
+	@$(MAKE) --no-print-directory $(BIN)/.installed $(EDITOR)
 	$(BIN)/python manage.py makemigrations --check --dry-run
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .

@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 import dj_database_url
-from csp.constants import NONE, SELF
+from csp.constants import NONCE, NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -172,12 +172,14 @@ STORAGES = {
 }
 
 # Every page: no inline code, never framed. Embeds allow their own inlined CSS and JS
-# by hash and may be framed anywhere (sessions.views.EMBED_CSP).
+# by hash and may be framed anywhere (sessions.views.EMBED_CSP). The code editor
+# (static/src/editor.js) injects CodeMirror's stylesheet carrying the request's nonce,
+# which a page names only when it loads the editor (templates/_editor_assets.html).
 CONTENT_SECURITY_POLICY = {
     "DIRECTIVES": {
         "default-src": [SELF],
         "script-src": [SELF],
-        "style-src": [SELF],
+        "style-src": [SELF, NONCE],
         "img-src": [SELF, "data:"],
         "connect-src": [SELF],
         "object-src": [NONE],

@@ -20,10 +20,17 @@ def _clean_harness(value: dict | None) -> dict | None:
     return value
 
 
+def code_editor(language: str) -> forms.Textarea:
+    """A textarea the code editor takes over (static/src/editor.js; the change form loads
+    it: templates/admin/kernels/kernel/change_form.html)."""
+    return forms.Textarea(attrs={"data-editor": language, "rows": 16, "spellcheck": "false"})
+
+
 class KernelForm(forms.ModelForm):
     class Meta:
         model = Kernel
         fields = ["session", "name", "title", "harness"]
+        widgets = {"harness": code_editor("json")}
 
     def clean_harness(self) -> dict:
         return _clean_harness(self.cleaned_data["harness"]) or {}
@@ -41,6 +48,11 @@ class KernelVersionForm(forms.ModelForm):
             "host_program",
             "harness_override",
         ]
+        widgets = {
+            "source": code_editor("wgsl"),
+            "host_program": code_editor("javascript"),
+            "harness_override": code_editor("json"),
+        }
 
     def clean_harness_override(self) -> dict | None:
         return _clean_harness(self.cleaned_data["harness_override"])
