@@ -217,6 +217,10 @@ REPLAY_WGPU_BACKEND = os.getenv("REPLAY_WGPU_BACKEND", "")
 REPLAY_RETRY_AFTER = envint("REPLAY_RETRY_AFTER", 60)
 # Fresh ("run again") replays per client per minute.
 REPLAY_FRESH_PER_MINUTE = envint("REPLAY_FRESH_PER_MINUTE", 6)
+# Readers' forks (/s/<slug>/turns/<n>/fork/): runs per client per minute, and the longest
+# kernel or host program a fork may hold.
+FORK_RUNS_PER_MINUTE = envint("FORK_RUNS_PER_MINUTE", 6)
+FORK_MAX_CHARS = envint("FORK_MAX_CHARS", 20_000)
 FIXTURES_DIR = BASE_DIR / "fixtures"
 # Files a session's host programs fetch() (weights, test data), uploaded in the admin,
 # stored in the database and sent with every program job of the session.

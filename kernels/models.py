@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import base64
 import difflib
 import hashlib
+import json
 import re
 
 from django.db import models
@@ -10,6 +12,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from kernels.engine.outcome import Status
+from sessions.models import Session
 
 
 def sha256_text(text: str) -> str:
@@ -108,11 +111,16 @@ class KernelVersion(models.Model):
 
 def version_diff(old: str, new: str, old_number: int, new_number: int) -> str:
     """A unified diff between two versions' texts, labelled with their numbers."""
+    return text_diff(old, new, f"v{old_number}", f"v{new_number}")
+
+
+def text_diff(old: str, new: str, old_label: str, new_label: str) -> str:
+    """A unified diff between two texts (an archived version and a reader's fork of it)."""
     lines = difflib.unified_diff(
         old.splitlines(keepends=True),
         new.splitlines(keepends=True),
-        fromfile=f"v{old_number}",
-        tofile=f"v{new_number}",
+        fromfile=old_label,
+        tofile=new_label,
     )
     return "".join(lines)
 
@@ -244,3 +252,60 @@ class Run(models.Model):
 
     def __str__(self) -> str:
         return f"run {self.pk} {self.state} {self.status}"
+
+
+class ForkQuerySet(models.QuerySet):
+    def viewable_by(self, user) -> ForkQuerySet:
+        """A fork is as visible as its session: one made private hides its forks too."""
+        return self.filter(version__kernel__session__in=Session.objects.viewable_by(user))
+
+    def embeddable(self) -> ForkQuerySet:
+        return self.filter(version__kernel__session__in=Session.objects.embeddable())
+
+
+class Fork(models.Model):
+    """A reader's edit of an archived version, run under that version's harness.
+
+    Its id is a content address (Fork.address): the same edit of the same version under
+    the same harness is the same fork, so its URL can be shared and embedded for good.
+    Its runs are found by content like a version's (kernels.replay.job_for(as_version())).
+    """
+
+    id = models.CharField(primary_key=True, max_length=12, editable=False)
+    version = models.ForeignKey(KernelVersion, on_delete=models.CASCADE, related_name="forks")
+    source = models.TextField()
+    # Only for a version with a host program: the reader's edit of it.
+    host_program = models.TextField(blank=True)
+    created = models.DateTimeField(default=timezone.now)
+
+    objects = ForkQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self) -> str:
+        return f"fork {self.id} of {self.version}"
+
+    def get_absolute_url(self) -> str:
+        return reverse("kernels:fork", args=[self.id])
+
+    @staticmethod
+    def address(version_id: int, source: str, host_program: str, harness_digest: str) -> str:
+        """12 characters of base32 over what the fork runs: 60 bits, no look-alike case."""
+        content = json.dumps([version_id, source, host_program, harness_digest])
+        digest = hashlib.sha256(content.encode()).digest()
+        return base64.b32encode(digest).decode().lower()[:12]
+
+    def as_version(self) -> KernelVersion:
+        """The edited version, never saved: replayed and shown as an archived one is. It
+        has no id, so a host program is checked against the kernel's final program."""
+        version = self.version
+        return KernelVersion(
+            kernel=version.kernel,
+            number=version.number,
+            source=self.source,
+            sha256=sha256_text(self.source),
+            host_program=self.host_program,
+            turn_id=version.turn_id,
+            harness_override=version.harness_override,
+        )

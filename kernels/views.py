@@ -24,7 +24,7 @@ from sessions.markdown import render_code
 from sessions.models import Session, Turn
 
 
-def _get_reviewed_turn(request: HttpRequest, slug: str, number: int) -> Turn:
+def get_reviewed_turn(request: HttpRequest, slug: str, number: int) -> Turn:
     """The turn, if this user may open its session and it reviewed a kernel; else 404."""
     # One query on the way to a replay: the session's visibility rides along as a filter.
     turn = (
@@ -83,7 +83,7 @@ def _run_payload(shown: replay.Replay) -> dict:
 
 @require_http_methods(["GET", "POST"])
 def replay_page(request: HttpRequest, slug: str, number: int) -> HttpResponse:
-    turn = _get_reviewed_turn(request, slug, number)
+    turn = get_reviewed_turn(request, slug, number)
     version = turn.kernel_version
     session = version.kernel.session
     fresh = request.method == "POST"
@@ -126,7 +126,14 @@ def _run_id(value: str) -> int:
 
 @require_GET
 def replay_json(request: HttpRequest, slug: str, number: int) -> JsonResponse:
-    turn = _get_reviewed_turn(request, slug, number)
+    turn = get_reviewed_turn(request, slug, number)
+    return replay_json_response(request, turn.kernel_version)
+
+
+def replay_json_response(
+    request: HttpRequest, version: KernelVersion, extra: dict | None = None
+) -> JsonResponse:
+    """replay.json of a version, archived or a fork's (extra: what else the answer says)."""
     try:
         wait = min(max(float(request.GET.get("wait", "0")), 0.0), 10.0)
     except ValueError:
@@ -136,9 +143,9 @@ def replay_json(request: HttpRequest, slug: str, number: int) -> JsonResponse:
 
     if "run" in request.GET:
         # The page polls the run it is showing, and never starts another by asking.
-        shown = replay.for_reader(turn.kernel_version, run_id=_run_id(request.GET["run"]))
+        shown = replay.for_reader(version, run_id=_run_id(request.GET["run"]))
     else:
-        shown = replay.for_reader(turn.kernel_version, start=True)
+        shown = replay.for_reader(version, start=True)
     if shown.problem:
         return JsonResponse({"error": shown.problem, "state": "none"}, status=422)
     if shown.busy:
@@ -150,7 +157,7 @@ def replay_json(request: HttpRequest, slug: str, number: int) -> JsonResponse:
     if wait:
         shown.run = replay.wait(shown.run, wait)
     status = 200 if shown.run.state == Run.State.DONE else 202
-    return JsonResponse(_run_payload(shown), status=status)
+    return JsonResponse({**_run_payload(shown), **(extra or {})}, status=status)
 
 
 @require_GET

@@ -1,0 +1,172 @@
+"""Readers' forks over HTTP: run an edit of a turn's version, and the fork's page, JSON
+and embed (kernels/forks.py does the work)."""
+
+from __future__ import annotations
+
+from csp.decorators import csp_replace
+from django.conf import settings
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
+from django.shortcuts import get_object_or_404, render
+from django.urls import reverse
+from django.views.decorators.clickjacking import xframe_options_exempt
+from django.views.decorators.http import require_GET, require_POST
+
+from config.context_processors import site_origin
+from config.ratelimit import client_key, hit
+from kernels import forks, replay
+from kernels.host_context import host_context
+from kernels.models import Fork
+from kernels.outcome_context import editor_marks, outcome_context
+from kernels.views import get_reviewed_turn, replay_json_response, replay_turn_number
+from sessions import embedding
+from sessions.models import Turn
+
+
+def _see_other(url: str) -> HttpResponse:
+    # 303: the browser GETs the fork's page, and a reload does not post the form again.
+    response = HttpResponseRedirect(url)
+    response.status_code = 303
+    return response
+
+
+@require_POST
+def fork(request: HttpRequest, slug: str, number: int) -> HttpResponse:
+    """Run the reader's edit of the version this turn reviewed; 303 to the fork's page."""
+    turn = get_reviewed_turn(request, slug, number)
+    version = turn.kernel_version
+    try:
+        source, host = forks.read_edit(version, request.POST)
+        limit = settings.FORK_RUNS_PER_MINUTE
+        if wait := hit("fork", client_key(request), limit, 60):
+            raise forks.ForkRefused(
+                f"You have run {limit} forks in the last minute; try again in {wait} s.",
+                status=429,
+                retry_after=wait,
+            )
+        made = forks.start_fork(version, source, host)
+    except forks.ForkRefused as refused:
+        return _refused(request, turn, refused)
+    return _see_other(made.get_absolute_url())
+
+
+def _refused(request: HttpRequest, turn: Turn, refused: forks.ForkRefused) -> HttpResponse:
+    """Why the edit was not run, with the edit back in the editor (unless it was too long
+    to hold: then the archived version's)."""
+    version = turn.kernel_version
+    sent = {name: request.POST.get(name, "") for name in ("source", "host")}
+    fits = all(len(text) <= settings.FORK_MAX_CHARS for text in sent.values())
+    context = {
+        "session": version.kernel.session,
+        "kernel": version.kernel,
+        "archived": version,
+        "turn": turn,
+        "archived_url": reverse("kernels:replay", args=[turn.session.slug, turn.number]),
+        "message": str(refused),
+        "retry_after": refused.retry_after,
+        "fork_action": request.path,
+        "fork_source": sent["source"] if fits else version.source,
+        "fork_host": (sent["host"] or version.host_program) if fits else version.host_program,
+        "has_host": bool(version.host_program),
+        "marks": editor_marks(None),
+    }
+    response = render(request, "kernels/fork_refused.html", context, status=refused.status)
+    if refused.retry_after:
+        response["Retry-After"] = str(refused.retry_after)
+    return response
+
+
+def _get_fork(request: HttpRequest, fork_id: str) -> Fork:
+    """The fork, if this user may open its session; 404 otherwise, private or not."""
+    forks_seen = Fork.objects.viewable_by(request.user)
+    return get_object_or_404(
+        forks_seen.select_related("version__kernel__session", "version__turn"), pk=fork_id
+    )
+
+
+@require_GET
+def fork_page(request: HttpRequest, fork_id: str) -> HttpResponse:
+    made = _get_fork(request, fork_id)
+    version = made.version
+    session = version.kernel.session
+    # As on a replay page: a fork whose run is not stored (a new adapter) runs again.
+    shown = replay.for_reader(made.as_version(), start=True)
+    number = replay_turn_number(version)
+    origin = site_origin(request)
+    target = embedding.fork_target(made)
+    context = {
+        **outcome_context(shown),
+        "fork": made,
+        "archived": version,
+        "session": session,
+        "kernel": version.kernel,
+        "turn_number": number,
+        "archived_url": reverse("kernels:replay", args=[session.slug, number]),
+        "fork_action": reverse("kernels:fork_turn", args=[session.slug, number]),
+        "diff": forks.diff_html(made),
+        "host": host_context(shown.version, shown.outcome),
+        "problem": shown.problem,
+        "busy": shown.busy,
+        "json_url": reverse("kernels:fork_json", args=[made.id]),
+        "share_url": origin + made.get_absolute_url(),
+        "embed_code": embedding.iframe_code(target, origin) if session.is_embeddable else "",
+        "oembed_href": embedding.oembed_href(origin, origin + made.get_absolute_url())
+        if session.is_embeddable
+        else "",
+        "has_host": bool(version.host_program),
+    }
+    return render(request, "kernels/fork.html", context)
+
+
+@require_GET
+def fork_json(request: HttpRequest, fork_id: str) -> JsonResponse:
+    """The fork's outcome in the shape of a turn's replay.json, and what it forks."""
+    made = _get_fork(request, fork_id)
+    version = made.version
+    number = replay_turn_number(version)
+    forked_from = {
+        "session": version.kernel.session.slug,
+        "turn": number,
+        "version": version.number,
+        "replay": reverse("kernels:replay", args=[version.kernel.session.slug, number]),
+    }
+    extra = {"fork": made.id, "forked_from": forked_from}
+    return replay_json_response(request, made.as_version(), extra)
+
+
+@require_GET
+@xframe_options_exempt
+@csp_replace(embedding.EMBED_CSP)
+def fork_embed(request: HttpRequest, fork_id: str) -> HttpResponse:
+    """The fork's outcome, framed by any site like the other embeds; never a private one."""
+    try:
+        made = get_object_or_404(
+            Fork.objects.embeddable().select_related("version__kernel__session"), pk=fork_id
+        )
+        theme = embedding.parse_theme(request.GET)
+    except Http404:
+        message = "There is no public fork at this address."
+        return render(request, "embed/error.html", {"message": message}, status=404)
+    except embedding.BadRange as error:
+        return render(request, "embed/error.html", {"message": str(error)}, status=400)
+    version = made.version
+    session = version.kernel.session
+    # As on its page: a fork whose run is not stored (a new adapter) runs again.
+    shown = replay.for_reader(made.as_version(), start=True)
+    number = replay_turn_number(version)
+    origin = site_origin(request)
+    target = embedding.fork_target(made, theme)
+    context = {
+        **outcome_context(shown),
+        "archived": version,
+        "session": session,
+        "kernel": version.kernel,
+        "turn_number": number,
+        "theme": theme,
+        "title": target.title,
+        "problem": shown.problem,
+        "busy": shown.busy,
+        "oembed_href": embedding.oembed_href(origin, target.embed_url(origin)),
+        "fork_link": origin + made.get_absolute_url(),
+        "archived_link": origin + reverse("kernels:replay", args=[session.slug, number]),
+    }
+    return render(request, "embed/fork.html", context)
