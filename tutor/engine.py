@@ -27,10 +27,10 @@ from django.db import transaction
 from django.utils.text import slugify
 
 from kernels import replay
-from kernels.models import Kernel, KernelVersion
+from kernels.models import Kernel, KernelVersion, text_diff, version_diff
 from sessions.models import Session, Turn
-from tutor import guardrail, llm
-from tutor.lessons import FREE_FORM_KERNEL, Lesson
+from tutor import guardrail, llm, prompts
+from tutor.lessons import FREE_FORM_KERNEL, Lesson, LessonError, parse_lesson
 from tutor.models import GuardrailEvent, GuidedSession
 from tutor.replies import Event, budget_problem, tutor_reply
 from tutor.review import offline_review
@@ -81,16 +81,14 @@ def _welcome(lesson: Lesson | None, online: bool) -> str:
     return text
 
 
-@transaction.atomic
-def start_session(user, lesson: Lesson | None) -> GuidedSession:
-    online = llm.configured()
-    title = lesson.title if lesson else "Free-form WGSL session"
+def _new_guided(user, lesson: Lesson | None, title: str, summary: str, slug: str) -> GuidedSession:
+    """A private session for this learner, with its kernel as the lesson sets it up."""
     session = Session.objects.create(
-        slug=_unique_slug(lesson.slug if lesson else "free-form"),
+        slug=_unique_slug(slug),
         title=title,
-        summary=lesson.summary if lesson else "A free-form guided session.",
+        summary=summary,
         learner=user.get_username(),
-        tutor_model=settings.TUTOR_MODEL if online else "",
+        tutor_model=settings.TUTOR_MODEL if llm.configured() else "",
         source=Session.Source.LIVE,
         visibility=Session.Visibility.PRIVATE,
         owner=user,
@@ -101,7 +99,7 @@ def start_session(user, lesson: Lesson | None) -> GuidedSession:
         title=title,
         harness=lesson.harness if lesson else {},
     )
-    guided = GuidedSession.objects.create(
+    return GuidedSession.objects.create(
         session=session,
         learner=user,
         lesson_slug=lesson.slug if lesson else "",
@@ -109,11 +107,114 @@ def start_session(user, lesson: Lesson | None) -> GuidedSession:
         kernel=kernel,
         starter=lesson.starter if lesson else "",
     )
+
+
+@transaction.atomic
+def start_session(user, lesson: Lesson | None) -> GuidedSession:
+    title = lesson.title if lesson else "Free-form WGSL session"
+    summary = lesson.summary if lesson else "A free-form guided session."
+    guided = _new_guided(user, lesson, title, summary, lesson.slug if lesson else "free-form")
     guided.add_turn(
         Turn.Role.TUTOR,
-        _welcome(lesson, online),
+        _welcome(lesson, llm.configured()),
         meta={"kind": "welcome", "automatic": True},
     )
+    return guided
+
+
+# -- continuing from a turn of another session ----------------------------------------
+
+
+def kernel_at(turn: Turn) -> KernelVersion | None:
+    """The kernel as it stood at this turn: the version the turn reviewed, else the one
+    introduced last at or before it."""
+    if turn.kernel_version_id:
+        return turn.kernel_version
+    versions = KernelVersion.objects.filter(
+        kernel__session=turn.session_id, turn__number__lte=turn.number
+    )
+    return versions.select_related("kernel").order_by("-turn__number", "-number").first()
+
+
+def _lesson_of(session: Session) -> Lesson | None:
+    """The lesson plan a session followed, as it was then (its guided session's snapshot)."""
+    origin = GuidedSession.objects.filter(session=session).exclude(lesson={}).first()
+    if origin is None:
+        return None
+    try:
+        return parse_lesson(origin.lesson)
+    except LessonError:
+        return None
+
+
+def _copy_kernels(guided: GuidedSession, version: KernelVersion, turn: Turn) -> None:
+    """The kernel as it stood, as version 1 of this session's kernel; the other kernels its
+    harness runs (a forward pass runs the layers' kernels) come along as they stood too."""
+    kernel = guided.kernel
+    kernel.name, kernel.harness = version.kernel.name, version.harness
+    kernel.save(update_fields=["name", "harness"])
+    try:
+        sources = replay.sources_for(version, replay.parsed_harness(version))
+    except replay.ReplayProblem:
+        sources = {"self": version.source}
+    for name, source in sources.items():
+        if name == "self":
+            target = kernel
+        else:
+            target = Kernel.objects.create(session=guided.session, name=name, title=name)
+        KernelVersion.objects.create(
+            kernel=target,
+            number=1,
+            source=source,
+            host_program=version.host_program if name == "self" else "",
+            turn=turn,
+            note=f"as it stood at turn {turn.number}" if name == "self" else "",
+        )
+
+
+def _welcome_back(origin: Turn, version: KernelVersion | None, lesson: Lesson | None) -> str:
+    online = llm.configured()
+    text = f"**Continuing from turn {origin.number} of “{origin.session.title}”.**\n\n"
+    if version is not None:
+        host = " and its host program" if version.host_program else ""
+        text += (
+            f"The editor holds **{version.kernel.name}** as it stood there (v{version.number} "
+            f"of that session{host}), submitted here as v1. "
+        )
+    if lesson is not None:
+        text += f"The session followed the lesson plan *{lesson.title}*, and so does this one. "
+    if online:
+        text += (
+            "Claude has a summary of the turns up to that point and reviews every run. "
+            "What would you like to try from here?"
+        )
+    else:
+        text += "The tutor is offline (no API key), so the offline reviewer explains every run."
+    return text
+
+
+@transaction.atomic
+def continue_session(user, origin: Turn) -> GuidedSession:
+    """A guided session for this learner that carries on from a turn of another session:
+    the lesson plan it followed, its kernel (and host program) as they stood there, and
+    the turns up to it summarised for Claude (prompts.earlier_turns)."""
+    source = origin.session
+    lesson = _lesson_of(source)
+    version = kernel_at(origin)
+    title = f"{source.title} (continued from turn {origin.number})"[:200]
+    guided = _new_guided(user, lesson, title, source.summary, f"{source.slug}-continued")
+    guided.continued_from = origin
+    guided.earlier_turns = prompts.earlier_turns(origin)
+    guided.save(update_fields=["continued_from", "earlier_turns"])
+    welcome = guided.add_turn(
+        Turn.Role.TUTOR,
+        _welcome_back(origin, version, lesson),
+        meta={"kind": "welcome", "automatic": True},
+    )
+    if version is not None:
+        _copy_kernels(guided, version, welcome)
+        welcome.kernel_version = guided.latest_version()
+        welcome.save(update_fields=["kernel_version"])
     return guided
 
 
@@ -158,6 +259,20 @@ def say(guided: GuidedSession, text: str, stream: bool = True) -> Iterator[Event
     yield from tutor_reply(guided, turn, stream=stream)
 
 
+def _changes(guided: GuidedSession, latest: KernelVersion | None, source: str) -> str:
+    """What a submission turn shows: its diff from the previous version (or from the
+    starter code), not the whole kernel again; the whole kernel when there is nothing to
+    compare with."""
+    if latest is not None:
+        diff = version_diff(latest.source, source, latest.number, latest.number + 1)
+    elif guided.starter.strip():
+        diff = text_diff(guided.starter, source, "starter", "v1")
+    else:
+        return f":\n\n```wgsl\n{source.rstrip()}\n```"
+    changed = "the changes" if latest is not None else "the changes to the starter code"
+    return f", {changed}:\n\n```diff\n{diff.rstrip()}\n```"
+
+
 def submit(
     guided: GuidedSession, source: str, note: str = "", stream: bool = True
 ) -> Iterator[Event]:
@@ -169,10 +284,14 @@ def submit(
             version = latest
             content = f"Submitted **{name}** v{version.number} again (unchanged)."
         else:
+            # The editor holds the WGSL; a host program carries over unchanged.
             version = KernelVersion.objects.create(
-                kernel=guided.kernel, number=(latest.number + 1) if latest else 1, source=source
+                kernel=guided.kernel,
+                number=(latest.number + 1) if latest else 1,
+                source=source,
+                host_program=latest.host_program if latest else "",
             )
-            content = f"Submitted **{name}** v{version.number}:\n\n```wgsl\n{source.rstrip()}\n```"
+            content = f"Submitted **{name}** v{version.number}{_changes(guided, latest, source)}"
         if note:
             content = f"{note}\n\n{content}"
         meta = {"kind": "submission", "resubmit": resubmit}

@@ -52,6 +52,13 @@ class GuidedSession(models.Model):
     replying_since = models.DateTimeField(null=True, blank=True)
     # What went wrong with the last reply, in plain words, until a reply succeeds.
     last_error = models.CharField(max_length=500, blank=True)
+    # "Continue with the tutor": the turn of another session this one carries on from,
+    # and the turns up to it summarised for Claude as they were then (a snapshot, like
+    # the lesson: the prompt must not change under a running session).
+    continued_from = models.ForeignKey(
+        Turn, null=True, blank=True, on_delete=models.SET_NULL, related_name="continuations"
+    )
+    earlier_turns = models.TextField(blank=True)
     created = models.DateTimeField(default=timezone.now)
 
     objects = GuidedSessionQuerySet.as_manager()

@@ -152,6 +152,14 @@ def _harness_text(harness: dict) -> str:
 def lesson_text(guided: GuidedSession) -> str:
     lesson = guided.lesson or {}
     if guided.is_free_form or not lesson:
+        if harness := guided.kernel.harness:
+            # A session continued from one without a lesson plan keeps that kernel's harness.
+            return (
+                "<lesson free-form>\nThere is no lesson plan: the learner carries on with "
+                f"their kernel {guided.kernel.name}, run under this harness:\n"
+                f"{_harness_text(harness)}\nAsk what they want to do next, then guide them "
+                "as in a lesson.\n</lesson>"
+            )
         return (
             "<lesson free-form>\nThis is a free-form session: the learner writes any WGSL compute "
             "kernel they choose. There is no harness, so submissions are only compiled and "
@@ -193,10 +201,45 @@ Starter code the learner was given (bindings declared, the rest is theirs):
 </lesson>"""
 
 
+# The turns a continued session tells Claude about: the last ones before the point it
+# continues from, each cut to a line.
+EARLIER_TURNS = 60
+EARLIER_TURN_CHARS = 300
+
+
+def earlier_turns(origin: Turn) -> str:
+    """The turns of a session up to this one, a line each, for a session continuing from
+    it (GuidedSession.earlier_turns): who said what, and which kernel each submitted."""
+    turns = origin.session.turns.filter(number__lte=origin.number)
+    shown = list(turns.select_related("kernel_version__kernel").order_by("-number")[:EARLIER_TURNS])
+    lines = []
+    if len(shown) < origin.number:
+        lines.append(f"(turns 1 to {shown[-1].number - 1} are left out)")
+    for turn in reversed(shown):
+        text = " ".join(turn.content.split())
+        if len(text) > EARLIER_TURN_CHARS:
+            text = text[:EARLIER_TURN_CHARS] + "…"
+        line = f"#{turn.number} {turn.role}: {text}"
+        if version := turn.kernel_version:
+            line += f" [kernel {version.kernel.name} v{version.number}]"
+        lines.append(line)
+    body = "\n".join(lines)
+    return (
+        f'<earlier_session title="{origin.session.title}" continued_from_turn="{origin.number}">\n'
+        "This session continues an earlier one from the turn below. The learner's kernel "
+        "version 1 here is their kernel as it stood at that turn. What was said up to it, a "
+        f"line per turn:\n{body}\n</earlier_session>"
+    )
+
+
 def system_blocks(guided: GuidedSession) -> list[dict]:
+    lesson = lesson_text(guided)
+    if guided.earlier_turns:
+        # In the lesson's block: it is fixed for the session, and so is the cache prefix.
+        lesson = f"{lesson}\n\n{guided.earlier_turns}"
     return [
         {"type": "text", "text": RULES, "cache_control": CACHE},
-        {"type": "text", "text": lesson_text(guided), "cache_control": CACHE},
+        {"type": "text", "text": lesson, "cache_control": CACHE},
     ]
 
 

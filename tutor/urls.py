@@ -6,6 +6,7 @@ app_name = "tutor"
 urlpatterns = [
     path("", views.index, name="index"),
     path("start/", views.start, name="start"),
+    path("continue/<slug:slug>/<int:number>/", views.continue_from, name="continue"),
     path("<slug:slug>/", views.session_page, name="session"),
     path("<slug:slug>/say/", views.say, name="say"),
     path("<slug:slug>/submit/", views.submit, name="submit"),

@@ -40,6 +40,7 @@ from django.views.decorators.http import require_GET, require_POST
 from config.ratelimit import client_key, hit
 from kernels import replay
 from kernels.outcome_context import outcome_context
+from sessions.access import get_session_for_user
 from sessions.models import Session
 from tutor import engine, llm
 from tutor.lessons import get_lesson, load_lessons
@@ -129,6 +130,8 @@ class EventStream:
         self.events = events
         self.closed = False
         self._iterator = self._run()
+        # Renews the reply lock's lease until the exchange ends.
+        self.heartbeat = guided.reply_heartbeat()
 
     def __iter__(self) -> Iterator[bytes]:
         return self._iterator
@@ -157,6 +160,7 @@ class EventStream:
         if self.closed:
             return
         self.closed = True
+        self.heartbeat.stop()
         try:
             self.events.close()
         finally:
@@ -308,6 +312,28 @@ def start(request: HttpRequest) -> HttpResponse:
     return redirect(guided)
 
 
+@require_POST
+@login_required
+def continue_from(request: HttpRequest, slug: str, number: int) -> HttpResponse:
+    """A guided session of the reader's own that carries on from a turn they can read."""
+    origin = get_object_or_404(get_session_for_user(request, slug).turns, number=number)
+    wait = hit("tutor-start", client_key(request), settings.TUTOR_STARTS_PER_HOUR, 3600)
+    if wait:
+        messages.error(
+            request, f"You have started many sessions in the last hour. Try again in {wait} s."
+        )
+        return redirect(f"{origin.session.get_absolute_url()}?turn={number}#turn-{number}")
+    return redirect(engine.continue_session(request.user, origin))
+
+
+def _origin_link(request: HttpRequest, guided: GuidedSession) -> str:
+    """Where a continued session came from, while its reader may still open it."""
+    origin = guided.continued_from
+    if origin is None or not Session.objects.viewable_by(request.user).filter(pk=origin.session_id):
+        return ""
+    return f"{origin.session.get_absolute_url()}?turn={origin.number}#turn-{origin.number}"
+
+
 @never_cache
 @require_GET
 @login_required
@@ -323,6 +349,7 @@ def session_page(request: HttpRequest, slug: str) -> HttpResponse:
         "turns": session.turns.select_related("kernel_version__kernel").order_by("number"),
         "editor_source": latest.source if latest else guided.starter,
         "latest": latest,
+        "origin_link": _origin_link(request, guided),
         "can_write": guided.learner_id == request.user.pk,
         "online": llm.configured(),
         "model": settings.TUTOR_MODEL,

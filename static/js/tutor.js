@@ -17,6 +17,8 @@
   var usage = document.getElementById("usage");
   var composer = document.getElementById("composer");
   var editorForm = document.getElementById("editor-form");
+  var editor = editorForm && editorForm.querySelector("textarea");
+  var lastSubmitted = document.getElementById("last-submitted");
   var online = root.getAttribute("data-online") === "1";
   var busy = false;
 
@@ -72,9 +74,19 @@
     },
     running: function (data) {
       runPanel.innerHTML = data.html;
+      if (data.version && lastSubmitted) {
+        lastSubmitted.textContent = "(last submitted: v" + data.version + ")";
+      }
     },
     run: function (data) {
       runPanel.innerHTML = data.html;
+      // The editor (static/src/editor.js) marks this run's error at its line.
+      var panel = runPanel.querySelector("[data-marks]");
+      if (editor && panel) {
+        editor.dispatchEvent(
+          new CustomEvent("kernelbin:marks", { detail: JSON.parse(panel.dataset.marks) })
+        );
+      }
     },
     start: function () {
       liveText.textContent = "";
@@ -200,18 +212,15 @@
   }
 
   if (editorForm) {
-    var editor = editorForm.querySelector("textarea");
     var note = editorForm.querySelector("input[name=note]");
     editorForm.addEventListener("submit", function (event) {
       event.preventDefault();
       post(editorForm, root.getAttribute("data-submit-url"), note);
     });
+    // The code editor takes Tab and Ctrl+Enter itself; this is for the bare textarea, in
+    // which Tab moves on as anywhere else.
     editor.addEventListener("keydown", function (event) {
-      if (event.key === "Tab" && !event.shiftKey && !event.ctrlKey && !event.altKey) {
-        // Indent instead of leaving the editor (Esc then Tab still leaves it).
-        event.preventDefault();
-        editor.setRangeText("    ", editor.selectionStart, editor.selectionEnd, "end");
-      } else if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) {
+      if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) {
         event.preventDefault();
         editorForm.requestSubmit();
       }

@@ -4,6 +4,7 @@ browser: the reply streams into the page, each submission runs on the server."""
 import pytest
 from django.core.cache import cache
 
+from tests.browser.editor import replace_code
 from tests.tutor.helpers import FAKE_KEY, messages_api, vector_kernel
 from tutor import llm
 from tutor.models import GuidedSession
@@ -39,7 +40,8 @@ def test_a_learner_is_taught_and_every_submission_runs(live_server, browser, tut
     page.wait_for_url(f"{live_server.url}/tutor/")
 
     page.locator(".lesson-card", has_text="first compute shader").locator("button").click()
-    page.wait_for_selector("#editor")
+    # The kernel editor is the code editor, over the form's textarea.
+    page.wait_for_selector("#editor-form .cm-content")
     slug = GuidedSession.objects.get().session.slug
     assert page.url == f"{live_server.url}/tutor/{slug}/"
 
@@ -58,7 +60,7 @@ def test_a_learner_is_taught_and_every_submission_runs(live_server, browser, tut
     assert "Where do I start?" in learner.inner_text()
 
     # A kernel that computes the wrong thing: it runs, the outcome shows, the tutor reviews.
-    page.fill("#editor", WRONG_SUM)
+    replace_code(page, "#editor-form", WRONG_SUM)
     page.click("#editor-form button[type=submit]")
     page.wait_for_selector("#run-panel .status-pill.status-mismatch", timeout=60_000)
     assert "v1" in page.inner_text("#run-panel .run-title")
