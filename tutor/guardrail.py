@@ -333,7 +333,8 @@ class StreamGuard:
     def __init__(self) -> None:
         self.pending = ""  # the input not settled yet
         self.shown = ""  # what the settled input became
-        self.received = 0
+        self.received = 0  # characters fed, all of them
+        self.deltas: list[str] = []
         self.held: Held | None = None
         self.sent = ""
         self.stalled = False
@@ -342,6 +343,7 @@ class StreamGuard:
     def feed(self, delta: str) -> str:
         room = MAX_CHARS - self.received
         self.received += len(delta)
+        self.deltas.append(delta)
         if room <= 0:
             return ""
         self.pending += delta[:room]
@@ -357,6 +359,11 @@ class StreamGuard:
         self.shown += guarded.text[: guarded.shown]
         self.held = guarded.held
         return self._advance(shown)
+
+    @property
+    def text(self) -> str:
+        """Everything fed so far."""
+        return "".join(self.deltas)
 
     def finish(self) -> str:
         guarded = _process(self.pending, final=True, held=self.held)
