@@ -4,13 +4,14 @@ from django.contrib import admin, messages
 from django.db.models import Count, QuerySet
 from django.http import HttpRequest
 
+from sessions.importers.writer import CURATED
 from sessions.models import Session, Tag, Turn
 
 
 class TurnInline(admin.StackedInline):
     model = Turn
     extra = 0
-    fields = ("number", "role", "content", "kernel_version", "timestamp", "meta")
+    fields = ("number", "role", "hidden", "content", "kernel_version", "timestamp", "meta")
     raw_id_fields = ("kernel_version",)
     show_change_link = True
 
@@ -45,6 +46,12 @@ class SessionAdmin(admin.ModelAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet:
         return super().get_queryset(request).annotate(turn_count=Count("turns"))
 
+    def save_formset(self, request: HttpRequest, form, formset, change: bool) -> None:
+        for turn_form in formset.forms:
+            if "hidden" in turn_form.changed_data:
+                _record_curated(turn_form.instance)
+        super().save_formset(request, form, formset, change)
+
     @admin.display(ordering="turn_count", description="turns")
     def turn_count(self, session: Session) -> int:
         return session.turn_count
@@ -76,15 +83,42 @@ class SessionAdmin(admin.ModelAdmin):
         self.message_user(request, f"{queryset.count()} session(s) are private now.")
 
 
+def _record_curated(turn: Turn) -> None:
+    """A curator hid or showed this turn: a re-import of the session keeps the choice."""
+    turn.meta = {**turn.meta, CURATED: turn.hidden}
+
+
 @admin.register(Turn)
 class TurnAdmin(admin.ModelAdmin):
-    list_display = ("session", "number", "role", "kernel_version")
-    list_filter = ("role",)
+    list_display = ("session", "number", "role", "hidden", "kernel_version")
+    list_filter = ("role", "hidden")
     search_fields = ("session__slug", "content")
     raw_id_fields = ("session", "kernel_version")
+    actions = ("hide", "show")
 
     def get_readonly_fields(self, request: HttpRequest, obj: Turn | None = None):
         return ("number", "session") if obj and obj.session.is_published else ()
+
+    def save_model(self, request: HttpRequest, obj: Turn, form, change: bool) -> None:
+        if "hidden" in form.changed_data:
+            _record_curated(obj)
+        super().save_model(request, obj, form, change)
+
+    @admin.action(description="Hide (keeps the numbers: links and embeds stay valid)")
+    def hide(self, request: HttpRequest, queryset: QuerySet) -> None:
+        self._set_hidden(request, queryset, True)
+
+    @admin.action(description="Show")
+    def show(self, request: HttpRequest, queryset: QuerySet) -> None:
+        self._set_hidden(request, queryset, False)
+
+    def _set_hidden(self, request: HttpRequest, queryset: QuerySet, hidden: bool) -> None:
+        for turn in queryset:
+            turn.hidden = hidden
+            _record_curated(turn)
+            turn.save(update_fields=["hidden", "meta"])
+        verb = "Hid" if hidden else "Showed"
+        self.message_user(request, f"{verb} {queryset.count()} turn(s).", messages.SUCCESS)
 
 
 @admin.register(Tag)

@@ -215,14 +215,14 @@ def _session_page_range(session: Session, params: QueryDict, fragment: str) -> t
     named = params.get("turn", "")
     if anchor := re.fullmatch(r"turn-(\d{1,9})", fragment):
         named = anchor[1]
-    if named.isdigit() and session.turns.filter(number=int(named)).exists():
+    if named.isdigit() and session.turns.shown().filter(number=int(named)).exists():
         return int(named), int(named)
     page = params.get("page", "")
     skip = 0
     if page.isdigit() and int(page) > 1:
-        count = session.turns.count()
+        count = session.turns.shown().count()
         skip = (int(page) - 1) * page_size(count, settings.TURNS_PER_PAGE)
-    numbers = session.turns.order_by("number").values_list("number", flat=True)
+    numbers = session.turns.shown().order_by("number").values_list("number", flat=True)
     shown = list(numbers[skip : skip + DEFAULT_TURNS]) or list(numbers[:DEFAULT_TURNS])
     return shown[0], shown[-1]
 

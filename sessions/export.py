@@ -47,6 +47,7 @@ def export_session(session: Session) -> dict[str, Any]:
                 }
                 if turn.kernel_version
                 else None,
+                **({"hidden": True} if turn.hidden else {}),
             }
             for turn in turns
         ],
@@ -95,7 +96,10 @@ def export_markdown(session: Session) -> str:
     if session.tutor_model:
         details.append(f"Tutor: {session.tutor_model}")
     lines += [" · ".join(details), ""]
-    for turn in session.turns.select_related("kernel_version__kernel").order_by("number"):
+    # Hidden turns are out of the reader's way here too (the JSON export keeps them, with
+    # their flag, so that it re-imports whole).
+    turns = session.turns.shown().select_related("kernel_version__kernel").order_by("number")
+    for turn in turns:
         heading = f"## Turn {turn.number} · {turn.get_role_display()}"
         if turn.kernel_version:
             version = turn.kernel_version

@@ -133,6 +133,13 @@ class Session(models.Model):
         )
 
 
+class TurnQuerySet(models.QuerySet):
+    def shown(self) -> TurnQuerySet:
+        """The turns a reader sees: not the ones a curator (or the importer) hid. Hidden
+        turns keep their numbers, so permalinks and embeds stay valid."""
+        return self.filter(hidden=False)
+
+
 class Turn(models.Model):
     class Role(models.TextChoices):
         LEARNER = "learner"
@@ -157,6 +164,13 @@ class Turn(models.Model):
         related_name="turns",
         help_text="The kernel version this turn submitted or reviewed.",
     )
+    hidden = models.BooleanField(
+        default=False,
+        help_text="Kept, with its number, but out of the reader's way: pages, embeds, the "
+        "Markdown export and search leave it out.",
+    )
+
+    objects = TurnQuerySet.as_manager()
 
     class Meta:
         ordering = ["session", "number"]

@@ -71,7 +71,7 @@ def _title(content: str) -> tuple[str, bool]:
 
 def outline(session: Session) -> list[Section]:
     """The lessons of a curated session, else the learner's prompts, in order."""
-    turns = session.turns.annotate(opening=Left("content", 400)).order_by("number")
+    turns = session.turns.shown().annotate(opening=Left("content", 400)).order_by("number")
     lessons = turns.filter(role=Turn.Role.SYSTEM, meta__has_key="lesson")
     kind = "lesson"
     if not lessons.exists():
@@ -112,7 +112,7 @@ class Jumps:
 
 def jumps(session: Session, runs: dict[int, Run]) -> Jumps:
     kernels, failures, seen = [], [], set()
-    reviewed = session.turns.exclude(kernel_version=None).order_by("number")
+    reviewed = session.turns.shown().exclude(kernel_version=None).order_by("number")
     for number, version_id in reviewed.values_list("number", "kernel_version_id"):
         if version_id in seen:
             continue

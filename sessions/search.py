@@ -177,7 +177,7 @@ class SQLiteSearch:
             WITH in_turns AS MATERIALIZED (
                 SELECT t.session_id AS sid, {turns}_fts.rank AS score
                 FROM {turns}_fts JOIN {turns} t ON t.id = {turns}_fts.rowid
-                WHERE {turns}_fts MATCH %s AND t.session_id IN ({ids})
+                WHERE {turns}_fts MATCH %s AND t.session_id IN ({ids}) AND NOT t.hidden
             ), in_titles AS MATERIALIZED (
                 SELECT rowid AS sid, bm25({table}_fts, 4.0, 1.0) AS score
                 FROM {table}_fts WHERE {table}_fts MATCH %s AND rowid IN ({ids})
@@ -206,7 +206,7 @@ class SQLiteSearch:
                        ) AS place,
                        COUNT(*) OVER (PARTITION BY t.session_id) AS total
                 FROM {turns}_fts JOIN {turns} t ON t.id = {turns}_fts.rowid
-                WHERE {turns}_fts MATCH %s AND t.session_id IN ({marks})
+                WHERE {turns}_fts MATCH %s AND t.session_id IN ({marks}) AND NOT t.hidden
             )
             SELECT sid, number, role, total, snippet({turns}_fts, 0, %s, %s, '…', 16)
             FROM {turns}_fts JOIN best ON best.id = {turns}_fts.rowid
@@ -278,7 +278,7 @@ class PostgreSQLSearch:
             SELECT sid FROM (
                 SELECT t.session_id AS sid, 0 AS in_title, MAX(ts_rank({turn}, q.query)) AS score
                 FROM {turns} t, q
-                WHERE {turn} @@ q.query AND t.session_id IN ({ids})
+                WHERE {turn} @@ q.query AND t.session_id IN ({ids}) AND NOT t.hidden
                 GROUP BY t.session_id
                 UNION ALL
                 SELECT s.id, 1, ts_rank({title}, q.query)
@@ -306,7 +306,7 @@ class PostgreSQLSearch:
                        ) AS place,
                        COUNT(*) OVER (PARTITION BY t.session_id) AS total
                 FROM {turns} t, q
-                WHERE {turn} @@ q.query AND t.session_id IN ({marks})
+                WHERE {turn} @@ q.query AND t.session_id IN ({marks}) AND NOT t.hidden
             ) AS best
             WHERE place <= %s ORDER BY sid, place
         """  # noqa: S608

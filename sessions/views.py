@@ -79,14 +79,15 @@ def _page_number(paginator: Paginator, raw: str | None) -> int:
         return paginator.num_pages
 
 
-def _asked_page(request: HttpRequest, paginator: Paginator) -> int:
-    """The page holding ?turn=N (a permalink, "go to turn N"), else ?page."""
+def _asked_page(request: HttpRequest, paginator: Paginator, session: Session) -> int:
+    """The page holding ?turn=N (a permalink, "go to turn N"), else ?page. A hidden turn
+    keeps its number: its permalink opens the page where it would be."""
     if "turn" not in request.GET:
         return _page_number(paginator, request.GET.get("page"))
     raw = request.GET["turn"]
-    turns = paginator.object_list
-    if not raw.isdigit() or not turns.filter(number=int(raw)).exists():
+    if not raw.isdigit() or not session.turns.filter(number=int(raw)).exists():
         raise Http404(f"This session has no turn {raw[:20]}.")
+    turns = paginator.object_list
     return turns.filter(number__lt=int(raw)).count() // paginator.per_page + 1
 
 
@@ -103,9 +104,9 @@ def detail(request: HttpRequest, slug: str) -> HttpResponse:
     if anonymous and (html := cache.get(page_key)) is not None:
         return HttpResponse(html)
 
-    turns = session.turns.select_related("kernel_version__kernel")
+    turns = session.turns.shown().select_related("kernel_version__kernel")
     paginator = Paginator(turns, navigation.page_size(turns.count(), settings.TURNS_PER_PAGE))
-    page_number = _asked_page(request, paginator)
+    page_number = _asked_page(request, paginator, session)
     # The body depends only on the session, the page and our origin, never on the reader.
     body_key = session.cache_key("body", page_number, paginator.per_page, origin)
     body, seconds = cache.get(body_key), settings.PAGE_CACHE_SECONDS
@@ -199,7 +200,7 @@ def embed(request: HttpRequest, slug: str) -> HttpResponse:
         except embedding.BadRange as error:
             return _embed_error(request, str(error))
         target = embedding.range_target(session, first, last, theme)
-        turns = session.turns.filter(number__gte=first, number__lte=last)
+        turns = session.turns.shown().filter(number__gte=first, number__lte=last)
         turns = list(
             turns.select_related("kernel_version__kernel__session", "kernel_version__turn")
         )

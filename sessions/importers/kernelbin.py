@@ -182,6 +182,7 @@ def _validate_turn(raw: Any, where: str, numbers: set[int]) -> dict[str, Any]:
         "timestamp": _timestamp(raw, "timestamp", where),
         "meta": _get(raw, "meta", dict, where, required=False) or {},
         "kernel": kernel_ref,
+        "hidden": bool(_get(raw, "hidden", bool, where, required=False)),
     }
 
 

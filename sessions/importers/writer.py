@@ -100,6 +100,8 @@ class TurnSpec:
     meta: dict[str, Any] = field(default_factory=dict)
     # (kernel name, version number): the version this turn submitted or reviewed.
     kernel: tuple[str, int] | None = None
+    # Kept, with its number, out of the reader's way (importer housekeeping).
+    hidden: bool = False
 
 
 @dataclass
@@ -169,6 +171,8 @@ class Written:
 
 
 WRITE_BATCH = 500
+# The meta key that records a curator's choice to hide (True) or show (False) a turn.
+CURATED = "hidden_by_curator"
 
 
 def _unique_slug(base: str) -> str:
@@ -240,6 +244,16 @@ class _Batches:
         self.batch_pks: dict[int, int] = {}  # the turns of the last batch written
         self.turn_count = 0
         self.version_count = 0
+        # What a curator chose to hide or show, by the recorded message (meta.source_id):
+        # a re-import keeps it. Only turns a curator touched carry the choice.
+        self.curated: dict[str, bool] = {
+            meta["source_id"]: bool(meta[CURATED])
+            for meta in Turn.objects.filter(session=session, meta__has_key=CURATED)
+            .values_list("meta", flat=True)
+            .iterator()
+            if isinstance(meta, dict) and meta.get("source_id")
+        }
+        self.curated_kept = 0
 
     def add(self, item: Item) -> None:
         if isinstance(item, TurnSpec):
@@ -297,9 +311,12 @@ class _Batches:
                 content=spec.content,
                 timestamp=spec.timestamp,
                 meta=spec.meta,
+                hidden=spec.hidden,
             )
             for spec in self.turns
         ]
+        if self.curated:
+            self._keep_curated(turns)
         for turn in turns:
             turn.html = turn.rendered()  # bulk_create does not call save()
         created = Turn.objects.bulk_create(turns)
@@ -312,6 +329,14 @@ class _Batches:
         ]
         self.turns = []
         return links
+
+    def _keep_curated(self, turns: list[Turn]) -> None:
+        for turn in turns:
+            choice = self.curated.get(turn.meta.get("source_id", ""))
+            if choice is not None:
+                turn.hidden = choice
+                turn.meta = {**turn.meta, CURATED: choice}
+                self.curated_kept += 1
 
     def _check_identity(self, old: QuerySet[Turn]) -> None:
         """A published turn number must keep pointing at the same recorded message."""
@@ -495,6 +520,8 @@ def write_session(
             batches.add(item)
         batches.finish()
         session.touch()
+    if batches.curated_kept:
+        notes.append(f"Kept the curator's choice to hide or show {batches.curated_kept} turn(s).")
     return Written(
         session=session,
         created=created,

@@ -389,6 +389,17 @@ class TranscriptReader:
                 f"{len(self.plan.sidechains) - linked} shown on their own"
                 + (f", {rebuilt} rebuilt from progress lines." if rebuilt else ".")
             )
+        if hidden := self.turns.hidden:
+            reasons = {
+                "raw": "lines of types this importer does not know",
+                "subagent": "notes of Claude Code's compaction agent",
+                "sub-agent": "turns of Claude Code's compaction agent",
+            }
+            listed = ", ".join(f"{n:,} {reasons.get(k, k)}" for k, n in sorted(hidden.items()))
+            notes.append(
+                f"Hidden (kept with their numbers, out of the reader's way): {listed}. "
+                "A curator can show them in the admin."
+            )
         if rejected := self.stats.rejected_edits:
             notes.append(f"{rejected} failed or rejected edit(s) of kernel files: no version.")
         for path, why in self.history.unresolved[:10]:

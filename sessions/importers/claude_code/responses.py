@@ -162,6 +162,7 @@ class Responses:
                         f"A content block of type {json.dumps(kind)} this importer does not "
                         "know, kept as recorded.",
                         source_id,
+                        hidden=False,
                     )
                 )
         flush_text(start)

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from sessions.importers.claude_code.tools import ToolCalls
 
 _AGENT_ID_TAIL = "agentId:"
+COMPACTION_AGENT = "acompact"
 
 
 class Subagents:
@@ -119,6 +120,9 @@ class Subagents:
                 continue
             first = self.source.load(lines[0])
             agent = str(first.get("agentId") or first.get("uuid", ""))
+            # Claude Code's own compaction agent wrote the summary shown at the
+            # compaction: housekeeping, kept hidden.
+            housekeeping = agent.startswith(COMPACTION_AGENT)
             yield self.turns.note(
                 f"A sub-agent's conversation ({len(lines)} lines) whose call is not in this "
                 "file; it follows.",
@@ -126,9 +130,10 @@ class Subagents:
                 "subagent",
                 f"Sub-agent {agent}, not linked to a call: {len(lines)} lines",
                 f"agent:{agent}",
+                hidden=housekeeping,
             )
             messages = ((self.index.kinds[i], self.source.load(i)) for i in lines)
-            with self.turns.nested(agent, ""):
+            with self.turns.nested(agent, "", hidden=housekeeping):
                 yield from self._turns(messages, "")
 
 

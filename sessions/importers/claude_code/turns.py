@@ -4,6 +4,7 @@ or reviewed, and the Markdown helpers their content is written with."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -43,16 +44,19 @@ class TurnMaker:
         self.kernels_seen: set[str] = set()
         # Set while a sub-agent's conversation is made: {"agent", "call", "depth"}.
         self.nesting: dict[str, Any] = {}
+        self.hiding = False  # turns made now are hidden (importer housekeeping)
+        self.hidden: Counter[str] = Counter()  # hidden turns, by why
 
     @contextmanager
-    def nested(self, agent: str, call: str) -> Iterator[None]:
+    def nested(self, agent: str, call: str, hidden: bool = False) -> Iterator[None]:
         """Turns made inside belong to a sub-agent's conversation, under `call`."""
-        outer = self.nesting
+        outer, outer_hiding = self.nesting, self.hiding
         self.nesting = {"agent": agent, "call": call, "depth": outer.get("depth", 0) + 1}
+        self.hiding = outer_hiding or hidden
         try:
             yield
         finally:
-            self.nesting = outer
+            self.nesting, self.hiding = outer, outer_hiding
 
     def turn(
         self,
@@ -61,8 +65,12 @@ class TurnMaker:
         timestamp: datetime | None,
         meta: dict[str, Any],
         kernel: tuple[str, int] | None = None,
+        hidden: bool = False,
     ) -> TurnSpec:
         self.number += 1
+        hidden = hidden or self.hiding
+        if hidden:
+            self.hidden["sub-agent" if self.nesting else meta.get("kind", "")] += 1
         if role == Turn.Role.TUTOR and meta.get("kind") != "thinking" and self.review:
             kernel, self.review = kernel or self.review, None
         if self.nesting:
@@ -76,6 +84,7 @@ class TurnMaker:
             timestamp=timestamp,
             meta=meta,
             kernel=kernel,
+            hidden=hidden,
         )
 
     def note(
@@ -85,17 +94,23 @@ class TurnMaker:
         kind: str,
         summary: str = "",
         source_id: str = "",
+        hidden: bool = False,
     ) -> TurnSpec:
         meta: dict[str, Any] = {"kind": kind, "source_id": source_id or str(line.get("uuid", ""))}
         if summary:
             meta["summary"] = summary
             meta["collapsed"] = True
-        return self.turn(Turn.Role.SYSTEM, content, timestamp_of(line.get("timestamp")), meta)
+        when = timestamp_of(line.get("timestamp"))
+        return self.turn(Turn.Role.SYSTEM, content, when, meta, hidden=hidden)
 
-    def raw(self, value: Any, why: str, source_id: str, timestamp: Any = None) -> TurnSpec:
+    def raw(
+        self, value: Any, why: str, source_id: str, timestamp: Any = None, hidden: bool = True
+    ) -> TurnSpec:
+        """Something this importer does not know, kept as recorded: a line of an unknown
+        type is hidden (kept, out of the reader's way); a block of a response is not."""
         meta = {"kind": "raw", "summary": why, "collapsed": True, "source_id": source_id}
         content = f"{why}\n\n{raw_json(value)}"
-        return self.turn(Turn.Role.SYSTEM, content, timestamp_of(timestamp), meta)
+        return self.turn(Turn.Role.SYSTEM, content, timestamp_of(timestamp), meta, hidden=hidden)
 
     def with_versions(self, turn: TurnSpec, versions: list[NewVersion]) -> Iterator[Item]:
         """A turn that made versions points at the last; the next tutor turn reviews it."""
