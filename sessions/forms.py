@@ -26,8 +26,9 @@ class ImportForm(forms.Form):
     redact = forms.BooleanField(
         required=False,
         initial=True,
-        label="Redact secrets and home-directory names",
-        help_text="API keys, tokens, passwords in URLs, private keys, /home/<user>/ paths.",
+        label="Redact secrets, e-mail addresses and home-directory names",
+        help_text="API keys and tokens, passwords in URLs, private keys, e-mail addresses, "
+        "/home/<user>/ paths.",
     )
 
 

@@ -27,7 +27,8 @@ class Command(BaseCommand):
             "--no-redact",
             dest="redact",
             action="store_false",
-            help="Keep secrets and home-directory names as recorded (redaction is on by default).",
+            help="Keep secrets, e-mail addresses and home-directory names as recorded "
+            "(redaction is on by default).",
         )
 
     def handle(self, *args, path: Path, title, slug, visibility, redact, **options) -> None:
