@@ -29,6 +29,8 @@ from sessions.models import Session, Turn
 # Marks around matched words in snippets, replaced by <mark> once the text is escaped.
 START, STOP = "\x02", "\x03"
 MARKED = re.compile(f"{START}(.*?){STOP}", re.S)
+EMPHASIS = re.compile(r"\*\*|__|^#+ ")
+CODE = re.compile(r"`([^`]+)`")
 # The most sessions a search ranks, and matching turns shown under each.
 MAX_SESSIONS = 500
 TURNS_PER_SESSION = 3
@@ -55,10 +57,16 @@ class SessionHit:
     more: int = 0
 
 
-def highlighted(text: str) -> SafeString:
-    """Engine output with START/STOP around matches, as escaped HTML with <mark>s."""
+def highlighted(text: str, markdown: bool = False) -> SafeString:
+    """Engine output with START/STOP around matches, as escaped HTML with <mark>s. From
+    Markdown (a turn's text), bold markers go and `code` shows as code."""
     text = re.sub(r"\s+", " ", text).strip()
+    if markdown:
+        text = EMPHASIS.sub("", text)
     html = MARKED.sub(r"<mark>\1</mark>", escape(text))
+    if markdown:
+        # A snippet can cut a code span in two: the half left has no pair, and goes.
+        html = CODE.sub(r"<code>\1</code>", html).replace("`", "")
     # A stray mark (the text held one) goes; only our own pairs became tags.
     return mark_safe(html.replace(START, "").replace(STOP, ""))  # noqa: S308 (escaped above)
 
@@ -370,6 +378,6 @@ def hits(sessions: list[Session], query: str) -> list[SessionHit]:
     for sid, number, role, total, snippet in engine.turns(ids, query):
         hit = found[sid]
         url = f"{hit.session.get_absolute_url()}?turn={number}#turn-{number}"
-        hit.matches.append(TurnHit(number, role, highlighted(snippet), url))
+        hit.matches.append(TurnHit(number, role, highlighted(snippet, markdown=True), url))
         hit.more = total - len(hit.matches)
     return list(found.values())

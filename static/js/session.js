@@ -41,9 +41,10 @@
   var asked = /[?&]turn=(\d+)/.exec(location.search);
   if (asked && !location.hash && document.getElementById("turn-" + asked[1])) show(asked[1], false);
 
-  // The turn being read: the last one whose top is above the middle of the bar's bottom edge.
+  // The turn being read: the last one whose top is at or above the bar's bottom edge (give
+  // or take the margin a turn scrolled to keeps below the bar).
   function current() {
-    var line = (bar ? bar.getBoundingClientRect().bottom : 0) + 8;
+    var line = (bar ? bar.getBoundingClientRect().bottom : 0) + 24;
     var found = parseInt(session.dataset.pageFirst || "1", 10) - 1;
     turns.forEach(function (turn) { if (turn.getBoundingClientRect().top <= line) found = numberOf(turn); });
     return found;

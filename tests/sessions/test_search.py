@@ -169,3 +169,12 @@ class SearchIndexRepairTestCase(TransactionTestCase):
         self.assertEqual(found("wombat"), ["rebuilt"])
         Turn.objects.create(session=session, number=10, role="tutor", content="a numbat")
         self.assertEqual(found("numbat"), ["rebuilt"])
+
+
+class SnippetTestCase(TestCase):
+    def test_a_turns_markdown_reads_as_text_with_its_code_as_code(self) -> None:
+        snippet = f"**Lesson 5 · {search.START}Softmax{search.STOP}.** Then `total` is inf, `exp(x…"
+        self.assertEqual(
+            search.highlighted(snippet, markdown=True),
+            "Lesson 5 · <mark>Softmax</mark>. Then <code>total</code> is inf, exp(x…",
+        )
