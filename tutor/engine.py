@@ -36,10 +36,13 @@ from tutor.replies import Event, budget_problem, tutor_reply
 from tutor.review import offline_review
 
 OFFLINE_NOTICE = (
-    "The tutor is offline: this server has no Anthropic API key, so Claude cannot answer "
-    "messages. Your message is saved. Every kernel you submit is still run and reviewed "
-    "automatically from its results."
+    "This session is guided by the automatic reviewer. It cannot answer messages: it reads "
+    "your runs, not your words. Your message stays in the session as a note. What it can do: "
+    "run every kernel you submit, say which cells are wrong or never written and what pattern "
+    "they form, point at the builtin or index expression that produces them, and ask you a "
+    "question that leads there."
 )
+GUIDED_BY = "The automatic reviewer explains every run: which cells, what pattern, which line"
 
 
 # -- starting ------------------------------------------------------------------------------
@@ -54,11 +57,7 @@ def _unique_slug(base: str) -> str:
 
 
 def _welcome(lesson: Lesson | None, online: bool) -> str:
-    who = (
-        "Claude reviews every run and answers your questions"
-        if online
-        else "The tutor is offline (no API key), so the offline reviewer explains every run"
-    )
+    who = "Claude reviews every run and answers your questions" if online else GUIDED_BY
     if lesson is None:
         return (
             "**Free-form session.** Write any WGSL compute kernel in the editor. There is no "
@@ -75,7 +74,7 @@ def _welcome(lesson: Lesson | None, online: bool) -> str:
         f"write. **Submit & run** runs it on the server under the lesson's harness. {who}."
     )
     if first:
-        text += f"\n\nFirst step: {first}."
+        text += f"\n\nFirst step: {first.rstrip('.')}."
     if online:
         text += "\n\nBefore you start: what do you already know about compute shaders?"
     return text
@@ -189,7 +188,7 @@ def _welcome_back(origin: Turn, version: KernelVersion | None, lesson: Lesson | 
             "What would you like to try from here?"
         )
     else:
-        text += "The tutor is offline (no API key), so the offline reviewer explains every run."
+        text += f"{GUIDED_BY}."
     return text
 
 
@@ -233,6 +232,24 @@ def _automatic_turn(
     )
 
 
+def _offline_answer(guided: GuidedSession, asks: bool) -> str:
+    """What the automatic reviewer can say to a message: what it can do, and the lesson's
+    next hint (a question for the learner, written for them), one per message."""
+    content = OFFLINE_NOTICE
+    if asks:
+        content += (
+            "\n\nAbout writing it for you: no tutor here writes the kernel. Working it out is "
+            "the point; the reviews tell you where to look."
+        )
+    hints = (guided.lesson or {}).get("hints") or []
+    given = guided.session.turns.filter(meta__kind="offline_notice").count()
+    if given < len(hints):
+        content += f"\n\nA hint from the lesson ({given + 1} of {len(hints)}): {hints[given]}"
+    elif not hints:
+        content += "\n\nSubmit your kernel and the review will start from what the run shows."
+    return content
+
+
 def say(guided: GuidedSession, text: str, stream: bool = True) -> Iterator[Event]:
     asks = guardrail.asks_for_answer(text)
     turn = guided.add_turn(
@@ -247,12 +264,7 @@ def say(guided: GuidedSession, text: str, stream: bool = True) -> Iterator[Event
         )
     yield "turn", {"turn": turn}
     if not llm.configured():
-        content = OFFLINE_NOTICE
-        if asks:
-            content += (
-                "\n\nAbout writing it for you: the tutor never writes the kernel, online or "
-                "offline. Working it out is the point; the reviews tell you where to look."
-            )
+        content = _offline_answer(guided, asks)
         yield "turn", {"turn": _automatic_turn(guided, content, "offline_notice")}
         yield "done", {}
         return
@@ -326,7 +338,7 @@ def submit(
     if llm.configured() and not problem:
         yield from tutor_reply(guided, turn, reviewed=version, stream=stream)
         return
-    review = offline_review(outcome, version.source, version.harness, guided.lesson)
+    review = offline_review(outcome, version.source, version.harness)
     if problem:
         review = f"*{problem} This review is automatic.*\n\n{review}"
     yield "turn", {"turn": _automatic_turn(guided, review, "review", version)}

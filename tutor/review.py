@@ -16,6 +16,7 @@ import math
 
 from kernels.engine.harness import HarnessError, parse_harness
 from kernels.engine.outcome import EntryPointFacts, Outcome, Status
+from tutor import evidence
 
 FIRST_CELLS = 6
 
@@ -268,15 +269,20 @@ def _threads(outcome: Outcome, harness: dict) -> tuple[int, int, int] | None:
     return groups, size, groups * size
 
 
-def _stores(outcome: Outcome, harness: dict, name: str) -> str:
-    """Where the kernel stores into the output, as a sentence: It stores into `out[i]`."""
-    found = _entry_point(outcome, harness)
-    writes = [w for w in (found[0]["writes"] if found else []) if w["buffer"] == name][:3]
+def _store_places(entry: EntryPointFacts | None, name: str) -> str:
+    """Where the kernel stores into the output: `out[i]` (line 9), or ""."""
+    writes = [w for w in (entry["writes"] if entry else []) if w["buffer"] == name][:3]
     places = [(_quote(f"{name}[{w['index']}]"), w["line"]) for w in writes]
     if not places or not all(quoted for quoted, _ in places):
         return ""
-    listed = ", ".join(f"{quoted} (line {line})" for quoted, line in places)
-    return f" It stores into {listed}."
+    return ", ".join(f"{quoted} (line {line})" for quoted, line in places)
+
+
+def _stores(outcome: Outcome, harness: dict, name: str) -> str:
+    """Where the kernel stores into the output, as a sentence: It stores into `out[i]`."""
+    found = _entry_point(outcome, harness)
+    listed = _store_places(found[0] if found else None, name)
+    return f" It stores into {listed}." if listed else ""
 
 
 def _transposed(output: dict) -> bool:
@@ -302,8 +308,14 @@ def _transposed(output: dict) -> bool:
     return total > 0 and matches / total > 0.9
 
 
-def _value_pattern(output: dict) -> str:
-    """A likely cause read from the wrong values themselves."""
+def _close(got, expected) -> bool:
+    g, e = _number(got), _number(expected)
+    return g is not None and e is not None and math.isclose(g, e, rel_tol=1e-4, abs_tol=1e-5)
+
+
+def _value_pattern(output: dict, index: str) -> str:
+    """A likely cause read from the wrong values themselves; index is where the kernel
+    stores (`out[i]` (line 9)), or ""."""
     if _transposed(output):
         return (
             "The result is the **transpose** of the expected matrix: every wrong cell (r, c) holds "
@@ -335,21 +347,8 @@ def _value_pattern(output: dict) -> str:
             f"Every wrong cell is the expected value **times {ratios[0]:.3g}**: something is "
             "added in more than once (an accumulator not reset, or a loop that runs too often)."
         )
-    values = [_number(e) for e in expected]
-    for shift in (1, -1):
-        hits = sum(
-            1
-            for i, g in enumerate(_number(v) for v in got)
-            if 0 <= i + shift < len(values)
-            and g is not None
-            and values[i + shift] is not None
-            and math.isclose(g, values[i + shift], rel_tol=1e-4, abs_tol=1e-5)
-        )
-        if hits >= 0.8 * len(wrong) and hits > 1:
-            return (
-                "Each wrong cell holds the value expected at its **neighbour** "
-                f"({'next' if shift == 1 else 'previous'} index): an off-by-one in the index."
-            )
+    if shift := evidence.best_shift(got, expected, _close):
+        return evidence.shift_explanation(shift, index)
     return (
         "The values are wrong but not in a simple pattern (not transposed, shifted, scaled or "
         "zero): compare the formula on your line that computes them with the lesson's "
@@ -370,6 +369,8 @@ def _cells(output: dict) -> str:
 def _results_review(outcome: Outcome, harness: dict) -> list[str]:
     parts = [f"**It runs, but the results are wrong:** {outcome.get('message', '')}"]
     threads = _threads(outcome, harness) if harness else None
+    found_entry = _entry_point(outcome, harness) if harness else None
+    entry = found_entry[0] if found_entry else None
     for output in outcome.get("outputs", []):
         bad = output.get("bad") or 0
         if not bad:
@@ -382,6 +383,7 @@ def _results_review(outcome: Outcome, harness: dict) -> list[str]:
         if table := _cells(output):
             parts.append(f"First wrong cells of `{name}`:\n\n{table}")
         if unwritten:
+            kind, found = evidence.unwritten_cells(output, entry, threads)
             first = next(
                 (
                     c.get("index")
@@ -398,21 +400,23 @@ def _results_review(outcome: Outcome, harness: dict) -> list[str]:
                     "still empty?), the store writes to another buffer, or every invocation "
                     "returns before it gets there."
                 )
+            elif kind == "local":
+                text += f" {found}"
             elif threads and threads[2] < count:
                 groups, size, total = threads
                 text += (
                     f" Only {total} invocations ran ({groups} "
                     f"workgroup{'s' if groups != 1 else ''} "
                     f"× @workgroup_size {size}) for {count} cells: too few workgroups or threads. "
-                    "The host's dispatch is fixed by the lesson, so look at your workgroup size, "
-                    "or have each invocation cover more than one cell."
+                    "The host's dispatch is fixed by the lesson: how many cells does each "
+                    "invocation cover, and how many would it take to cover them all?"
                 )
+            elif found:
+                text += f" {found}" + _stores(outcome, harness, name)
             else:
                 text += (
                     " Enough invocations ran to cover every cell, so some of them returned "
-                    "before writing or wrote to another cell: check the bounds check (`>` "
-                    "against `>=`, the right length) and that the index you write to reaches "
-                    "every cell."
+                    "before writing or wrote to another cell; the run does not show which."
                 ) + _stores(outcome, harness, name)
             parts.append(text)
         if nonfinite:
@@ -422,12 +426,31 @@ def _results_review(outcome: Outcome, harness: dict) -> list[str]:
                 "(softmax must subtract the row maximum before exp), a division by zero, sqrt or "
                 "log of a negative number, or reading a cell nobody wrote."
             )
-        if wrong > 0 and (pattern := _value_pattern(output)):
+        if wrong > 0 and (pattern := _value_pattern(output, _store_places(entry, name))):
             parts.append(pattern)
     return parts
 
 
-def offline_review(outcome: Outcome, source: str, harness: dict, lesson: dict | None = None) -> str:
+def _pass_question(outcome: Outcome, harness: dict) -> str:
+    """A question about the passing run itself: the lesson's checks are instructions to
+    the tutor and never reach the learner."""
+    threads = _threads(outcome, harness) if harness else None
+    outputs = outcome.get("outputs") or []
+    if not threads or not outputs:
+        return ""
+    groups, size, total = threads
+    count = outputs[0].get("count") or 0
+    spare = total - count
+    text = (
+        f"Before you move on: {total} invocations ran ({groups} × @workgroup_size {size}) "
+        f"for {count} cells of `{outputs[0].get('name', 'out')}`."
+    )
+    if spare > 0:
+        return text + f" What do the {spare} invocations past the end do in your kernel?"
+    return text + f" Which cell does invocation {min(70, total - 1)} write, and why that one?"
+
+
+def offline_review(outcome: Outcome, source: str, harness: dict) -> str:
     """The automatic review of one run, in Markdown."""
     status = outcome.get("status", "")
     if status == Status.COMPILE_ERROR:
@@ -438,10 +461,8 @@ def offline_review(outcome: Outcome, source: str, harness: dict, lesson: dict | 
         parts = _results_review(outcome, harness)
     elif status == Status.PASSED:
         parts = [f"**It passes:** {outcome.get('message', '')}"]
-        steps = (lesson or {}).get("steps") or []
-        checks = [s.get("check") for s in steps if s.get("check")]
-        if checks:
-            parts.append(f"Before you move on, a check of understanding: {checks[-1]}")
+        if question := _pass_question(outcome, harness):
+            parts.append(question)
         parts.append("When you are done, you can publish this session from the side panel.")
     elif status == Status.NO_REFERENCE:
         parts = [
