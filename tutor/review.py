@@ -477,6 +477,11 @@ def offline_review(outcome: Outcome, source: str, harness: dict) -> str:
         ]
     elif status == Status.REJECTED:
         parts = [f"**It was not run:** {outcome.get('message', '')}"]
+        if "llvmpipe" in outcome.get("message", ""):
+            parts.append(
+                "How many times must that loop run for one cell of the output, and what in "
+                "its condition decides that?"
+            )
     elif status == Status.CRASHED and (crash := outcome.get("crash")):
         what = "shader compiler" if crash["stage"] == "compile" else "replay worker"
         parts = [

@@ -108,22 +108,94 @@ def _loops(
         if token.kind != IDENT or token.text not in ("for", "while", "loop"):
             continue
         condition: list[Token] = []
+        iterations = None
         if token.text == "for" and _text(tokens, j + 1) == "(":
             header = tokens[j + 2 : pairs[j + 1]]
             semicolons = [k for k, t in enumerate(header) if t.text == ";"][:2]
             if len(semicolons) == 2:
                 condition = header[semicolons[0] + 1 : semicolons[1]]
+                iterations = _iterations(
+                    module,
+                    header[: semicolons[0]],
+                    condition,
+                    header[semicolons[1] + 1 :],
+                )
         elif token.text == "while":
             k = j + 1
             while k < function.body.stop and tokens[k].text != "{" and len(condition) < 64:
                 condition.append(tokens[k])
                 k += 1
         found.append(
-            {"kind": token.text, "line": token.line, "condition": _excerpt(lines, condition)}
+            {
+                "kind": token.text,
+                "line": token.line,
+                "condition": _excerpt(lines, condition),
+                "iterations": iterations,
+            }
         )
         if len(found) == MAX_ITEMS:
             break
     return found
+
+
+COUNTS_UP = {"<": 0, "<=": 1, "!=": 0}
+
+
+def _iterations(
+    module: Module, start: list[Token], condition: list[Token], update: list[Token]
+) -> int | None:
+    """How many times `for (var i = a; i < b; i += s)` runs when a, b and s are constant
+    (literals or module-scope constants), else None: the loops llvmpipe would cut short
+    are the ones whose count can be known before running."""
+    texts = [t.text for t in condition[:3]]
+    # The tokenizer reads `<=` as two punctuation tokens.
+    split = texts[1:3] == ["<", "="]
+    operator = "<=" if split else "".join(texts[1:2])
+    bound = condition[3 if split else 2 :]
+    if not bound or condition[0].kind != IDENT or operator not in COUNTS_UP:
+        return None
+    counter = condition[0].text
+    texts = [t.text for t in start]
+    if counter not in texts or "=" not in texts:
+        return None
+    first = module.value(start[texts.index("=") + 1 :])
+    last = module.value(bound)
+    step = _step(module, counter, update)
+    if first is None or last is None or not step:
+        return None
+    return max(0, (last + COUNTS_UP[operator] - first + step - 1) // step)
+
+
+def _step(module: Module, counter: str, update: list[Token]) -> int | None:
+    """The constant a for loop's update adds to its counter: i++, i += s, i = i + s."""
+    texts = [t.text for t in update]
+    if texts in ([counter, "++"], ["++", counter]):
+        return 1
+    if texts[:2] == [counter, "+="]:
+        return module.value(update[2:])
+    if texts[:4] == [counter, "=", counter, "+"]:
+        return module.value(update[4:])
+    return None
+
+
+def long_loops(source: str, limit: int) -> list[dict[str, object]]:
+    """The loops of the source's entry points known to run more than limit times."""
+    return [
+        loop
+        for entry in source_facts(source)["entry_points"]
+        for loop in entry["loops"]
+        if (loop["iterations"] or 0) > limit
+    ]
+
+
+def cut_loop_message(loop: dict[str, object], cap: int) -> str:
+    return (
+        f"Not run: the loop on line {loop['line']} ({loop['condition']}) runs "
+        f"{loop['iterations']:,} times per invocation. This server's CPU backend (llvmpipe) "
+        f"stops every loop after {cap:,} iterations, so its result would not be what a GPU "
+        "computes; on a GPU a loop this long takes seconds per invocation or trips the "
+        "driver's watchdog."
+    )
 
 
 def _binding(module: Module, variable: Variable) -> BindingFacts:

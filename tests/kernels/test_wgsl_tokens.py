@@ -186,7 +186,9 @@ def test_the_facts_for_the_reviewer() -> None:
     assert main["workgroup_storage"] == 16 * 16 * 4
     assert main["builtins"] == {"gid": "global_invocation_id"}
     assert main["writes"] == [{"buffer": "out", "index": "gid.x * 2u + i", "line": 10}]
-    assert main["loops"] == [{"kind": "for", "line": 10, "condition": "i < params.n"}]
+    assert main["loops"] == [
+        {"kind": "for", "line": 10, "condition": "i < params.n", "iterations": None}
+    ]
     assert facts["entry_points"][2]["workgroup_size"] is None
     assert facts["bindings"][0] == {
         "group": 0,
