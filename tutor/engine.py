@@ -30,6 +30,7 @@ from kernels import replay
 from kernels.models import Kernel, KernelVersion, text_diff, version_diff
 from sessions.models import Session, Turn
 from tutor import guardrail, llm, prompts
+from tutor.free_form import Template
 from tutor.lessons import FREE_FORM_KERNEL, Lesson, LessonError, parse_lesson
 from tutor.models import GuardrailEvent, GuidedSession
 from tutor.replies import Event, budget_problem, tutor_reply
@@ -56,14 +57,26 @@ def _unique_slug(base: str) -> str:
             return slug
 
 
-def _welcome(lesson: Lesson | None, online: bool) -> str:
+def _welcome_free_form(template: Template | None, who: str, online: bool) -> str:
+    if template is None:
+        text = (
+            "**Free-form session.** Write any WGSL compute kernel in the editor. Without a "
+            "template nothing defines its inputs or what it should compute, so each "
+            "submission is compiled and validated, not run against a reference."
+        )
+    else:
+        text = (
+            f"**Free-form session: {template.title}.** {template.description} The editor "
+            "declares the buffers; **Submit & run** runs your kernel on them and compares "
+            "the output with a reference, cell by cell."
+        )
+    return f"{text} {who}." + ("\n\nWhat would you like to build?" if online else "")
+
+
+def _welcome(lesson: Lesson | None, online: bool, template: Template | None = None) -> str:
     who = "Claude reviews every run and answers your questions" if online else GUIDED_BY
     if lesson is None:
-        return (
-            "**Free-form session.** Write any WGSL compute kernel in the editor. There is no "
-            "harness, so each submission is compiled and validated, not checked against a "
-            f"reference. {who}." + ("\n\nWhat would you like to build?" if online else "")
-        )
+        return _welcome_free_form(template, who, online)
     objectives = "\n".join(f"- {item}" for item in lesson.objectives)
     first = lesson.steps[0].get("goal") if lesson.steps else ""
     text = f"**{lesson.title}**\n\n{lesson.summary}\n\n"
@@ -109,13 +122,22 @@ def _new_guided(user, lesson: Lesson | None, title: str, summary: str, slug: str
 
 
 @transaction.atomic
-def start_session(user, lesson: Lesson | None) -> GuidedSession:
+def start_session(user, lesson: Lesson | None, template: Template | None = None) -> GuidedSession:
+    """A lesson's session, or a free-form one (from a template: its buffers, dispatch and
+    reference; without one, submissions are only compiled)."""
     title = lesson.title if lesson else "Free-form WGSL session"
     summary = lesson.summary if lesson else "A free-form guided session."
+    if template is not None:
+        title, summary = f"Free-form: {template.title}", template.description
     guided = _new_guided(user, lesson, title, summary, lesson.slug if lesson else "free-form")
+    if template is not None:
+        guided.kernel.harness = template.harness
+        guided.kernel.save(update_fields=["harness"])
+        guided.starter = template.bindings
+        guided.save(update_fields=["starter"])
     guided.add_turn(
         Turn.Role.TUTOR,
-        _welcome(lesson, llm.configured()),
+        _welcome(lesson, llm.configured(), template),
         meta={"kind": "welcome", "automatic": True},
     )
     return guided

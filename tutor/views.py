@@ -43,6 +43,7 @@ from kernels.outcome_context import outcome_context
 from sessions.access import get_session_for_user
 from sessions.models import Session
 from tutor import engine, llm
+from tutor.free_form import TEMPLATES
 from tutor.lessons import get_lesson, load_lessons
 from tutor.models import ApiCall, GuidedSession
 from tutor.replies import budget_problem
@@ -285,6 +286,7 @@ def index(request: HttpRequest) -> HttpResponse:
         "tutor/index.html",
         {
             "lessons": load_lessons(),
+            "templates": TEMPLATES.values(),
             "mine": mine,
             "online": llm.configured(),
             "model": settings.TUTOR_MODEL,
@@ -296,8 +298,13 @@ def index(request: HttpRequest) -> HttpResponse:
 @login_required
 def start(request: HttpRequest) -> HttpResponse:
     choice = request.POST.get("lesson", "")
-    lesson = None
-    if choice != "free":
+    lesson = template = None
+    if choice == "free" and request.POST.get("template"):
+        template = TEMPLATES.get(request.POST["template"])
+        if template is None:
+            messages.error(request, "There is no such template; pick one from the list.")
+            return redirect("tutor:index")
+    elif choice != "free":
         lesson = get_lesson(choice)
         if lesson is None:
             messages.error(request, "There is no such lesson; pick one from the list.")
@@ -308,7 +315,7 @@ def start(request: HttpRequest) -> HttpResponse:
             request, f"You have started many sessions in the last hour. Try again in {wait} s."
         )
         return redirect("tutor:index")
-    guided = engine.start_session(request.user, lesson)
+    guided = engine.start_session(request.user, lesson, template)
     return redirect(guided)
 
 

@@ -79,3 +79,28 @@ def mlp_forward(x: F64, w1: F64, b1: F64, w2: F64, b2: F64) -> F64:
 def double(x: F64) -> F64:
     """Every element times two: the first kernel of the showcase (y = 2 x)."""
     return 2.0 * x
+
+
+@reference
+def transpose(x: F64) -> F64:
+    return x.T.copy()
+
+
+@reference
+def inclusive_scan(x: F64) -> F64:
+    """Prefix sums including each element: out[i] = x[0] + … + x[i]."""
+    return np.cumsum(x)
+
+
+@reference
+def histogram(values: F64, counts: F64) -> F64:
+    """How many of the values equal each bin index; the output buffer gives the bins."""
+    bins = counts.size
+    found: F64 = np.bincount(values.astype(np.int64).reshape(-1), minlength=bins)[:bins]
+    return found.astype(np.float64)
+
+
+@reference
+def conv1d(x: F64, w: F64) -> F64:
+    """Valid 1-D convolution as GPUs compute it (no flip): out[i] = Σ_k x[i + k] w[k]."""
+    return np.correlate(x, w, mode="valid")

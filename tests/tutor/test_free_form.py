@@ -1,0 +1,68 @@
+"""Free-form sessions from a template: the buffers, dispatch and reference are set, so a
+submission runs and is checked; without a template it is only compiled."""
+
+from __future__ import annotations
+
+from django.urls import reverse
+
+from sessions.models import Turn
+from tests.tutor.helpers import TutorRunTestCase, read_events
+from tutor.free_form import TEMPLATES
+from tutor.models import GuidedSession
+
+TRANSPOSE = """@group(0) @binding(0) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read_write> out: array<f32>;
+
+@compute @workgroup_size(8, 8)
+fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+    let row = id.y;
+    let col = id.x;
+    if (row >= 16u || col >= 32u) { return; }
+    out[INDEX] = x[row * 32u + col];
+}
+"""
+
+
+class FreeFormTemplateTestCase(TutorRunTestCase):
+    def start_from(self, template: str) -> GuidedSession:
+        self.client.force_login(self.alice)
+        response = self.client.post(
+            reverse("tutor:start"), {"lesson": "free", "template": template}
+        )
+        self.assertEqual(response.status_code, 302)
+        return GuidedSession.objects.order_by("-pk").first()
+
+    def run_source(self, guided: GuidedSession, source: str) -> tuple[str, Turn]:
+        events = read_events(self.submit(guided, source))
+        run = next(data for name, data in events if name == "run")
+        return run["status"], guided.session.turns.order_by("number").last()
+
+    def test_the_index_offers_every_template(self) -> None:
+        self.client.force_login(self.alice)
+        response = self.client.get(reverse("tutor:index"))
+        for template in TEMPLATES.values():
+            self.assertContains(response, f'<option value="{template.slug}">')
+
+    def test_a_transpose_session_runs_fails_then_passes(self) -> None:
+        guided = self.start_from("transpose")
+        self.assertTrue(guided.is_free_form)
+        self.assertEqual(guided.session.title, "Free-form: Transpose: 16×32 to 32×16")
+        page = self.client.get(guided.get_absolute_url())
+        self.assertContains(page, "var&lt;storage, read&gt; x: array&lt;f32&gt;;")
+        status, review = self.run_source(guided, TRANSPOSE.replace("INDEX", "row * 32u + col"))
+        self.assertEqual(status, "mismatch")
+        self.assertIn("It runs, but the results are wrong", review.content)
+        status, review = self.run_source(guided, TRANSPOSE.replace("INDEX", "col * 16u + row"))
+        self.assertEqual(status, "passed")
+        self.assertIn("**It passes:** All 512 cells match", review.content)
+
+    def test_an_unknown_template_is_refused(self) -> None:
+        self.client.force_login(self.alice)
+        response = self.client.post(reverse("tutor:start"), {"lesson": "free", "template": "x"})
+        self.assertRedirects(response, reverse("tutor:index"))
+        self.assertFalse(GuidedSession.objects.exists())
+
+    def test_without_a_template_it_only_compiles(self) -> None:
+        guided = self.start_from("")
+        self.assertEqual(guided.kernel.harness, {})
+        self.assertIn("not run against a reference", guided.session.turns.first().content)
