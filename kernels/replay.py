@@ -145,10 +145,6 @@ class ProgramCheck:
     harness: Harness | None = None
     final: KernelVersion | None = None
 
-    @property
-    def against(self) -> str:
-        return "reference" if self.harness else "program" if self.final else "none"
-
 
 def program_check(version: KernelVersion, harness: Harness | None) -> ProgramCheck:
     if harness is not None and harness.reference is not None:
