@@ -12,14 +12,11 @@ worker, unless the shader compiler died on it; a second death is the kernel's do
 from __future__ import annotations
 
 import collections
-import contextlib
 import itertools
 import json
 import logging
 import math
 import os
-import select
-import signal
 import subprocess
 import sys
 import threading
@@ -31,14 +28,13 @@ from typing import Any
 
 from kernels.engine.device import NoAdapter
 from kernels.engine.outcome import Outcome, Status, failure, no_timings
-from kernels.engine.worker import HEADER, MAX_FRAME
+from kernels.engine.process import Deadline, Death, WorkerProcess
+from kernels.engine.worker import HEADER
 
 log = logging.getLogger("kernels.engine.pool")
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT = 60.0
-STOP_GRACE = 2.0
-STDERR_LINES = 40
 # Workers a job may end before its crash is taken to be the kernel's, not a passing
 # fault (the OOM killer, a signal from outside). Compiler crashes are not retried: naga
 # is deterministic, so the same source crashes it again.
@@ -51,10 +47,6 @@ class Busy(Exception):
     def __init__(self, retry_after: int) -> None:
         super().__init__(f"All replay workers are busy; retry in {retry_after} s.")
         self.retry_after = retry_after
-
-
-class _Deadline(Exception):
-    pass
 
 
 @dataclass
@@ -71,158 +63,16 @@ class _Job:
         self.wanted_until = max(self.wanted_until, until)
 
 
-@dataclass(frozen=True)
-class _Death:
-    """A worker that died in the middle of a job, and what it left on stderr."""
-
-    pid: int
-    exit: str
-    error: str
-    stderr: tuple[str, ...]
-
-    @property
-    def in_compiler(self) -> bool:
-        """Whether it died compiling a shader: faulthandler's traceback of the thread
-        that crashed (the worker enables it) ends in wgpu's create_shader_module."""
-        crashed = False
-        for line in self.stderr:
-            if line.startswith(("Current thread", "Fatal Python error")):
-                crashed = True
-            elif crashed and line.strip().endswith(" in create_shader_module"):
-                return True
-        return False
-
-    def report(self) -> str:
-        stderr = "\n".join(self.stderr) or "(nothing)"
-        return f"Worker {self.pid} {self.exit} ({self.error}). Last lines of its stderr:\n{stderr}"
-
-
 class _WorkerDied(Exception):
-    def __init__(self, death: _Death) -> None:
+    def __init__(self, death: Death) -> None:
         super().__init__(death.exit)
         self.death = death
-
-
-class _Worker:
-    """One worker process, and the tail of what it wrote to stderr."""
-
-    def __init__(self, process: subprocess.Popen[bytes]) -> None:
-        self.process = process
-        self.pid = process.pid
-        self.jobs = 0
-        self.hello: dict[str, Any] = {}
-        self.stderr: collections.deque[str] = collections.deque(maxlen=STDERR_LINES)
-        self.stdout = process.stdout.fileno()  # type: ignore[union-attr]
-        self.stdin = process.stdin.fileno()  # type: ignore[union-attr]
-        os.set_blocking(self.stdin, False)
-        self.drain = threading.Thread(target=self._drain, name=f"replay-stderr-{self.pid}")
-        self.drain.daemon = True
-        self.drain.start()
-
-    def _drain(self) -> None:
-        for raw in self.process.stderr:  # type: ignore[union-attr]
-            line = raw.decode(errors="replace").rstrip()[:500]
-            if line:
-                self.stderr.append(line)
-                log.debug("worker %s: %s", self.pid, line)
-
-    @property
-    def environment(self) -> dict[str, Any]:
-        return self.hello.get("environment") or {}
-
-    def send(self, data: bytes, deadline: float | None) -> None:
-        view = memoryview(data)
-        while view:
-            _wait(self.stdin, select.POLLOUT, deadline)
-            try:
-                written = os.write(self.stdin, view)
-            except BlockingIOError:
-                continue
-            view = view[written:]
-
-    def receive(self, deadline: float | None) -> dict[str, Any]:
-        (length,) = HEADER.unpack(self._read(HEADER.size, deadline))
-        if length > MAX_FRAME:
-            raise ValueError(f"worker sent a frame of {length} bytes")
-        message: dict[str, Any] = json.loads(self._read(length, deadline))
-        return message
-
-    def _read(self, size: int, deadline: float | None) -> bytes:
-        chunks = []
-        while size:
-            _wait(self.stdout, select.POLLIN, deadline)
-            chunk = os.read(self.stdout, min(size, 1 << 20))
-            if not chunk:
-                raise EOFError("the worker closed its output")
-            chunks.append(chunk)
-            size -= len(chunk)
-        return b"".join(chunks)
-
-    def kill(self) -> None:
-        # The worker leads its own session, so this also ends anything it started.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.pid, signal.SIGKILL)
-        self.reap()
-
-    def end(self) -> None:
-        """After its output closed: let it finish dying, so that its exit status says how
-        it ended; kill it if it lingers."""
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.process.wait(timeout=STOP_GRACE)
-        self.kill()
-
-    def stop(self) -> None:
-        """Ask the worker to exit (it does at end of input); kill it if it does not."""
-        with contextlib.suppress(OSError):
-            self.process.stdin.close()  # type: ignore[union-attr]
-        try:
-            self.process.wait(timeout=STOP_GRACE)
-        except subprocess.TimeoutExpired:
-            self.kill()
-        self.reap()
-
-    def reap(self) -> None:
-        try:
-            self.process.wait(timeout=STOP_GRACE)
-        except subprocess.TimeoutExpired:
-            log.error("worker %s did not exit after SIGKILL", self.pid)
-        # The stderr tail is complete once the pipe reaches end of file.
-        self.drain.join(timeout=1.0)
-        for pipe in (self.process.stdin, self.process.stdout, self.process.stderr):
-            with contextlib.suppress(OSError):
-                pipe.close()  # type: ignore[union-attr]
-
-    def exit_description(self) -> str:
-        code = self.process.poll()
-        if code is None:
-            return "still running"
-        if code < 0:
-            try:
-                name = signal.Signals(-code).name
-            except ValueError:
-                name = f"signal {-code}"
-            return f"killed by {name}"
-        return f"exited with status {code}"
-
-
-def _wait(fd: int, event: int, deadline: float | None) -> None:
-    # poll, not select: a busy web process can hold file descriptors above 1024.
-    poller = select.poll()
-    poller.register(fd, event)
-    while True:
-        timeout = None
-        if deadline is not None:
-            timeout = deadline - time.monotonic()
-            if timeout <= 0:
-                raise _Deadline
-        if poller.poll(None if timeout is None else max(1, math.ceil(timeout * 1000))):
-            return
 
 
 @dataclass
 class _Slot:
     number: int
-    worker: _Worker | None = None
+    worker: WorkerProcess | None = None
     job: _Job | None = None
     start_error: str = ""
     thread: threading.Thread | None = None
@@ -491,18 +341,18 @@ class Pool:
         except OSError as e:
             self._failed_start(slot, f"could not start a replay worker: {e}")
             return
-        worker = _Worker(process)
+        worker = WorkerProcess(process)
         with self._lock:
             slot.worker = worker
         try:
             hello = worker.receive(time.monotonic() + START_TIMEOUT)
-        except (_Deadline, EOFError, OSError, ValueError) as e:
+        except (Deadline, EOFError, OSError, ValueError) as e:
             worker.kill()
             with self._lock:
                 slot.worker = None
             if self._closed:
                 return
-            reason = "did not start in time" if isinstance(e, _Deadline) else "failed to start"
+            reason = "did not start in time" if isinstance(e, Deadline) else "failed to start"
             tail = "\n".join(worker.stderr)
             self._failed_start(
                 slot,
@@ -534,7 +384,7 @@ class Pool:
     def _attempts(self, slot: _Slot, job: _Job) -> Outcome:
         """The job's outcome; a worker that dies on it is replaced and the job run again,
         up to CRASH_ATTEMPTS workers in all, or none if it died in the shader compiler."""
-        deaths: list[_Death] = []
+        deaths: list[Death] = []
         while True:
             try:
                 return self._run(slot, job)
@@ -563,7 +413,7 @@ class Pool:
                 reply = worker.receive(deadline)
                 if reply.get("type") == "result" and reply.get("id") == job.id:
                     break
-        except _Deadline:
+        except Deadline:
             worker.kill()
             self._retire(slot, "timeouts")
             return self._timeout_outcome(worker, started)
@@ -573,7 +423,7 @@ class Pool:
                 self._retire(slot, None)
                 return self._closed_outcome()
             self._retire(slot, "crashes")
-            death = _Death(worker.pid, worker.exit_description(), str(e), tuple(worker.stderr))
+            death = Death(worker.pid, worker.exit_description(), str(e), tuple(worker.stderr))
             log.warning("replay worker %s died mid-job (%s): %s", death.pid, death.exit, e)
             raise _WorkerDied(death) from None
 
@@ -608,7 +458,7 @@ class Pool:
 
     # -- outcomes the pool writes itself -------------------------------------------------
 
-    def _timeout_outcome(self, worker: _Worker, started: float) -> Outcome:
+    def _timeout_outcome(self, worker: WorkerProcess, started: float) -> Outcome:
         log.warning("replay job on worker %s passed its %.1f s deadline", worker.pid, self.deadline)
         return failure(
             Status.TIMEOUT,
@@ -620,7 +470,7 @@ class Pool:
             wall_ms=_ms_since(started),
         )
 
-    def _crash_outcome(self, deaths: list[_Death]) -> Outcome:
+    def _crash_outcome(self, deaths: list[Death]) -> Outcome:
         """The kernel ended its workers: what a reader is told (no process ids, no logs),
         and for staff, each worker's end and stderr."""
         last = deaths[-1]
