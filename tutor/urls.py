@@ -12,4 +12,6 @@ urlpatterns = [
     path("<slug:slug>/submit/", views.submit, name="submit"),
     path("<slug:slug>/retry/", views.retry, name="retry"),
     path("<slug:slug>/publish/", views.publish, name="publish"),
+    path("<slug:slug>/unpublish/", views.unpublish, name="unpublish"),
+    path("<slug:slug>/title/", views.rename, name="rename"),
 ]

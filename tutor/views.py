@@ -459,3 +459,31 @@ def publish(request: HttpRequest, slug: str) -> HttpResponse:
         "at the same turns.",
     )
     return redirect(guided.session)
+
+
+@require_POST
+@login_required
+def unpublish(request: HttpRequest, slug: str) -> HttpResponse:
+    guided = _get_guided_for_user(request, slug, write=True)
+    guided.session.unpublish()
+    messages.success(
+        request,
+        "This session is private again: its archive page, turns and embeds answer as for any "
+        "private session. Publishing it again keeps its turn numbers.",
+    )
+    return redirect(guided)
+
+
+@require_POST
+@login_required
+def rename(request: HttpRequest, slug: str) -> HttpResponse:
+    """The learner names their session; the slug, and so every link, stays."""
+    guided = _get_guided_for_user(request, slug, write=True)
+    title = " ".join(request.POST.get("title", "").split())
+    limit = Session._meta.get_field("title").max_length
+    if not title or len(title) > limit:
+        messages.error(request, f"A title is 1 to {limit} characters.")
+        return redirect(guided)
+    guided.session.title = title
+    guided.session.save(update_fields=["title", "updated"])
+    return redirect(guided)
