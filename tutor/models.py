@@ -16,10 +16,15 @@ from django.db.models import Q, Sum
 from django.urls import reverse
 from django.utils import timezone
 
+from config import processes
 from sessions.models import Session, Turn
 
-# A reply lock older than this belongs to a request that died without releasing it.
-REPLY_LOCK_SECONDS = 300
+# The reply lock's lease: renewed every third of it while the reply is written, so a
+# request that died without releasing the lock (its server killed on another host) holds
+# it this long at most. On this host its holder is seen to be gone at once.
+REPLY_LEASE_SECONDS = 30
+# The longest a reply may keep renewing it: a stream nobody closes must not hold it for ever.
+REPLY_MAX_SECONDS = 900
 
 
 class GuidedSessionQuerySet(models.QuerySet):
@@ -50,6 +55,9 @@ class GuidedSession(models.Model):
     # Claimed by the request writing a reply (conditional UPDATE), so a double click or a
     # second tab cannot interleave two replies. See claim_reply().
     replying_since = models.DateTimeField(null=True, blank=True)
+    # Who holds it (config.processes.claim_name) and until when, unless renewed.
+    reply_holder = models.CharField(max_length=200, blank=True)
+    reply_expires = models.DateTimeField(null=True, blank=True)
     # What went wrong with the last reply, in plain words, until a reply succeeds.
     last_error = models.CharField(max_length=500, blank=True)
     # "Continue with the tutor": the turn of another session this one carries on from,
@@ -79,18 +87,44 @@ class GuidedSession(models.Model):
     # -- one reply at a time ---------------------------------------------------------
 
     def claim_reply(self) -> bool:
-        """Take the reply lock; False if another request holds it."""
+        """Take the reply lock; False if another request holds it.
+
+        It is free when nobody holds it, when its lease ran out, or when the process that
+        took it is gone from this host (a server killed mid-reply).
+        """
         now = timezone.now()
-        stale = now - timedelta(seconds=REPLY_LOCK_SECONDS)
-        free = Q(replying_since__isnull=True) | Q(replying_since__lt=stale)
-        claimed = GuidedSession.objects.filter(free, pk=self.pk).update(replying_since=now)
+        free = Q(reply_expires__isnull=True) | Q(reply_expires__lt=now)
+        holder = GuidedSession.objects.filter(pk=self.pk).values_list("reply_holder", flat=True)
+        if (held_by := holder.first()) and processes.is_gone(held_by):
+            free |= Q(reply_holder=held_by)
+        claim = {
+            "replying_since": now,
+            "reply_holder": processes.claim_name(),
+            "reply_expires": now + timedelta(seconds=REPLY_LEASE_SECONDS),
+        }
+        claimed = GuidedSession.objects.filter(free, pk=self.pk).update(**claim)
         if claimed:
-            self.replying_since = now
+            for field, value in claim.items():
+                setattr(self, field, value)
         return bool(claimed)
 
+    def renew_reply(self) -> bool:
+        """Extend this claim's lease; False if it is no longer this claim's lock."""
+        expires = timezone.now() + timedelta(seconds=REPLY_LEASE_SECONDS)
+        mine = GuidedSession.objects.filter(pk=self.pk, reply_holder=self.reply_holder)
+        return bool(self.reply_holder and mine.update(reply_expires=expires))
+
+    def reply_heartbeat(self) -> processes.Heartbeat:
+        """A started heartbeat that renews this claim while the reply is written."""
+        return processes.Heartbeat(
+            self.renew_reply, REPLY_LEASE_SECONDS / 3, for_at_most=REPLY_MAX_SECONDS
+        ).start()
+
     def release_reply(self) -> None:
-        GuidedSession.objects.filter(pk=self.pk).update(replying_since=None)
-        self.replying_since = None
+        """Give the lock back, unless it has been taken over since (its lease ran out)."""
+        mine = GuidedSession.objects.filter(pk=self.pk, reply_holder=self.reply_holder)
+        mine.update(replying_since=None, reply_holder="", reply_expires=None)
+        self.replying_since, self.reply_holder, self.reply_expires = None, "", None
 
     def set_error(self, message: str) -> None:
         self.last_error = message[:500]
