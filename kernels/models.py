@@ -6,6 +6,7 @@ import hashlib
 import json
 import re
 
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 from django.urls import reverse
@@ -17,6 +18,12 @@ from sessions.models import Session
 
 def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+# A kernel's name is a segment of its URLs (<slug:name>): one or more letters, digits,
+# hyphens or underscores, as the slug converter and SlugField's validator match them. The
+# database holds every writer to it (importers, the admin, the shell) by this constraint.
+KERNEL_NAME_CHECK = Q(name__regex=r"^[-a-zA-Z0-9_]+\Z")
 
 
 class Kernel(models.Model):
@@ -32,6 +39,14 @@ class Kernel(models.Model):
         ordering = ["session", "name"]
         constraints = [
             models.UniqueConstraint(fields=["session", "name"], name="kernel_name_unique"),
+            models.CheckConstraint(
+                condition=KERNEL_NAME_CHECK,
+                name="kernel_name_is_a_slug",
+                violation_error_message=(
+                    "A kernel's name is part of its URLs: use letters, digits, hyphens and "
+                    "underscores only."
+                ),
+            ),
         ]
 
     def __str__(self) -> str:
@@ -43,6 +58,15 @@ class Kernel(models.Model):
 
     def get_absolute_url(self) -> str:
         return reverse("kernels:timeline", args=[self.session.slug, self.name])
+
+    @classmethod
+    def name_problem(cls, name: str) -> str:
+        """Why name cannot name a kernel, in the words the admin uses; "" if it can."""
+        try:
+            cls._meta.get_field("name").clean(name, None)
+        except ValidationError as error:
+            return " ".join(error.messages)
+        return ""
 
 
 class KernelVersion(models.Model):

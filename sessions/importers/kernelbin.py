@@ -23,7 +23,7 @@ from django.utils.text import slugify
 
 from kernels.engine.harness import HarnessError, parse_harness
 from kernels.engine.outcome import Status
-from kernels.models import check_file_name
+from kernels.models import Kernel, check_file_name
 from sessions.importers.options import ImportOptions
 from sessions.importers.redact import Scrubber
 from sessions.importers.writer import (
@@ -199,8 +199,8 @@ def _validate_kernel(
     if not isinstance(raw, dict):
         raise ImportProblem(f"{where}: must be an object.")
     name = _get(raw, "name", str, where)
-    if slugify(name) != name:
-        raise ImportProblem(f"{where}.name: {name!r} is not a valid kernel name.")
+    if problem := Kernel.name_problem(name):
+        raise ImportProblem(f"{where}.name: {name!r} is not a valid kernel name. {problem}")
     if any(kernel["name"] == name for kernel in earlier):
         raise ImportProblem(f"{where}.name: kernel '{name}' appears more than once.")
     harness = _get(raw, "harness", dict, where, required=False) or {}
