@@ -43,6 +43,10 @@ OFFLINE_NOTICE = (
     "they form, point at the builtin or index expression that produces them, and ask you a "
     "question that leads there."
 )
+NO_ANSWERS = (
+    "About writing it for you: no tutor here writes the kernel. Working it out is the point; "
+    "the review tells you where to look."
+)
 GUIDED_BY = "The automatic reviewer explains every run: which cells, what pattern, which line"
 
 
@@ -259,10 +263,7 @@ def _offline_answer(guided: GuidedSession, asks: bool) -> str:
     next hint (a question for the learner, written for them), one per message."""
     content = OFFLINE_NOTICE
     if asks:
-        content += (
-            "\n\nAbout writing it for you: no tutor here writes the kernel. Working it out is "
-            "the point; the reviews tell you where to look."
-        )
+        content += f"\n\n{NO_ANSWERS}"
     hints = (guided.lesson or {}).get("hints") or []
     given = guided.session.turns.filter(meta__kind="offline_notice").count()
     if given < len(hints):
@@ -361,6 +362,8 @@ def submit(
         yield from tutor_reply(guided, turn, reviewed=version, stream=stream)
         return
     review = offline_review(outcome, version.source, version.harness)
+    if meta.get("answer_request"):
+        review = f"{NO_ANSWERS}\n\n{review}"
     if problem:
         review = f"*{problem} This review is automatic.*\n\n{review}"
     yield "turn", {"turn": _automatic_turn(guided, review, "review", version)}

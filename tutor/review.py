@@ -313,6 +313,14 @@ def _close(got, expected) -> bool:
     return g is not None and e is not None and math.isclose(g, e, rel_tol=1e-4, abs_tol=1e-5)
 
 
+def _zero_swapped(wrong: list[tuple[float, float]]) -> bool:
+    """Each wrong cell is 0 where the expected is not, or not 0 where the expected is:
+    a max/min or a comparison the wrong way round (as in a ReLU)."""
+    return all((abs(g) < 1e-12) != (abs(e) < 1e-12) for g, e in wrong) and any(
+        abs(e) < 1e-12 for _, e in wrong
+    )
+
+
 def _value_pattern(output: dict, index: str) -> str:
     """A likely cause read from the wrong values themselves; index is where the kernel
     stores (`out[i]` (line 9)), or ""."""
@@ -337,15 +345,30 @@ def _value_pattern(output: dict, index: str) -> str:
     if all(abs(g) < 1e-12 for g, _ in wrong):
         return (
             "The wrong cells all hold **0**: the value was written but nothing was computed "
-            "into it (an accumulator that is never added to, or a loop that never runs)."
+            "into it. Is the accumulator ever added to, and does the loop that adds run?"
         )
     if all(math.isclose(g, -e, rel_tol=1e-4, abs_tol=1e-5) for g, e in wrong):
-        return "The wrong cells have the **right size but the wrong sign**: check the operator."
-    ratios = [g / e for g, e in wrong if abs(e) > 1e-6]
-    if ratios and max(ratios) - min(ratios) < 1e-3 * max(1.0, abs(ratios[0])):
         return (
-            f"Every wrong cell is the expected value **times {ratios[0]:.3g}**: something is "
-            "added in more than once (an accumulator not reset, or a loop that runs too often)."
+            "The wrong cells have the **right size but the wrong sign**. Which operator in "
+            "your formula decides the sign?"
+        )
+    if _zero_swapped(wrong):
+        return (
+            "Where the expected value is 0 your kernel keeps a (negative) value, and where it "
+            "is not 0 yours gives 0: the choice between the value and 0 is the wrong way "
+            "round. For a negative input, which one does your kernel keep, and which should it?"
+        )
+    ratios = [g / e for g, e in wrong if abs(e) > 1e-6]
+    if len(ratios) == len(wrong) and max(ratios) - min(ratios) < 1e-3 * max(1.0, abs(ratios[0])):
+        cause = (
+            "something is added in more than once (an accumulator not reset, or a loop that "
+            "runs too often)"
+            if ratios[0] > 1
+            else "a factor of the formula is missing, or only part of the sum is added"
+        )
+        return (
+            f"Every wrong cell is the expected value **times {ratios[0]:.3g}**: {cause}. Where "
+            f"in your formula could a factor of {ratios[0]:.3g} come from?"
         )
     if shift := evidence.best_shift(got, expected, _close):
         return evidence.shift_explanation(shift, index)
@@ -497,6 +520,8 @@ def offline_review(outcome: Outcome, source: str, harness: dict) -> str:
     # that change its conclusion: a pass that may hide an out-of-bounds write, a wrong
     # result that may come from llvmpipe's loop cap.
     for warning in outcome.get("warnings") or []:
-        if status == Status.PASSED or (status != Status.COMPILE_ERROR and "loop" in warning):
+        if status == Status.PASSED or (
+            status not in (Status.COMPILE_ERROR, Status.REJECTED) and "loop" in warning
+        ):
             parts.append(f"Note from the runner: {warning}")
     return "\n\n".join(parts)

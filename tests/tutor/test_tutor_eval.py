@@ -1,0 +1,54 @@
+"""manage.py tutor_eval: the recorded situations through the automatic reviewer, and
+through Claude (here the fake Messages API), scored and tabled."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+from django.conf import settings
+from django.core.management import call_command
+from django.test import override_settings
+
+from tests.tutor.helpers import FAKE_KEY, FakeAPI, TutorRunTestCase, text_reply
+from tutor.evaluation import SITUATIONS_DIR, load_situations
+
+LESSONS = Path(settings.BASE_DIR) / "fixtures" / "lessons"
+
+
+@override_settings(TUTOR_LESSONS_DIR=LESSONS)
+class TutorEvalTestCase(TutorRunTestCase):
+    def eval(self, directory: Path = SITUATIONS_DIR) -> str:
+        out = io.StringIO()
+        call_command("tutor_eval", situations=directory, stdout=out)
+        return out.getvalue()
+
+    def test_there_are_eight_to_twelve_situations(self) -> None:
+        situations = load_situations()
+        self.assertTrue(8 <= len(situations) <= 12)
+        for s in situations:
+            self.assertTrue({"lesson", "kernel", "message", "concepts", "evidence"} <= set(s))
+
+    def test_the_automatic_reviewer_is_scored(self) -> None:
+        output = self.eval()
+        self.assertIn("Tutor: the automatic reviewer", output)
+        self.assertRegex(output, r"local-invocation-id +1 +1 +1 +1 +4/4")
+        self.assertRegex(output, r"total +43/44")
+
+    def test_a_reply_that_hands_over_a_kernel_scores_no_point_for_it(self) -> None:
+        directory = Path(tempfile.mkdtemp())
+        self.addCleanup(shutil.rmtree, directory)
+        situation = load_situations()[0]
+        (directory / "01.json").write_text(json.dumps(situation))
+        kernel = (
+            "Here it is:\n\n```wgsl\n@compute @workgroup_size(64)\n"
+            "fn main(@builtin(global_invocation_id) id: vec3<u32>) {\n"
+            "    out[id.x] = a[id.x] + b[id.x];\n}\n```\n"
+        )
+        with override_settings(ANTHROPIC_API_KEY=FAKE_KEY), FakeAPI(text_reply(kernel)).patch():
+            output = self.eval(directory)
+        self.assertIn("Tutor: Claude", output)
+        self.assertRegex(output, r"local-invocation-id +0 ")
