@@ -161,20 +161,29 @@ def _all_close(
     of doubling the output's size in memory; it stops at the first block with a cell
     off. NaN (written or the unwritten sentinel) never compares as close.
     """
+    # Scratch arrays reused for every block: no allocation per block.
+    err, scale, limit, rel = (np.empty(min(BLOCK, got.size)) for _ in range(4))
+    close = np.empty(err.size, dtype=bool)
     max_err, worst, max_rel = -1.0, 0, 0.0
     for start in range(0, got.size, BLOCK):
-        exp_block = exp[start : start + BLOCK].astype(np.float64, copy=False)
-        err = np.abs(got[start : start + BLOCK].astype(np.float64) - exp_block)
-        scale = np.abs(exp_block)
+        g, x = got[start : start + BLOCK], exp[start : start + BLOCK]
+        e, s, lim, r, ok = (a[: g.size] for a in (err, scale, limit, rel, close))
+        np.subtract(g, x, out=e, dtype=np.float64)
+        np.abs(e, out=e)
+        np.abs(x, out=s, dtype=np.float64)
+        np.multiply(s, rtol, out=lim)
+        lim += atol
         with np.errstate(invalid="ignore"):
-            if not (err <= atol + rtol * scale).all():
-                return None
-        at = int(np.argmax(err))
-        if err[at] > max_err:
-            max_err, worst = float(err[at]), start + at
+            np.less_equal(e, lim, out=ok)
+        if not ok.all():
+            return None
+        at = int(np.argmax(e))
+        if e[at] > max_err:
+            max_err, worst = float(e[at]), start + at
+        r.fill(0.0)
         with np.errstate(divide="ignore", invalid="ignore"):
-            rel = np.divide(err, scale, out=np.zeros_like(err), where=scale != 0)
-        max_rel = max(max_rel, float(rel.max()))
+            np.divide(e, s, out=r, where=s != 0)
+        max_rel = max(max_rel, float(r.max()))
     return max(max_err, 0.0), worst, max_rel
 
 
