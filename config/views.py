@@ -12,6 +12,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 
 from kernels.replay import replay_health
+from tutor.llm import tutor_health
 
 
 def _database_health() -> dict:
@@ -55,7 +56,7 @@ def healthz(request: HttpRequest) -> JsonResponse:
         status = "ok"
     body: dict = {"status": status}
     if _may_see_details(request):
-        body |= {"database": database, "replay": replay}
+        body |= {"database": database, "replay": replay, "tutor": tutor_health()}
     return JsonResponse(body, status=200 if database["ok"] else 503)
 
 

@@ -128,3 +128,14 @@ def log_failure(error: Exception, session_slug: str) -> None:
         getattr(error, "type", None),
         getattr(error, "request_id", None),
     )
+
+
+def tutor_health() -> dict[str, object]:
+    """For /healthz's details: which tutor learners get, and how to turn Claude on (an
+    operator's matter, never shown on a learner's page)."""
+    if configured():
+        return {"tutor": "claude", "model": settings.TUTOR_MODEL}
+    return {
+        "tutor": "automatic reviewer",
+        "claude": "off: set ANTHROPIC_API_KEY in the server's environment and restart it",
+    }

@@ -27,6 +27,9 @@ class HealthzTestCase(TestCase):
         self.assertEqual(body["status"], "ok")
         self.assertTrue(body["database"]["ok"])
         self.assertIn("backend", body["replay"])
+        # How to turn Claude on is for staff: learner pages never say it.
+        self.assertEqual(body["tutor"]["tutor"], "automatic reviewer")
+        self.assertIn("ANTHROPIC_API_KEY", body["tutor"]["claude"])
 
     def test_it_hides_details_from_learners(self) -> None:
         learner = User.objects.create_user("learner", password="pw-kernelbin-1")
