@@ -122,6 +122,18 @@ class ProgramReplayTestCase(TransactionTestCase):
         dispatches = [o["program"]["trace"]["passes"][0]["dispatches"][0] for o in outcomes]
         self.assertEqual([d["workgroups"] for d in dispatches], [[1, 2, 1], [1, 2, 1], [2, 3, 1]])
 
+        # Each page shows its dispatch, and the host diff where the host code changed.
+        pages = [self.client.get(f"/s/{slug}/turns/{n}/replay/") for n in turns]
+        for page, workgroups in zip(pages, ("1 × 2", "1 × 2", "2 × 3"), strict=True):
+            self.assertContains(page, f"<code>dispatchWorkgroups({workgroups})</code>")
+        self.assertNotContains(pages[0], "Host changes since")
+        self.assertContains(pages[1], "Host changes since v1")
+        page = pages[2]
+        self.assertContains(page, "Host changes since v2")
+        # The host diff: the dispatch line, its changed words marked.
+        self.assertContains(page, '<span class="gd">-  pass.dispatchWorkgroups(Math.<span')
+        self.assertContains(page, '<span class="changed">floor</span>(N / 8)')
+        self.assertContains(page, '<span class="changed">ceil</span>(N / 8)')
         self.assertEqual(versions[2].host_program, _script_of(MATMUL_HTML_V3))
 
 
