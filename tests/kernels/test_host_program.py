@@ -586,3 +586,50 @@ def test_an_error_in_an_async_main_called_without_await_names_its_line(run):
 
     assert error is not None
     assert error["message"] == "Line 3: RangeError: late"
+
+
+def test_a_function_declared_just_before_the_bare_call_still_runs(run):
+    source = (
+        "async function main() {\n"
+        "  const adapter = await navigator.gpu.requestAdapter();\n"
+        "  helper();\n"
+        "  function helper() { console.log('ran'); }\n"
+        "}\n"
+        "function unrelated() {}\n"
+        "main();\n"
+    )
+
+    result = run(source)
+
+    assert result.error is None, result.error
+    assert [line["text"] for line in result.console] == ["ran"]
+
+
+def test_an_indented_call_inside_a_plain_function_is_left_alone(run):
+    source = (
+        "async function main() { console.log('main'); }\n"
+        "function start() {\n"
+        "  main();\n"
+        "}\n"
+        "start();\n"
+    )
+
+    result = run(source)
+
+    assert result.error is None, result.error
+    assert [line["text"] for line in result.console] == ["main"]
+
+
+def test_unmapping_a_buffer_that_is_not_mapped_does_nothing(run):
+    source = (
+        "const adapter = await navigator.gpu.requestAdapter();\n"
+        "const device = await adapter.requestDevice();\n"
+        "const buffer = device.createBuffer({size: 16, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST});\n"
+        "buffer.unmap();\n"
+        "console.log('after');\n"
+    )
+
+    result = run(source)
+
+    assert result.error is None, result.error
+    assert [line["text"] for line in result.console] == ["after"]

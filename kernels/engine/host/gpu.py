@@ -267,6 +267,8 @@ class Timeline:
 
     def op_unmap(self, entry: Entry, blob: Blob) -> None:
         buf = self.objects[entry["buffer"]]
+        if buf.map_state == "unmapped":
+            return  # WebGPU's unmap of a buffer that is not mapped does nothing
         for mapped in entry["ranges"]:
             data = blob(mapped["blob"])
             buf.write_mapped(data, mapped["offset"])
