@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 # Bump when the same inputs could end in a different outcome: it is part of the
 # environment id, so cached runs from an older runner are not reused.
 # 2: WebGPU's default limits, the checks a browser makes, and the source's analysis.
-RUNNER_VERSION = 2
+# 3: new buffers zeroed as in WebGPU (the NaN sentinel only in a diagnostic second run).
+RUNNER_VERSION = 3
 
 BACKEND_ORDER = ("vulkan", "metal", "d3d12", "opengl")
 ADAPTER_TYPE_ORDER = ("discretegpu", "integratedgpu", "virtualgpu", "unknown", "cpu")
