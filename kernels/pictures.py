@@ -22,6 +22,11 @@ from kernels.engine.outcome import Outcome
 
 CELL = 14  # px per cell of a heatmap
 MAX_SIDE = 64  # rows or columns drawn cell by cell
+# Room for row numbers on the left of a heatmap and column numbers above it.
+AXIS_LEFT, AXIS_TOP = 26, 16
+# Up to this many cells a heatmap's every cell tells its values on hover; past it, only
+# the wrong ones (a <title> per cell costs bytes on every page view).
+HOVER_CELLS = 1024
 STATUS = {
     ".": ("#8fd19e", "right"),
     "x": ("#e5484d", "wrong"),
@@ -42,6 +47,13 @@ def _finite(value: float | None) -> bool:
     return value is not None and math.isfinite(value)
 
 
+def _number(value: float | None) -> str:
+    """A value as a reader wants it on hover: six significant digits."""
+    if value is None:
+        return "never written"
+    return format(value, ".6g") if math.isfinite(value) else str(value)
+
+
 def _svg(width: float, height: float, body: list[str], label: str) -> SafeString:
     markup = (
         f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width:.0f} {height:.0f}" '
@@ -52,15 +64,40 @@ def _svg(width: float, height: float, body: list[str], label: str) -> SafeString
     return mark_safe(markup)  # noqa: S308 (numbers and escaped labels only)
 
 
-def _rect(x: float, y: float, w: float, h: float, fill: str, extra: str = "") -> str:
-    return f'<rect x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="{h:.1f}" fill="{fill}"{extra}/>'
+def _rect(
+    x: float, y: float, w: float, h: float, fill: str, extra: str = "", title: str | None = None
+) -> str:
+    shape = f'<rect x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="{h:.1f}" fill="{fill}"{extra}'
+    if title is None:
+        return shape + "/>"
+    return f"{shape}><title>{escape(title)}</title></rect>"
 
 
-def _text(x: float, y: float, text: object, anchor: str = "middle") -> str:
+def _text(
+    x: float, y: float, text: object, anchor: str = "middle", size: int = 11, extra: str = ""
+) -> str:
     return (
-        f'<text x="{x:.1f}" y="{y:.1f}" font-size="11" text-anchor="{anchor}" '
-        f'fill="currentColor">{escape(str(text))}</text>'
+        f'<text x="{x:.1f}" y="{y:.1f}" font-size="{size}" text-anchor="{anchor}" '
+        f'fill="currentColor"{extra}>{escape(str(text))}</text>'
     )
+
+
+def _tick_step(count: int, cell: float) -> int:
+    """Every how many rows or columns a number fits beside the last one."""
+    return next((n for n in (1, 2, 4, 5, 8, 10, 16, 20, 25, 32, 50) if n * cell >= 14), 64)
+
+
+def _axes(rows: int, cols: int, cell: float) -> list[str]:
+    """Row numbers down the left, column numbers along the top, 0-based like the index."""
+    marks = []
+    step = _tick_step(rows, cell)
+    for r in range(0, rows, step):
+        y = AXIS_TOP + r * cell + min(cell, 12) * 0.8
+        marks.append(_text(AXIS_LEFT - 4, y, r, anchor="end", size=9))
+    step = _tick_step(cols, cell)
+    for c in range(0, cols, step):
+        marks.append(_text(AXIS_LEFT + c * cell + cell / 2, AXIS_TOP - 5, c, size=9))
+    return marks
 
 
 def diverging(value: float | None, scale: float) -> str:
@@ -85,44 +122,86 @@ def sequential(value: float | None, scale: float) -> str:
 
 
 def heatmap(
-    values: list[float | None], rows: int, cols: int, colour: Callable, marks: str, label: str
+    values: list[float | None],
+    rows: int,
+    cols: int,
+    colour: Callable,
+    marks: str,
+    label: str,
+    describe: Callable[[int], str],
 ) -> SafeString:
-    """One cell per value; wrong and non-finite cells outlined, unwritten ones struck.
-    Cells shrink so that three panels fit side by side."""
+    """One cell per value, numbered rows and columns, each cell's values on hover; wrong
+    and non-finite cells outlined, unwritten ones struck. Cells shrink so that three
+    panels fit side by side."""
     cell = max(4, min(CELL, 280 // cols))
-    body = []
+    every = rows * cols <= HOVER_CELLS
+    body = _axes(rows, cols, cell)
     for index, value in enumerate(values):
-        x, y = (index % cols) * cell, (index // cols) * cell
-        body.append(_rect(x, y, cell, cell, colour(value)))
+        x, y = AXIS_LEFT + (index % cols) * cell, AXIS_TOP + (index // cols) * cell
         mark = marks[index] if marks else "."
+        title = describe(index) if every or mark != "." else None
+        body.append(_rect(x, y, cell, cell, colour(value), title=title))
         if mark in "xn" and cell >= 8:
-            outline = ' stroke="#111" stroke-width="1.5"'
+            outline = ' stroke="#111" stroke-width="1.5" pointer-events="none"'
             body.append(_rect(x + 1, y + 1, cell - 2, cell - 2, "none", outline))
         elif mark == "u":
-            body.append(f'<path d="M{x} {y + cell}l{cell} -{cell}" stroke="#ddd"/>')
-    return _svg(cols * cell, rows * cell, body, label)
+            body.append(
+                f'<path d="M{x} {y + cell}l{cell} -{cell}" stroke="#ddd" pointer-events="none"/>'
+            )
+    return _svg(AXIS_LEFT + cols * cell, AXIS_TOP + rows * cell, body, label)
+
+
+def colour_scale(colour: Callable, low: float, high: float, label: str) -> SafeString:
+    """The colours of a heatmap against the values they stand for."""
+    width, height, steps = 200, 30, 40
+    body = [
+        _rect(i * width / steps, 0, width / steps + 0.5, 12, colour(low + (high - low) * i / steps))
+        for i in range(steps + 1)
+    ]
+    body.append(_rect(0, 0, width, 12, "none", ' stroke="#8888"'))
+    body += [_text(0, 26, _number(low), anchor="start", size=10)]
+    if low < 0 < high:
+        body.append(_text(width / 2, 26, 0, size=10))
+    body.append(_text(width, 26, _number(high), anchor="end", size=10))
+    return _svg(width + 2, height, body, label)
 
 
 def status_map(output: dict) -> SafeString:
-    """Every cell (or block of cells) coloured by its status; long vectors wrap into rows."""
+    """Every cell (or block of cells) coloured by its status; long vectors wrap into rows.
+    A square that is not right says on hover which values it stands for."""
     grid = output["grid"]
     rows, cols, cells = grid["rows"], grid["cols"], grid["cells"]
+    block_rows, block_cols = grid.get("block", [1, 1])
+    shape = output["shape"]
+
+    def describe(r: int, c: int) -> str:
+        row_span = f"{r * block_rows}" + (f"–{(r + 1) * block_rows - 1}" if block_rows > 1 else "")
+        col_span = f"{c * block_cols}" + (f"–{(c + 1) * block_cols - 1}" if block_cols > 1 else "")
+        where = f"[{col_span}]" if len(shape) == 1 else f"rows {row_span}, columns {col_span}"
+        status = grid["cells"][r * grid["cols"] + c]
+        return f"{where}: {STATUS.get(status, STATUS['.'])[1]}"
+
+    positions = [(i // cols, i % cols) for i in range(len(cells))]
     if rows == 1 and cols > MAX_SIDE:
         rows, cols = math.ceil(cols / MAX_SIDE), MAX_SIDE
     elif rows > 2 * cols:
         # Tall and narrow (e.g. 1,000 digits x 10 classes): lay rows across instead.
-        cells = "".join(cells[r * cols + c] for c in range(cols) for r in range(rows))
-        rows, cols = cols, rows
+        order = [r * cols + c for c in range(cols) for r in range(rows)]
+        cells_shown = "".join(cells[i] for i in order)
+        positions = [positions[i] for i in order]
+        rows, cols, cells = cols, rows, cells_shown
     size = max(4, min(CELL, 640 // cols))
-    body = [
-        _rect((i % cols) * size, (i // cols) * size, size, size, STATUS.get(cell, STATUS["."])[0])
-        for i, cell in enumerate(cells)
-    ]
+    body = []
+    for i, cell in enumerate(cells):
+        title = describe(*positions[i]) if cell != "." else None
+        x, y = (i % cols) * size, (i // cols) * size
+        body.append(_rect(x, y, size, size, STATUS.get(cell, STATUS["."])[0], title=title))
     return _svg(cols * size, rows * size, body, f"status of each cell of {output['name']}")
 
 
 def bars(name: str, expected: list[float | None] | None, got: list[float | None]) -> SafeString:
-    """Side by side bars per index: expected (light) and got (dark)."""
+    """Side by side bars per index: expected (light) and got (dark), each with its value
+    on hover."""
     values = [v for v in (expected or []) + got if _finite(v)]
     scale = max((abs(v) for v in values), default=1.0) or 1.0
     count, height, label_space = len(got), 160, 16
@@ -134,31 +213,48 @@ def bars(name: str, expected: list[float | None] | None, got: list[float | None]
     bar = (step - 6) / len(series)
     body = [f'<line x1="0" y1="{baseline}" x2="{width}" y2="{baseline}" stroke="#999"/>']
     for i in range(count):
+        title = f"[{i}] got {_number(got[i])}"
+        if expected is not None:
+            title += f", expected {_number(expected[i])}"
         for k, (data, fill) in enumerate(series):
             x, value = i * step + 3 + k * bar, data[i]
             if not _finite(value):
                 colour = UNWRITTEN if value is None else NONFINITE
-                body.append(_rect(x, baseline - reach, bar - 1, reach, colour, ' opacity="0.5"'))
+                body.append(
+                    _rect(x, baseline - reach, bar - 1, reach, colour, ' opacity="0.5"', title)
+                )
                 continue
             h = reach * abs(value) / scale
-            body.append(_rect(x, baseline - h if value >= 0 else baseline, bar - 1, h, fill))
+            y = baseline - h if value >= 0 else baseline
+            body.append(_rect(x, y, bar - 1, max(h, 1), fill, title=title))
         body.append(_text(i * step + step / 2, height - 3, i))
     return _svg(width, height, body, f"expected and computed values of {name}")
 
 
 def confusion_matrix(report: dict) -> SafeString:
-    """Rows: true label; columns: predicted. Diagonal green, mistakes red, by count."""
+    """Rows: the true digit; columns: the one predicted. Diagonal green, mistakes red,
+    shaded by count; both axes say which they are."""
     matrix = report["confusion"]
-    size, pad = 34, 22
+    size, left, top = 34, 42, 40
     classes = len(matrix)
     worst_miss = max(
         (matrix[r][c] for r in range(classes) for c in range(classes) if r != c), default=0
     )
     best_hit = max((matrix[r][r] for r in range(classes)), default=0)
-    body = []
+    middle_x, middle_y = left + classes * size / 2, top + classes * size / 2
+    body = [
+        _text(middle_x, 12, "predicted digit →", size=12, extra=' font-weight="600"'),
+        _text(
+            12,
+            middle_y,
+            "true digit →",
+            size=12,
+            extra=f' font-weight="600" transform="rotate(90 12 {middle_y:.1f})"',
+        ),
+    ]
     for r in range(classes):
-        body.append(_text(pad - 6, pad + r * size + 21, r, anchor="end"))
-        body.append(_text(pad + r * size + 17, pad - 7, r))
+        body.append(_text(left - 6, top + r * size + 21, r, anchor="end"))
+        body.append(_text(left + r * size + 17, top - 7, r))
         for c in range(classes):
             count = matrix[r][c]
             if r == c:
@@ -167,12 +263,14 @@ def confusion_matrix(report: dict) -> SafeString:
                 fill = f"rgba(229,72,77,{0.25 + 0.75 * count / (worst_miss or 1):.2f})"
             else:
                 fill = "transparent"
-            x, y = pad + c * size, pad + r * size
-            body.append(_rect(x, y, size - 2, size - 2, fill, ' stroke="#8884"'))
+            x, y = left + c * size, top + r * size
+            verdict = "right" if r == c else f"{r} taken for {c}"
+            title = f"{count:,} × {verdict}"
+            body.append(_rect(x, y, size - 2, size - 2, fill, ' stroke="#8884"', title))
             if count:
-                body.append(_text(x + 16, y + 21, count))
-    side = pad + classes * size
-    return _svg(side, side, body, "confusion matrix: rows are true digits, columns predicted")
+                body.append(_text(x + 16, y + 21, count, extra=' pointer-events="none"'))
+    side_x, side_y = left + classes * size, top + classes * size
+    return _svg(side_x, side_y, body, "confusion matrix: rows are true digits, columns predicted")
 
 
 def png_data_uri(pixels: np.ndarray) -> str:
@@ -212,9 +310,71 @@ def _matrix_shape(output: dict) -> tuple[int, int]:
     return (math.prod(shape[:-1]) if len(shape) > 1 else 1), shape[-1]
 
 
+def _heatmaps(output: dict, expected: list, got: list, rows: int, cols: int) -> dict:
+    """Expected, got and |error| side by side, on two colour scales."""
+    name, marks = output["name"], output["grid"]["cells"]
+    scale = max((abs(v) for v in expected + got if _finite(v)), default=1.0) or 1.0
+    errors = [
+        None if g is None else abs(g - e) if _finite(g) and _finite(e) else math.inf
+        for e, g in zip(expected, got, strict=True)
+    ]
+    wrong = (v for v, m in zip(errors, marks, strict=True) if _finite(v) and m != ".")
+    worst = max(wrong, default=0.0) or 1.0
+    # Rounding noise within tolerance is not an error worth colouring.
+    errors = [0.0 if m == "." else e for e, m in zip(errors, marks, strict=True)]
+
+    def values_colour(v, scale=scale):
+        return diverging(v, scale)
+
+    def error_colour(v, worst=worst):
+        return sequential(v, worst)
+
+    def describe(i: int) -> str:
+        where = f"[{i // cols}, {i % cols}]" if rows > 1 else f"[{i}]"
+        return f"{where} expected {_number(expected[i])}, got {_number(got[i])}"
+
+    panels = [
+        (
+            "expected",
+            heatmap(expected, rows, cols, values_colour, "", f"expected {name}", describe),
+        ),
+        ("got", heatmap(got, rows, cols, values_colour, marks, f"computed {name}", describe)),
+        ("|error|", heatmap(errors, rows, cols, error_colour, marks, f"error of {name}", describe)),
+    ]
+    scales = [
+        colour_scale(values_colour, -scale, scale, f"colour scale of {name}'s values"),
+        colour_scale(error_colour, 0.0, worst, f"colour scale of {name}'s errors"),
+    ]
+    title = f"{name}: expected, got and |error| (rows down, columns across; hover for values)"
+    return {"title": title, "panels": panels, "scales": scales, "marks": True}
+
+
+def _status(output: dict, classified: bool) -> dict:
+    """A large output: where it went wrong, or one line when nothing did. A classifier's
+    scores are one line too: its confusion matrix says where it went wrong."""
+    name, count = output["name"], output["count"]
+    wrong = output.get("bad", 0) or output.get("unwritten", 0) or output.get("nonfinite", 0)
+    if not wrong:
+        return {"title": f"{name}: all {count:,} values right", "summary": True}
+    if classified:
+        title = f"{name}: {wrong:,} of {count:,} values wrong; the confusion matrix shows where"
+        return {"title": title, "summary": True, "wrong": True}
+    block_rows, block_cols = output["grid"].get("block", [1, 1])
+    each = (
+        f"; each square is {block_rows * block_cols:,} values"
+        if block_rows * block_cols > 1
+        else ""
+    )
+    title = f"{name}: where the {output.get('bad', 0):,} wrong of {count:,} values are{each}"
+    return {"title": title, "svg": status_map(output), "marks": True}
+
+
 def figures(outcome: Outcome) -> list[dict]:
-    """The pictures of an outcome, each {"title", "svg"} or {"title", "panels": [(label, svg)]}."""
+    """The pictures of an outcome, each {"title", "svg"}, {"title", "panels": [(label,
+    svg)], "scales": [svg]} or, for a large output that is all right, {"title", "summary"}."""
     result = []
+    report = outcome.get("report") or {}
+    classified = report.get("kind") == "classification"
     for output in outcome.get("outputs", []):
         name, rows, cols = output["name"], *_matrix_shape(output)
         got = [_value(v) for v in output["got"]] if output.get("got") is not None else None
@@ -225,38 +385,10 @@ def figures(outcome: Outcome) -> list[dict]:
             title = f"{name}: expected (light) and got (dark)" if expected else f"{name}: values"
             result.append({"title": title, "svg": bars(name, expected, got)})
         elif got is not None and expected is not None and rows <= MAX_SIDE and cols <= MAX_SIDE:
-            scale = max((abs(v) for v in expected + got if _finite(v)), default=1.0) or 1.0
-            errors = [
-                None if g is None else abs(g - e) if _finite(g) and _finite(e) else math.inf
-                for e, g in zip(expected, got, strict=True)
-            ]
-            marks = output["grid"]["cells"]
-            worst = (
-                max(
-                    (v for v, m in zip(errors, marks, strict=True) if _finite(v) and m != "."),
-                    default=0.0,
-                )
-                or 1.0
-            )
-
-            def values_colour(v, scale=scale):
-                return diverging(v, scale)
-
-            def error_colour(v, worst=worst):
-                return sequential(v, worst)
-
-            # Rounding noise within tolerance is not an error worth colouring.
-            errors = [0.0 if m == "." else e for e, m in zip(errors, marks, strict=True)]
-
-            panels = [
-                ("expected", heatmap(expected, rows, cols, values_colour, "", f"expected {name}")),
-                ("got", heatmap(got, rows, cols, values_colour, marks, f"computed {name}")),
-                ("|error|", heatmap(errors, rows, cols, error_colour, marks, f"error of {name}")),
-            ]
-            result.append({"title": f"{name}: expected, got and |error|", "panels": panels})
+            result.append(_heatmaps(output, expected, got, rows, cols))
         else:
-            result.append({"title": f"{name}: status of every cell", "svg": status_map(output)})
-    if (report := outcome.get("report")) and report.get("kind") == "classification":
+            result.append(_status(output, classified))
+    if classified:
         accuracy = report["accuracy"]
         title = f"Confusion matrix: {accuracy:.1%} of {report['count']:,} digits right"
         result.append({"title": title, "svg": confusion_matrix(report), "kind": "confusion"})
@@ -266,5 +398,5 @@ def figures(outcome: Outcome) -> list[dict]:
 def headline(outcome: Outcome) -> dict | None:
     """The one picture that says most about an outcome, for embeds: a classifier's
     confusion matrix, else the first output's picture."""
-    shown = figures(outcome)
+    shown = [figure for figure in figures(outcome) if not figure.get("summary")]
     return next((f for f in shown if f.get("kind") == "confusion"), shown[0] if shown else None)

@@ -11,14 +11,16 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods
 
+from config.context_processors import site_origin
 from config.ratelimit import client_key, hit
-from kernels import pictures, replay
+from kernels import pictures, replay, story
 from kernels.digits import EmptyDrawing, drawing_harness, preprocess
 from kernels.engine.harness import resolve_fixture
 from kernels.engine.outcome import Status
 from kernels.host_context import host_context, host_diff_html
 from kernels.models import Kernel, KernelVersion, Run
 from kernels.outcome_context import outcome_context
+from sessions import embedding
 from sessions.access import get_session_for_user
 from sessions.markdown import render_code
 from sessions.models import Session, Turn
@@ -115,8 +117,25 @@ def replay_page(request: HttpRequest, slug: str, number: int) -> HttpResponse:
         "busy": shown.busy,
         "json_url": reverse("kernels:replay_json", args=[session.slug, turn.number]),
         "introduced_at": version.turn,
+        "intent": story.intent(version, outcome),
+        "explained_at": story.explaining_turn(turn),
+        **_embedding_context(request, turn),
     }
     return render(request, "kernels/replay.html", context)
+
+
+def _embedding_context(request: HttpRequest, turn: Turn) -> dict:
+    """A replay page's discovery link and the code to embed it, where it may be embedded."""
+    if not turn.session.is_embeddable:
+        return {}
+    origin = site_origin(request)
+    target = embedding.replay_target(turn)
+    page = f"{origin}{request.path}"
+    return {
+        "oembed_href": embedding.oembed_href(origin, page),
+        "embed_code": embedding.script_code(target, origin),
+        "page_url": page,
+    }
 
 
 def _run_id(value: str) -> int:

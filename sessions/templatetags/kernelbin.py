@@ -64,3 +64,13 @@ def code_spans(text: object) -> SafeString:
     """Plain text (an outcome's message, naga's words) with its `quoted code` as <code>."""
     html = CODE_SPAN.sub(r"<code>\1</code>", escape(str(text)))
     return mark_safe(html)  # noqa: S308 (escaped above; only our own tags added)
+
+
+NAGA_HEADLINE = re.compile(r"\AShader (?:'[^\n]{0,200}?' )?(?:parsing|validation) error: [^\n]*\n")
+
+
+@register.filter
+def naga_text(text: object) -> str:
+    """naga's error text without its first line ("Shader '' parsing error: …"): the
+    outcome's message says that already, and the frame around the code is what is left."""
+    return NAGA_HEADLINE.sub("", str(text)).strip("\n")

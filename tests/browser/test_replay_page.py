@@ -43,7 +43,9 @@ def test_the_bug_shows_then_the_next_version_fixes_it(live_server, browser, show
     assert page.locator(".running").count() == 0
     assert "cells wrong" in page.inner_text(".outcome-message")
     assert page.locator(".outcome svg").count() >= 1  # expected, got and error heatmaps
-    assert page.inner_text(".expected") == "as expected"
+    # The lesson's story is told here, and the run bears it out.
+    assert page.inner_text(".intent strong").startswith("The bug this lesson is about")
+    assert page.inner_text(".intent-check") == "This run shows it."
 
     page.click(".version-nav a:has-text('v4')")
     page.wait_for_url(f"**/turns/{reviewed('matmul', 4)}/replay/")

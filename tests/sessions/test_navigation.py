@@ -100,7 +100,9 @@ class BadgeTestCase(BaseTestCase):
         store_run(self.version, "mismatch")
         r = self.client.get("/s/demo/")
         self.assertContains(r, 'data-kernel-turns="2" data-failing-turns="2"')
-        self.assertContains(r, 'href="/s/demo/?turn=2#turn-2">Next failing run')
+        self.assertContains(
+            r, 'href="/s/demo/?turn=2#turn-2"><span class="wide-only">Next </span>failing run'
+        )
 
 
 class EmbedPanelTestCase(BaseTestCase):
