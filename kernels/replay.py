@@ -20,7 +20,8 @@ from typing import cast
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Case, F, Q, Value, When
+from django.db.models import Case, F, Q, TextField, Value, When
+from django.db.models.functions import Cast
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
@@ -425,6 +426,17 @@ class Replay:
                 "message": outcome.get("message", "")[:300],
             }
         return {"status": "not_run", "message": self.problem or self.busy}
+
+
+def stored_outcome_text(run: Run) -> str | None:
+    """A finished run's outcome as the JSON text stored, read without parsing it (a cached
+    replay.json sends it on as it is); None when the outcome is loaded already, or the
+    run is unfinished."""
+    if run.state != Run.State.DONE or "outcome" not in run.get_deferred_fields():
+        return None
+    stored = Run.objects.filter(pk=run.pk).annotate(text=Cast("outcome", TextField()))
+    text: str | None = stored.values_list("text", flat=True).first()
+    return text
 
 
 def _busy(version: KernelVersion, unavailable: ReplayUnavailable) -> Replay:

@@ -1,11 +1,14 @@
 from __future__ import annotations
 
+import json
+import uuid
 from functools import cache
 
 import numpy as np
 from django.conf import settings
 from django.contrib import messages
 from django.core.cache import cache as page_cache
+from django.core.serializers.json import DjangoJSONEncoder
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -63,8 +66,9 @@ def _version_link(version: KernelVersion | None) -> dict | None:
     return {"version": version, "url": url, "turn": number}
 
 
-def _run_payload(shown: replay.Replay) -> dict:
-    """What replay.json returns, and what the page's script renders from."""
+def _run_payload(shown: replay.Replay, outcome: object = None) -> dict:
+    """What replay.json returns, and what the page's script renders from (outcome: what
+    stands in for a finished run's outcome, by default the outcome)."""
     version, run = shown.version, shown.run
     body = {
         "kernel": version.kernel.name,
@@ -75,8 +79,8 @@ def _run_payload(shown: replay.Replay) -> dict:
     }
     if run is not None:
         body["run"] = {"id": run.pk, "created": run.created.isoformat(), "adapter": run.adapter}
-        if (outcome := shown.outcome) is not None:
-            body["outcome"] = outcome
+        if run.state == Run.State.DONE:
+            body["outcome"] = shown.outcome if outcome is None else outcome
             body["matches_expected"] = (
                 run.status == version.expected_status if version.expected_status else None
             )
@@ -176,7 +180,20 @@ def replay_json_response(
     if wait:
         shown.run = replay.wait(shown.run, wait)
     status = 200 if shown.run.state == Run.State.DONE else 202
-    return JsonResponse({**_run_payload(shown), **(extra or {})}, status=status)
+    return HttpResponse(
+        _run_json(shown, extra or {}), content_type="application/json", status=status
+    )
+
+
+def _run_json(shown: replay.Replay, extra: dict) -> str:
+    """replay.json's body. A stored outcome goes in as the text stored: a cached run's
+    outcome is neither parsed nor encoded again on the way out."""
+    text = replay.stored_outcome_text(shown.run)
+    if text is None:
+        return json.dumps({**_run_payload(shown), **extra}, cls=DjangoJSONEncoder)
+    marker = f"stored-outcome-{uuid.uuid4().hex}"
+    body = json.dumps({**_run_payload(shown, outcome=marker), **extra}, cls=DjangoJSONEncoder)
+    return body.replace(json.dumps(marker), text, 1)
 
 
 @require_GET
