@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from urllib.parse import urlencode
 
 from csp.decorators import csp_replace
@@ -272,10 +273,24 @@ def _export_filename(session: Session, extension: str) -> str:
     return f'inline; filename="{session.slug}.{extension}"'
 
 
+def _cached_export(session: Session, kind: str, render: Callable[[], str]) -> str:
+    """An export's text, cached as pages are: under the session's `updated` stamp, which
+    every change to the session moves (Session.touch), and the same for every reader
+    allowed to read it."""
+    key = session.cache_key("export", kind)
+    text = cache.get(key)
+    if text is None:
+        text = render()
+        cache.set(key, text, timeout=settings.PAGE_CACHE_SECONDS)
+    return text
+
+
 @require_GET
 def export_json(request: HttpRequest, slug: str) -> HttpResponse:
     session = get_session_for_user(request, slug)
-    body = json.dumps(export_session(session), indent=2, ensure_ascii=False)
+    body = _cached_export(
+        session, "json", lambda: json.dumps(export_session(session), indent=2, ensure_ascii=False)
+    )
     response = HttpResponse(body, content_type="application/json; charset=utf-8")
     response["Content-Disposition"] = _export_filename(session, "json")
     return response
@@ -284,7 +299,8 @@ def export_json(request: HttpRequest, slug: str) -> HttpResponse:
 @require_GET
 def export_md(request: HttpRequest, slug: str) -> HttpResponse:
     session = get_session_for_user(request, slug)
-    response = HttpResponse(export_markdown(session), content_type="text/markdown; charset=utf-8")
+    body = _cached_export(session, "md", lambda: export_markdown(session))
+    response = HttpResponse(body, content_type="text/markdown; charset=utf-8")
     response["Content-Disposition"] = _export_filename(session, "md")
     return response
 
