@@ -134,7 +134,10 @@ class PatternShapeTestCase(BaseTestCase):
 
     def test_every_redaction_pattern_is_linear_by_shape(self) -> None:
         patterns = [(kind, p) for kind, p in redact._PATTERNS]
-        patterns.append(("email", redact._EMAIL.pattern))
+        patterns += [
+            ("email", redact._EMAIL_AT.pattern),
+            ("local part", redact._LOCAL_PART.pattern),
+        ]
         for kind, pattern in patterns:
             with self.subTest(kind=kind):
                 self.assertEqual(check(pattern, re.S), [], pattern)
