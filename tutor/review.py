@@ -500,10 +500,16 @@ def offline_review(outcome: Outcome, source: str, harness: dict) -> str:
         ]
     elif status == Status.REJECTED:
         parts = [f"**It was not run:** {outcome.get('message', '')}"]
-        if "llvmpipe" in outcome.get("message", ""):
+        message = outcome.get("message", "")
+        if "llvmpipe" in message and "loop" in message:
             parts.append(
                 "How many times must that loop run for one cell of the output, and what in "
                 "its condition decides that?"
+            )
+        elif "llvmpipe" in message:
+            parts.append(
+                "What should an invocation with no cell of its own do, and how would it know "
+                "that it has none?"
             )
     elif status == Status.CRASHED and (crash := outcome.get("crash")):
         what = "shader compiler" if crash["stage"] == "compile" else "replay worker"

@@ -9,8 +9,10 @@ and travels in the outcome ("analysis"); the web process never parses a kernel.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
+from kernels.engine.harness import Harness, Pass
 from kernels.engine.outcome import BindingFacts, EntryPointFacts, SourceFacts
 from kernels.engine.webgpu import workgroup_storage
 from kernels.engine.wgsl import (
@@ -29,6 +31,7 @@ from kernels.engine.wgsl import (
 # The outcome is stored with every run: a hostile source must not make it large.
 MAX_ITEMS = 16
 MAX_TEXT = 120
+LLVMPIPE_LOOP_CAP = 65535
 ASSIGNMENTS = frozenset(("=", "+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=", "++", "--"))
 
 
@@ -186,6 +189,56 @@ def long_loops(source: str, limit: int) -> list[dict[str, object]]:
         for loop in entry["loops"]
         if (loop["iterations"] or 0) > limit
     ]
+
+
+def misleading_on_cpu(harness: Harness, sources: Mapping[str, str]) -> str:
+    """Why a run on llvmpipe would pass where a GPU would not, or "": a loop it cuts short
+    (it ends every loop after LLVMPIPE_LOOP_CAP iterations), or invocations past the end
+    of a buffer storing into it with nothing to stop them (it drops such writes)."""
+    for name in sorted(harness.kernel_names()):
+        for loop in long_loops(sources[name], LLVMPIPE_LOOP_CAP):
+            return cut_loop_message(loop, LLVMPIPE_LOOP_CAP)
+    for p in harness.passes:
+        if found := _overrun(harness, p, sources[p.kernel]):
+            return found
+    return ""
+
+
+def _overrun(harness: Harness, p: Pass, source: str) -> str:
+    """A store at `buffer[id.x]` (id the global invocation id) in an entry point without
+    any if, select, min or return, dispatched over more invocations along x than the
+    buffer has cells: the extra invocations store past its end."""
+    module = parse(source)
+    function = module.entry_point(p.entry_point)
+    if function is None:
+        return ""
+    body = [module.tokens[j].text for j in function.body]
+    if any(word in body for word in ("if", "select", "min", "return", "switch", "for", "while")):
+        return ""
+    facts = source_facts(source)
+    entry = next((e for e in facts["entry_points"] if e["name"] == function.name), None)
+    size = (entry or {}).get("workgroup_size") or []
+    ids = [n for n, b in (entry or {}).get("builtins", {}).items() if b == "global_invocation_id"]
+    if not size or not ids:
+        return ""
+    invocations = p.dispatch[0] * size[0]
+    bound = {(b["group"], b["binding"]): b["name"] for b in facts["bindings"]}
+    for binding in p.bind:
+        buffer = harness.buffer(binding.buffer)
+        variable = bound.get((binding.group, binding.binding))
+        cells = math.prod(buffer.shape) if buffer.shape else 0
+        for write in (entry or {})["writes"]:
+            plain = write["index"] in (f"{ids[0]}.x", ids[0])
+            if write["buffer"] == variable and plain and 0 < cells < invocations:
+                return (
+                    f"Not run: {invocations:,} invocations run along x ({p.dispatch[0]} "
+                    f"workgroups × {size[0]}) for {cells:,} cells of `{variable}`, and nothing "
+                    f"in {function.name} stops the last {invocations - cells:,} before they "
+                    f"store into {variable}[{write['index']}] (line {write['line']}). This "
+                    "server's CPU backend (llvmpipe) drops writes past the end of a buffer, "
+                    "so the run would pass here; a GPU may write them elsewhere."
+                )
+    return ""
 
 
 def cut_loop_message(loop: dict[str, object], cap: int) -> str:

@@ -147,6 +147,9 @@ class OfflineReviewTestCase(TutorRunTestCase):
         review, events = self.review(vector_kernel(), lesson="free")
         self.assertEqual(events[2][1]["status"], "no_reference")
         self.assertIn("no harness", review.content)
+        # The panel does not say it ran next to "there is no harness to run it with".
+        self.assertIn("Compiled, not run, on", events[2][1]["html"])
+        self.assertNotIn("Ran on", events[2][1]["html"])
 
     def test_it_runs_an_unchanged_kernel_again_without_a_new_version(self) -> None:
         guided = self.start()
