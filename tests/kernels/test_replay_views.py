@@ -10,6 +10,7 @@ from datetime import timedelta
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection
 from django.test import Client, TransactionTestCase, override_settings
 from django.utils import timezone
@@ -93,6 +94,15 @@ class ReplayTestCase(TransactionTestCase):
         second = self.finished()["run"]["id"]
         self.assertEqual(first, second)
         self.assertEqual(Run.objects.count(), 1)
+
+    def test_a_cached_run_sends_the_outcome_it_stored(self) -> None:
+        first = self.finished()
+        r = self.client.get("/s/demo/turns/2/replay.json")
+        self.assertEqual(r["Content-Type"], "application/json")
+        self.assertEqual(r.json(), first)
+        self.assertEqual(list(r.json()), list(first))
+        stored = json.dumps(Run.objects.get().outcome, cls=DjangoJSONEncoder)
+        self.assertIn(f'"outcome": {stored}, "matches_expected"', r.content.decode())
 
     def test_a_compile_error_marks_the_line(self) -> None:
         self.version.source = COMPILE_ERROR
