@@ -489,8 +489,10 @@ def offline_review(outcome: Outcome, source: str, harness: dict) -> str:
         parts.append("When you are done, you can publish this session from the side panel.")
     elif status == Status.NO_REFERENCE:
         parts = [
-            f"**{outcome.get('message', 'It ran.')}** This session has no harness, so the "
-            "kernel is compiled and validated but its results are not checked."
+            f"**{outcome.get('message', 'It compiles.')}** This session has no harness: "
+            "nothing defines the kernel's inputs or what it should compute, so it was compiled "
+            "and validated, not run. A free-form session started from a template (on the "
+            "lessons page) runs every submission and checks it against a reference."
         ]
     elif status == Status.TIMEOUT:
         parts = [
