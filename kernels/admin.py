@@ -8,7 +8,7 @@ from django.contrib import admin
 from django.http import HttpRequest
 
 from kernels.engine.harness import HarnessError, parse_harness
-from kernels.models import Kernel, KernelVersion, Run, SessionFile, check_file_name
+from kernels.models import Fork, Kernel, KernelVersion, Run, SessionFile, check_file_name
 
 
 def _clean_harness(value: dict | None) -> dict | None:
@@ -148,6 +148,18 @@ class SessionFileAdmin(admin.ModelAdmin):
 
     def get_queryset(self, request: HttpRequest):
         return super().get_queryset(request).defer("data").select_related("session")
+
+
+@admin.register(Fork)
+class ForkAdmin(admin.ModelAdmin):
+    """Readers' forks are public text written by anyone: curators read and delete them."""
+
+    list_display = ("id", "version", "created")
+    search_fields = ("id", "version__kernel__session__slug")
+    readonly_fields = ("id", "version", "source", "host_program", "created")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
 
 
 @admin.register(Run)

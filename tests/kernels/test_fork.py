@@ -229,6 +229,19 @@ class ForkTestCase(TransactionTestCase):
         # When a worker is free again, the same edit runs.
         self.assertEqual(self.fork(source=SWAPPED).status_code, 303)
 
+    def test_curators_read_and_delete_forks_in_the_admin(self) -> None:
+        fork = Fork.objects.create(id="abcdefghijkl", version=self.version, source=WRONG)
+        curator = User.objects.create_superuser("curator", password="password")
+        self.client.force_login(curator)
+        listing = self.client.get("/admin/kernels/fork/")
+        self.assertContains(listing, "abcdefghijkl")
+        self.assertContains(
+            self.client.get(f"/admin/kernels/fork/{fork.id}/change/"), "a[id.x] - b[id.x]"
+        )
+        self.client.post(f"/admin/kernels/fork/{fork.id}/delete/", {"post": "yes"})
+        self.assertFalse(Fork.objects.exists())
+        self.assertEqual(self.client.get(f"/f/{fork.id}/").status_code, 404)
+
     def test_a_missing_turn_or_fork_is_404(self) -> None:
         self.assertEqual(self.fork(path="/s/demo/turns/9/fork/", source=SWAPPED).status_code, 404)
         self.assertEqual(self.fork(path="/s/demo/turns/1/fork/", source=SWAPPED).status_code, 404)
