@@ -73,7 +73,8 @@ def unwritten_cells(
 ) -> tuple[str, str]:
     """Where the never-written cells are, what that pattern points at, and a question:
     (kind, text), kind one of "local" (a per-workgroup builtin indexes the whole array),
-    "tail", "blocks", "unknown", or "" when the run holds no cell values to read."""
+    "lines" (whole rows or columns of a matrix), "tail", "blocks", "unknown", or ""
+    when the run holds no cell values to read."""
     got = output.get("got")
     count = output.get("count") or 0
     name = output.get("name", "out")
@@ -97,6 +98,12 @@ def unwritten_cells(
                 f"`{local}` give the first invocation of the *second* workgroup, and which "
                 f"cell of `{name}` does that invocation write?"
             )
+    if lines := _whole_lines(unwritten, output.get("shape") or []):
+        question = (
+            "Which component of the invocation id gives your row, which gives your column, "
+            "and how many invocations does the dispatch run along each?"
+        )
+        return "lines", f"{lines} {question}"
     if threads and written[-1][1] < count - 1 and len(holes) == 1 and holes[0][1] == count - 1:
         groups, size, total = threads
         first = holes[0][0]
@@ -117,6 +124,29 @@ def unwritten_cells(
             "should it write?"
         )
     return "unknown", f"{where} The run does not show which invocations skipped those cells."
+
+
+def _whole_lines(unwritten: list[bool], shape: list[int]) -> str:
+    """For a matrix whose never-written cells are whole rows or whole columns: which."""
+    if len(shape) != 2 or not all(shape):
+        return ""
+    rows, cols = shape
+    empty_rows = [r for r in range(rows) if all(unwritten[r * cols : (r + 1) * cols])]
+    empty_cols = [c for c in range(cols) if all(unwritten[c::cols])]
+    total = sum(unwritten)
+    for name, empty, length in (("row", empty_rows, cols), ("column", empty_cols, rows)):
+        if (
+            empty
+            and len(empty) * length == total
+            and len(empty) < (rows if name == "row" else cols)
+        ):
+            ranges = runs([i in set(empty) for i in range(rows if name == "row" else cols)])
+            words = ", ".join(f"{a}" if a == b else f"{a}–{b}" for a, b in ranges[:3])
+            return (
+                f"Whole {name}s of the {rows}×{cols} result were never written: "
+                f"{name}{'s' if len(empty) > 1 else ''} {words}, every other cell was."
+            )
+    return ""
 
 
 def best_shift(got: list, expected: list, close) -> int:

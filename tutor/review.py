@@ -423,7 +423,7 @@ def _results_review(outcome: Outcome, harness: dict) -> list[str]:
                     "still empty?), the store writes to another buffer, or every invocation "
                     "returns before it gets there."
                 )
-            elif kind == "local":
+            elif kind in ("local", "lines"):
                 text += f" {found}"
             elif threads and threads[2] < count:
                 groups, size, total = threads

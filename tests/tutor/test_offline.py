@@ -79,6 +79,17 @@ class OfflineReviewTestCase(TutorRunTestCase):
         self.assertIn("**transpose** of the expected matrix", review.content)
         self.assertIn("| cell | expected | got |", review.content)
 
+    def test_it_names_whole_rows_never_written(self) -> None:
+        source = TRANSPOSED.replace(
+            "    let row = id.y;", "    let row = id.y;\n    if (row >= 5u) { return; }"
+        ).replace("out[col * N + row]", "out[row * N + col]")
+        review, _ = self.review(source, lesson="matmul")
+        self.assertIn(
+            "Whole rows of the 8×8 result were never written: rows 5–7, every other cell was.",
+            review.content,
+        )
+        self.assertIn("Which component of the invocation id gives your row", review.content)
+
     def test_it_explains_too_few_invocations(self) -> None:
         review, _ = self.review(vector_kernel(32))
         self.assertIn(
