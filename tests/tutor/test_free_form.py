@@ -49,6 +49,7 @@ class FreeFormTemplateTestCase(TutorRunTestCase):
         self.assertEqual(guided.session.title, "Free-form: Transpose: 16×32 to 32×16")
         page = self.client.get(guided.get_absolute_url())
         self.assertContains(page, "var&lt;storage, read&gt; x: array&lt;f32&gt;;")
+        self.assertContains(page, "Runs and is checked against the template's reference")
         status, review = self.run_source(guided, TRANSPOSE.replace("INDEX", "row * 32u + col"))
         self.assertEqual(status, "mismatch")
         self.assertIn("It runs, but the results are wrong", review.content)
