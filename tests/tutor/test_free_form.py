@@ -67,3 +67,49 @@ class FreeFormTemplateTestCase(TutorRunTestCase):
         guided = self.start_from("")
         self.assertEqual(guided.kernel.harness, {})
         self.assertIn("not run against a reference", guided.session.turns.first().content)
+
+
+MAIN = "\n@compute @workgroup_size({size})\nfn main(@builtin(global_invocation_id) id: vec3<u32>) {{\n{body}\n}}\n"
+# A plain correct kernel per template: each template's reference must agree with it.
+SOLUTIONS = {
+    "elementwise": (64, "    out[id.x] = a[id.x] + b[id.x];"),
+    "reduction": (
+        1,
+        "    var s = 0.0;\n    for (var i = 0u; i < 1024u; i++) { s += x[i]; }\n    out[0] = s;",
+    ),
+    "scan": (
+        256,
+        "    var s = 0.0;\n    for (var i = 0u; i <= id.x; i++) { s += x[i]; }\n    out[id.x] = s;",
+    ),
+    "matmul": (
+        "8, 8",
+        "    var s = 0.0;\n    for (var k = 0u; k < 16u; k++) { s += a[id.y * 16u + k] * b[k * 16u + id.x]; }\n"
+        "    out[id.y * 16u + id.x] = s;",
+    ),
+    "histogram": (64, "    atomicAdd(&counts[values[id.x]], 1u);"),
+    "convolution": (
+        64,
+        "    var s = 0.0;\n    for (var k = 0u; k < 5u; k++) { s += x[id.x + k] * w[k]; }\n    out[id.x] = s;",
+    ),
+    "softmax": (
+        1,
+        "    let r = id.x * 64u;\n    var m = x[r];\n"
+        "    for (var c = 1u; c < 64u; c++) { m = max(m, x[r + c]); }\n"
+        "    var t = 0.0;\n    for (var c = 0u; c < 64u; c++) { t += exp(x[r + c] - m); }\n"
+        "    for (var c = 0u; c < 64u; c++) { out[r + c] = exp(x[r + c] - m) / t; }",
+    ),
+}
+
+
+class TemplateReferencesTestCase(TutorRunTestCase):
+    def test_every_template_passes_a_correct_kernel(self) -> None:
+        self.client.force_login(self.alice)
+        for slug, (size, body) in SOLUTIONS.items():
+            with self.subTest(slug):
+                self.client.post(reverse("tutor:start"), {"lesson": "free", "template": slug})
+                guided = GuidedSession.objects.order_by("-pk").first()
+                source = TEMPLATES[slug].bindings + MAIN.format(size=size, body=body)
+                events = read_events(self.submit(guided, source))
+                run = next(data for name, data in events if name == "run")
+                review = guided.session.turns.order_by("number").last().content
+                self.assertEqual(run["status"], "passed", review)
