@@ -11,7 +11,6 @@ import atexit
 import threading
 import time
 from concurrent.futures import Future
-from concurrent.futures import wait as wait_futures
 
 from django.conf import settings
 from django.db import close_old_connections, connection
@@ -29,7 +28,9 @@ class LocalBackend:
         self._pool: Pool | None = None
         self._lock = threading.Lock()
         # Run id -> the pool's key for its job, and the job's future.
-        self._futures: dict[int, tuple[str, Future]] = {}
+        # Per run in flight: its job's key, its future, and an event set once its outcome
+        # is stored (or its run dropped).
+        self._futures: dict[int, tuple[str, Future, threading.Event]] = {}
 
     def pool(self) -> Pool:
         with self._lock:
@@ -66,10 +67,11 @@ class LocalBackend:
                 "Every replay worker is busy. Try again in a few seconds.", busy.retry_after
             ) from None
         replay.claim(run.pk, replay.worker_name())
-        self._futures[run.pk] = (key, future)
-        future.add_done_callback(lambda done: self._store(run.pk, done))
+        stored = threading.Event()
+        self._futures[run.pk] = (key, future, stored)
+        future.add_done_callback(lambda done: self._store(run.pk, done, stored))
 
-    def _store(self, run_id: int, future: Future) -> None:
+    def _store(self, run_id: int, future: Future, stored: threading.Event) -> None:
         # Runs on a pool thread: it needs, and must give back, its own connection.
         close_old_connections()
         try:
@@ -80,6 +82,7 @@ class LocalBackend:
         finally:
             self._futures.pop(run_id, None)
             connection.close()
+            stored.set()
 
     def want(self, run: Run, seconds: float) -> None:
         """Someone wants this run for seconds more: its job is kept if still queued."""
@@ -91,10 +94,9 @@ class LocalBackend:
         if held is None:
             return
         self.want(run, timeout)
-        future = held[1]
-        if wait_futures([future], timeout=timeout).done and not future.cancelled():
-            # The done-callback may not have stored it yet; storing twice is harmless.
-            replay.finish(run.pk, future.result())
+        # The outcome is encoded and stored once, by the done-callback (_store): wait for
+        # that rather than storing it a second time from here.
+        held[2].wait(timeout)
 
     def health(self) -> dict:
         if self._pool is None:
