@@ -58,10 +58,12 @@ def compare_output(
     else:
         codes = _codes(entry, buf, flat, expected, atol, rtol)
     if flat.size <= SHOW_VALUES_UP_TO:
-        unwritten = flat.view(np.uint32) == SENTINEL_BITS[buf.dtype]
-        entry["got"] = [None if u else _value(v) for v, u in zip(flat, unwritten, strict=True)]
+        got = _json_values(flat)
+        for i in np.flatnonzero(flat.view(np.uint32) == SENTINEL_BITS[buf.dtype]):
+            got[i] = None
+        entry["got"] = got
         if expected is not None:
-            entry["expected"] = [json_number(float(v)) for v in expected.reshape(-1)]
+            entry["expected"] = _json_values(expected.reshape(-1).astype(np.float64))
     entry["grid"] = status_grid(codes, buf.shape)
     return entry
 
@@ -168,12 +170,12 @@ def _all_close(
     for start in range(0, got.size, BLOCK):
         g, x = got[start : start + BLOCK], exp[start : start + BLOCK]
         e, s, lim, r, ok = (a[: g.size] for a in (err, scale, limit, rel, close))
-        np.subtract(g, x, out=e, dtype=np.float64)
-        np.abs(e, out=e)
-        np.abs(x, out=s, dtype=np.float64)
-        np.multiply(s, rtol, out=lim)
-        lim += atol
-        with np.errstate(invalid="ignore"):
+        with np.errstate(invalid="ignore"):  # infinity less infinity is NaN: not close
+            np.subtract(g, x, out=e, dtype=np.float64)
+            np.abs(e, out=e)
+            np.abs(x, out=s, dtype=np.float64)
+            np.multiply(s, rtol, out=lim)
+            lim += atol
             np.less_equal(e, lim, out=ok)
         if not ok.all():
             return None
@@ -189,6 +191,17 @@ def _all_close(
 
 def _index(flat_index: int, shape: Sequence[int]) -> list[int]:
     return [int(i) for i in np.unravel_index(flat_index, tuple(shape))]
+
+
+def _json_values(values: np.ndarray) -> list:
+    """The cells as JSON numbers, converted at once (floats exactly as float() gives
+    them); NaN and infinities as the strings json_number gives."""
+    if values.dtype.kind != "f":
+        return [int(v) for v in values.tolist()]
+    shown: list = values.astype(np.float64).tolist()
+    for i in np.flatnonzero(~np.isfinite(values)):
+        shown[i] = json_number(shown[i])
+    return shown
 
 
 def _value(v: np.generic) -> int | float | str:
