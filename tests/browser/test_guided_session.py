@@ -15,8 +15,11 @@ REPLY = (
     "Good start. Before you add anything: the host dispatches 1,024 invocations for "
     "1,000 elements. What happens in the last 24?"
 )
-# A learner's slip: b counted twice.
-WRONG_SUM = vector_kernel(body="out[id.x] = a[id.x] + b[id.x] * 2.0;")
+# A learner's slip: b counted twice. The bounds check keeps it from being refused: 1,024
+# invocations for 1,000 cells with nothing stopping the last 24 is not run on llvmpipe.
+WRONG_SUM = vector_kernel(
+    body="if (id.x >= arrayLength(&out)) { return; }\n    out[id.x] = a[id.x] + b[id.x] * 2.0;"
+)
 
 
 @pytest.fixture
