@@ -18,6 +18,7 @@
         responses.py    assistant lines merged into responses, emitted as turns
         tools.py        tool calls and results as turns; sub-agent transcripts
         decisions.py    the learner's answers and rejections inside tool results
+        subagents.py    a sub-agent's whole conversation, nested under its call
         turns.py        turn numbering and kernel links; Markdown helpers
         kernels.py      kernel versions from edits, template strings and fenced blocks
     jsonl.py        JSON Lines of any size with bounded memory; several files read as one
