@@ -23,6 +23,11 @@
     });
   }
 
+  // A code block wider than the frame scrolls: the keyboard must reach it too.
+  document.querySelectorAll("pre").forEach(function (block) {
+    if (block.scrollWidth > block.clientWidth) block.setAttribute("tabindex", "0");
+  });
+
   if (window.ResizeObserver) new ResizeObserver(report).observe(document.documentElement);
   window.addEventListener("load", report);
   document.addEventListener("toggle", report, true);

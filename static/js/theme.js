@@ -12,6 +12,12 @@
   }
 
   document.addEventListener("DOMContentLoaded", function () {
+    // A code block wider than its column scrolls: the keyboard must reach it too.
+    document.querySelectorAll("pre").forEach(function (block) {
+      if (block.scrollWidth > block.clientWidth || block.scrollHeight > block.clientHeight) {
+        block.setAttribute("tabindex", "0");
+      }
+    });
     document.querySelectorAll("[data-theme-toggle]").forEach(function (button) {
       button.addEventListener("click", function () {
         var next = effective() === "dark" ? "light" : "dark";
