@@ -1,11 +1,10 @@
 """The device timeline: the shim's record of WebGPU calls, replayed on wgpu-py.
 
-Entries are applied in the order the program made them. Requests (requestDevice, mapAsync,
-fetch ...) return the answer that settles the program's promise. The first error stops the
-replay as a HostError naming the program line of the call at fault: wgpu-py raises
-validation errors at the call, except those of command encoders, which surface at finish();
-for those the encoder's calls are encoded again one prefix at a time, to find the first
-call that fails (the one a browser's console would point at).
+Entries are applied in the order the program made them; requests (requestDevice, mapAsync,
+fetch ...) return what settles the program's promise. The first error stops the replay as a
+HostError naming the program line of the call at fault: wgpu-py raises validation errors at
+the call, but a command encoder's surface at finish(), so its calls are encoded again one
+prefix at a time to find the first that fails (the one a browser's console would name).
 """
 
 from __future__ import annotations
@@ -267,8 +266,8 @@ class Timeline:
 
     def op_unmap(self, entry: Entry, blob: Blob) -> None:
         buf = self.objects[entry["buffer"]]
-        if buf.map_state == "unmapped":
-            return  # WebGPU's unmap of a buffer that is not mapped does nothing
+        if buf.map_state == "unmapped":  # WebGPU ignores unmapping a buffer that is not mapped
+            return
         for mapped in entry["ranges"]:
             data = blob(mapped["blob"])
             buf.write_mapped(data, mapped["offset"])
