@@ -168,7 +168,7 @@
       panel.open = true;
       panel.scrollIntoView({ block: "nearest" });
       script.focus();
-      script.select();
+      copy(script);
     });
   });
 })();
