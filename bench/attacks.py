@@ -17,11 +17,11 @@ the local replay pool and no API key (the offline tutor). Then, one after anothe
   bad-urls       /oembed/?url=http://[::1 and requests with Host headers we do not serve
   tag-oracle     /?tag= for a tag that only a private session has, and for no tag at all
 
-First it sits idle for 5 s, to show how slow /healthz is on the machine anyway. While
-the attacks run, a probe GETs /healthz every 50 ms, and the web and replay worker processes
-under gunicorn are counted every 100 ms. Per attack it prints the probes, those slower
-than 200 ms, the slowest, the replay and web workers that died, and the statuses seen.
-Everything stops by itself: each request has a timeout and the whole run a budget.
+First it sits idle for 5 s, to show how slow /healthz is on the machine anyway. All the
+while a probe (a process of its own) GETs /healthz every 50 ms, and the web and replay
+worker processes under gunicorn are counted every 100 ms. Per attack it prints the
+probes, those slower than 200 ms, the slowest, the replay and web workers that died, and
+the statuses seen. It stops by itself: each request has a timeout, the run a budget.
 
 --root runs the same attacks against another checkout (a worktree of an older commit), so
 the figures before and after a change come from one script.
@@ -30,8 +30,10 @@ the figures before and after a change come from one script.
 from __future__ import annotations
 
 import argparse
+import bisect
 import http.client
 import json
+import multiprocessing
 import os
 import secrets
 import signal
@@ -44,6 +46,8 @@ import time
 from collections import Counter
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from multiprocessing.synchronize import Event
 from pathlib import Path
 
 HERE = Path(__file__).resolve()
@@ -192,34 +196,59 @@ def multipart(fields: dict[str, str], name: str, content: bytes) -> tuple[bytes,
 # -- watching: the probe and the census of worker processes ------------------------------------
 
 
+def probe(port: int, stop: Event, out: Connection) -> None:
+    """GET /healthz every PROBE_EVERY_S until stopped, in a process of its own (so the
+    attacks' client work never delays it); sends back (started, seconds, status) each."""
+    probes = []
+    while not stop.is_set():
+        started = time.monotonic()
+        answer = request(port, "GET", "/healthz")
+        probes.append((started, answer.seconds, answer.status))
+        stop.wait(max(0.0, PROBE_EVERY_S - (time.monotonic() - started)))
+    out.send(probes)
+
+
 @dataclass
 class Watch:
+    """The probe's answers and the workers that died, each placed in the attack of its time."""
+
     port: int
     master: int
-    phase: str = "warm-up"
-    probes: list[tuple[str, float, int]] = field(default_factory=list)
-    deaths: list[tuple[str, str]] = field(default_factory=list)  # (phase, "replay" | "web")
+    marks: list[tuple[float, str]] = field(default_factory=lambda: [(0.0, "warm-up")])
+    probes: list[tuple[float, float, int]] = field(default_factory=list)
+    deaths: list[tuple[float, str]] = field(default_factory=list)  # (when, "replay" | "web")
     stopped: threading.Event = field(default_factory=threading.Event)
 
     def start(self) -> Watch:
-        for target in (self._probe, self._census):
-            threading.Thread(target=target, daemon=True).start()
+        context = multiprocessing.get_context("fork")  # before any thread of ours starts
+        self.stop_probe = context.Event()
+        self.answers, sender = context.Pipe(duplex=False)
+        self.prober = context.Process(
+            target=probe, args=(self.port, self.stop_probe, sender), daemon=True
+        )
+        self.prober.start()
+        threading.Thread(target=self._census, daemon=True).start()
         return self
 
-    def _probe(self) -> None:
-        while not self.stopped.is_set():
-            started = time.monotonic()
-            answer = request(self.port, "GET", "/healthz", timeout=REQUEST_TIMEOUT_S)
-            self.probes.append((self.phase, answer.seconds, answer.status))
-            self.stopped.wait(max(0.0, PROBE_EVERY_S - (time.monotonic() - started)))
+    def stop(self) -> None:
+        self.stop_probe.set()
+        self.probes = self.answers.recv()
+        self.prober.join(timeout=REQUEST_TIMEOUT_S)
+        self.stopped.set()
+
+    def mark(self, name: str) -> None:
+        self.marks.append((time.monotonic(), name))
+
+    def phase_at(self, moment: float) -> str:
+        return self.marks[bisect.bisect_right([at for at, _ in self.marks], moment) - 1][1]
 
     def _census(self) -> None:
         seen: dict[int, str] = {}
         while not self.stopped.is_set():
             now = dict(self.workers())
-            for pid, kind in seen.items():
-                if pid not in now:
-                    self.deaths.append((self.phase, kind))
+            self.deaths.extend(
+                (time.monotonic(), kind) for pid, kind in seen.items() if pid not in now
+            )
             seen = now
             self.stopped.wait(0.1)
 
@@ -253,12 +282,12 @@ class Result:
 
 @contextmanager
 def phase(watch: Watch, result: Result):
-    watch.phase = result.attack
+    watch.mark(result.attack)
     try:
         yield result
     finally:
         time.sleep(0.5)  # let the census see the processes that died at the end
-        watch.phase = "between"
+        watch.mark("between")
 
 
 # -- the attacks ---------------------------------------------------------------------------------
@@ -313,20 +342,9 @@ def transcript(count: int) -> bytes:
         if kind == "assistant":
             message |= {"id": f"msg_{count}", "type": "message", "model": "claude-opus-4-6"}
             message["content"] = [{"type": "text", "text": text}]
-        lines.append(
-            {
-                "type": kind,
-                "uuid": uuid,
-                "parentUuid": parent,
-                "sessionId": session,
-                "timestamp": f"2026-01-01T00:00:0{index}.000Z",
-                "cwd": "/w",
-                "version": "2.1.76",
-                "isSidechain": False,
-                "userType": "external",
-                "message": message,
-            }
-        )
+        envelope = {"type": kind, "uuid": uuid, "parentUuid": parent, "sessionId": session}
+        envelope |= {"timestamp": f"2026-01-01T00:00:0{index}.000Z", "cwd": "/w"}
+        lines.append(envelope | {"version": "2.1.76", "userType": "external", "message": message})
         parent = uuid
     return "".join(json.dumps(line) + "\n" for line in lines).encode()
 
@@ -505,9 +523,9 @@ def report(watch: Watch, results: list[Result]) -> None:
         f"{'per kernel':>10} {'web died':>8}  statuses"
     )
     for result in results:
-        times = [seconds for name, seconds, _ in watch.probes if name == result.attack]
+        times = [s for at, s, _ in watch.probes if watch.phase_at(at) == result.attack]
         stalled = sum(seconds > STALL_S for seconds in times)
-        died = Counter(kind for name, kind in watch.deaths if name == result.attack)
+        died = Counter(kind for at, kind in watch.deaths if watch.phase_at(at) == result.attack)
         per_kernel = f"{died['replay'] / result.kernels:.1f}" if result.kernels else "-"
         statuses = ", ".join(f"{key}: {count}" for key, count in sorted(result.statuses.items()))
         print(
@@ -557,7 +575,7 @@ def main() -> None:
                 bad_urls(watch),
                 tag_oracle(watch),
             ]
-            watch.stopped.set()
+            watch.stop()
         print(
             f"root: {root} ({git_head(root)}), gunicorn {args.web_workers} x 4 threads, "
             "production settings"
