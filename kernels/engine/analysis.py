@@ -217,8 +217,10 @@ def _overrun(harness: Harness, p: Pass, source: str) -> str:
         return ""
     facts = source_facts(source)
     entry = next((e for e in facts["entry_points"] if e["name"] == function.name), None)
-    size = (entry or {}).get("workgroup_size") or []
-    ids = [n for n, b in (entry or {}).get("builtins", {}).items() if b == "global_invocation_id"]
+    if entry is None:
+        return ""
+    size = entry.get("workgroup_size") or []
+    ids = [n for n, b in entry.get("builtins", {}).items() if b == "global_invocation_id"]
     if not size or not ids:
         return ""
     invocations = p.dispatch[0] * size[0]
@@ -227,7 +229,7 @@ def _overrun(harness: Harness, p: Pass, source: str) -> str:
         buffer = harness.buffer(binding.buffer)
         variable = bound.get((binding.group, binding.binding))
         cells = math.prod(buffer.shape) if buffer.shape else 0
-        for write in (entry or {})["writes"]:
+        for write in entry["writes"]:
             plain = write["index"] in (f"{ids[0]}.x", ids[0])
             if write["buffer"] == variable and plain and 0 < cells < invocations:
                 return (

@@ -193,14 +193,15 @@ def _index(flat_index: int, shape: Sequence[int]) -> list[int]:
     return [int(i) for i in np.unravel_index(flat_index, tuple(shape))]
 
 
-def _json_values(values: np.ndarray) -> list:
+def _json_values(values: np.ndarray) -> list[int | float | str | None]:
     """The cells as JSON numbers, converted at once (floats exactly as float() gives
     them); NaN and infinities as the strings json_number gives."""
     if values.dtype.kind != "f":
         return [int(v) for v in values.tolist()]
-    shown: list = values.astype(np.float64).tolist()
+    cells: list[float] = values.astype(np.float64).tolist()
+    shown: list[int | float | str | None] = list(cells)
     for i in np.flatnonzero(~np.isfinite(values)):
-        shown[i] = json_number(shown[i])
+        shown[i] = json_number(cells[i])
     return shown
 
 

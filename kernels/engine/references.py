@@ -96,7 +96,7 @@ def inclusive_scan(x: F64) -> F64:
 def histogram(values: F64, counts: F64) -> F64:
     """How many of the values equal each bin index; the output buffer gives the bins."""
     bins = counts.size
-    found: F64 = np.bincount(values.astype(np.int64).reshape(-1), minlength=bins)[:bins]
+    found = np.bincount(values.astype(np.int64).reshape(-1), minlength=bins)[:bins]
     return found.astype(np.float64)
 
 
