@@ -167,13 +167,16 @@ def _script_html(src: str, title: str, loader: str) -> SafeString:
 
 
 def _iframe_html(src: str, width: int | str, height: int | str, title: str) -> SafeString:
+    # The width attribute is what oEmbed consumers read; the style lets the frame shrink
+    # to a phone's column instead of overflowing it.
     return format_html(
         '<iframe class="kernelbin-embed" src="{}" width="{}" height="{}" title="{}" '
-        'frameborder="0" loading="lazy"></iframe>',
+        'style="width:100%;max-width:{}px" frameborder="0" loading="lazy"></iframe>',
         src,
         width,
         height,
         f"{title} (Kernelbin)",
+        width,
     )
 
 

@@ -69,6 +69,8 @@ class OEmbedTestCase(BaseTestCase):
         self.assertLessEqual(doc["height"], 200)
         frame = iframes(doc["html"]).iframes[0]
         self.assertEqual((frame["width"], frame["height"]), (str(doc["width"]), str(doc["height"])))
+        # It still shrinks to a narrower column than the width asked for.
+        self.assertEqual(frame["style"], f"width:100%;max-width:{doc['width']}px")
 
     def test_bad_max_sizes_are_400(self) -> None:
         for value in ("wide", "-5", "0"):
