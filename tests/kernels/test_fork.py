@@ -12,7 +12,7 @@ from django.contrib.auth.models import User
 from django.core.cache import cache
 from django.test import Client, TransactionTestCase, override_settings
 
-from kernels.backends import LocalBackend
+from kernels import replay
 from kernels.models import Fork
 from kernels.replay import ReplayUnavailable
 from sessions.models import Session
@@ -220,7 +220,7 @@ class ForkTestCase(TransactionTestCase):
 
     def test_a_full_queue_gives_a_clear_503_with_retry_and_stores_nothing(self) -> None:
         busy = ReplayUnavailable("Every replay worker is busy; try again in 5 s.", 5)
-        with mock.patch.object(LocalBackend, "start", side_effect=busy):
+        with mock.patch.object(type(replay.backend()), "start", side_effect=busy):
             r = self.fork(source=SWAPPED)
         self.assertContains(r, "Every replay worker is busy", status_code=503)
         self.assertEqual(r["Retry-After"], "5")
