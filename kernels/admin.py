@@ -60,17 +60,8 @@ class KernelVersionForm(forms.ModelForm):
 
 class KernelVersionInline(admin.StackedInline):
     model = KernelVersion
-    form = KernelVersionForm
+    form = KernelVersionForm  # its Meta.fields are the inline's fields too
     extra = 0
-    fields = (
-        "number",
-        "note",
-        "expected_status",
-        "turn",
-        "source",
-        "host_program",
-        "harness_override",
-    )
     raw_id_fields = ("turn",)
 
 
