@@ -35,6 +35,10 @@ class Lesson:
     harness: dict
     starter: str
     objectives: list[str] = field(default_factory=list)
+    # The host program the learner writes, when the lesson teaches host code: its starter
+    # is the scaffold (what the lesson does not teach), its objectives what it does.
+    host_starter: str = ""
+    host_objectives: list[str] = field(default_factory=list)
     context: str = ""
     steps: list[dict] = field(default_factory=list)
     pitfalls: list[str] = field(default_factory=list)
@@ -49,7 +53,13 @@ class Lesson:
             "summary": self.summary,
             "objectives": self.objectives,
             "context": self.context,
-            "kernel": {"name": self.kernel_name, "harness": self.harness, "starter": self.starter},
+            "kernel": {
+                "name": self.kernel_name,
+                "harness": self.harness,
+                "starter": self.starter,
+                "host_starter": self.host_starter,
+                "host_objectives": self.host_objectives,
+            },
             "steps": self.steps,
             "pitfalls": self.pitfalls,
             "hints": self.hints,
@@ -70,6 +80,32 @@ def _strings(data: dict, key: str) -> list[str]:
     return value
 
 
+def _host(kernel: dict, harness: dict) -> tuple[str, list[str]]:
+    """The host starter and objectives, checked: a lesson that teaches host code gives a
+    scaffold to write it in, and a reference its readbacks are checked against."""
+    try:
+        starter = _text(kernel, "host_starter", required=False)
+        objectives = _strings(kernel, "host_objectives")
+    except LessonError as error:
+        raise LessonError(f"kernel.{error}") from None
+    if objectives and not starter.strip():
+        raise LessonError(
+            "kernel.host_objectives: a lesson that teaches host code needs kernel.host_starter, "
+            "the scaffold the learner writes it in"
+        )
+    if len(starter) > settings.TUTOR_KERNEL_MAX_CHARS:
+        raise LessonError(
+            f"kernel.host_starter is {len(starter):,} characters; a submission may have at "
+            f"most {settings.TUTOR_KERNEL_MAX_CHARS:,}"
+        )
+    if starter.strip() and not (harness.get("reference") or {}).get("name"):
+        raise LessonError(
+            "kernel.host_starter: the harness needs a reference, which the host program's "
+            "readbacks are checked against"
+        )
+    return starter, objectives
+
+
 def parse_lesson(data: object) -> Lesson:
     if not isinstance(data, dict):
         raise LessonError("a lesson plan is a JSON object")
@@ -87,6 +123,7 @@ def parse_lesson(data: object) -> Lesson:
             parse_harness(harness, settings.FIXTURES_DIR)
         except HarnessError as error:
             raise LessonError(f"kernel.harness.{error}") from None
+    host_starter, host_objectives = _host(kernel, harness)
     steps = data.get("steps", [])
     if not isinstance(steps, list) or not all(
         isinstance(s, dict) and isinstance(s.get("goal", ""), str) for s in steps
@@ -101,6 +138,8 @@ def parse_lesson(data: object) -> Lesson:
         harness=harness,
         starter=_text(kernel, "starter", required=False),
         objectives=_strings(data, "objectives"),
+        host_starter=host_starter,
+        host_objectives=host_objectives,
         context=_text(data, "context", required=False),
         steps=steps,
         pitfalls=_strings(data, "pitfalls"),
