@@ -19,7 +19,8 @@ import pytest
 from kernels.engine import fields, harness, naga, wgsl
 from kernels.engine.host import js
 from sessions.importers.claude_code import kernels, lines, tools
-from tests.sessions.test_linear_time import cost, problems, unguarded_leading_run
+from tests.growth import growth_problem
+from tests.sessions.test_linear_time import problems, unguarded_leading_run
 from tutor import guardrail
 
 # Matched only at the start of one stripped line, and its repeated parts each begin with
@@ -82,8 +83,6 @@ HOSTILE: dict[str, tuple[Callable[[str], object], Callable[[int], str]]] = {
 
 @pytest.mark.parametrize("name", list(HOSTILE))
 def test_the_patterns_that_were_quadratic_grow_linearly(name: str) -> None:
-    # Python's regex engine counts nothing we can read: process times over a 16-fold
-    # growth, where linear work grows 16-fold and quadratic 256-fold.
     work, make = HOSTILE[name]
-    small, large = cost(work, make(1000)), cost(work, make(16_000))
-    assert large / small < 64, f"{name}: {small:.4f}s → {large:.4f}s"
+    problem = growth_problem(name, work, make, 1000)
+    assert not problem, problem

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from io import StringIO
 from pathlib import Path
+from unittest import mock
 
 from django.core.management import CommandError, call_command
 
@@ -17,6 +21,40 @@ from tests.sessions.transcripts.build import Transcript
 TRANSCRIPTS = Path(__file__).resolve().parent / "transcripts"
 MATMUL = TRANSCRIPTS / "matmul-review.jsonl"
 SOFTMAX = TRANSCRIPTS / "softmax-js.jsonl"
+
+
+class _Counted(io.FileIO):
+    """A file that adds every byte read from it to a shared count."""
+
+    def __init__(self, path: Path, total: list[int]) -> None:
+        super().__init__(path, "r")
+        self.total = total
+
+    def readinto(self, buffer) -> int | None:  # type: ignore[override]
+        n = super().readinto(buffer)
+        self.total[0] += n or 0
+        return n
+
+    def readall(self) -> bytes:
+        data = super().readall()
+        self.total[0] += len(data)
+        return data
+
+
+@contextmanager
+def bytes_read() -> Iterator[list[int]]:
+    """Counts the bytes read from files opened for binary reading through pathlib: how
+    much of a file the importer looked at before it refused or skipped it."""
+    total = [0]
+    real_open = Path.open
+
+    def counted_open(path: Path, mode: str = "r", *args, **kwargs):
+        if mode != "rb":
+            return real_open(path, mode, *args, **kwargs)
+        return io.BufferedReader(_Counted(path, total))
+
+    with mock.patch.object(Path, "open", counted_open):
+        yield total
 
 
 class ImportingTestCase(BaseTestCase):

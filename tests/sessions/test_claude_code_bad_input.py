@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import io
 import json
-import time
+import tracemalloc
 
 from django.test import override_settings
 
+from sessions.importers.files import SNIFF_BYTES
 from sessions.importers.jsonl import iter_lines
 from sessions.models import Session, Turn
-from tests.sessions.importing import MATMUL, ImportingTestCase, tiny
+from tests.sessions.importing import MATMUL, ImportingTestCase, bytes_read, tiny
 from tests.sessions.transcripts.build import Transcript, text
 
 MB = 1024 * 1024
@@ -64,9 +65,9 @@ class BadInputTestCase(ImportingTestCase):
         path = self.tmp / "huge.jsonl"
         with path.open("wb") as handle:
             handle.truncate(200 * MB)
-        started = time.monotonic()
-        error = self.import_fails(path)
-        self.assertLess(time.monotonic() - started, 2)
+        with bytes_read() as read:
+            error = self.import_fails(path)
+        self.assertEqual(read[0], 0)
         self.assertIn("larger than the import limit of 134,217,728 bytes (200 MB > 128 MB)", error)
 
     @override_settings(TRANSCRIPT_MAX_BYTES=200 * MB)
@@ -74,9 +75,10 @@ class BadInputTestCase(ImportingTestCase):
         path = self.tmp / "zeros.jsonl"
         with path.open("wb") as handle:
             handle.truncate(150 * MB)
-        started = time.monotonic()
-        self.assertIn("binary file", self.import_fails(path))
-        self.assertLess(time.monotonic() - started, 2)
+        with bytes_read() as read:
+            self.assertIn("binary file", self.import_fails(path))
+        # Only the head it sniffs, through one buffer.
+        self.assertLessEqual(read[0], SNIFF_BYTES + io.DEFAULT_BUFFER_SIZE)
 
     def test_a_60_mb_line_is_skipped_without_holding_it(self) -> None:
         t = tiny()
@@ -91,9 +93,15 @@ class BadInputTestCase(ImportingTestCase):
             handle.write(b'"}}\n')
             t.user("And after the huge line?")
             handle.write(json.dumps(t.lines[-1]).encode() + b"\n")
-        started = time.monotonic()
-        out = self.run_import(path)
-        self.assertLess(time.monotonic() - started, 10)
+        tracemalloc.start()
+        try:
+            out = self.run_import(path)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        # Read through, never held whole: at most the 16 MB line limit is kept, and no
+        # copy of the whole 60 MB line is ever made.
+        self.assertLess(peak, 60 * MB)
         self.assertIn("Skipped 1 line:\n  line 6: 62,914,614 bytes, over the 16 MB line limit", out)
         self.assertEqual(self.turns()[-1].content, "And after the huge line?")
 
