@@ -27,10 +27,10 @@ from django.db import transaction
 from django.utils.text import slugify
 
 from kernels import replay
-from kernels.models import Kernel, KernelVersion, text_diff, version_diff
+from kernels.models import Kernel, KernelVersion, text_diff
 from sessions.models import Session, Turn
 from tutor import guardrail, llm, prompts
-from tutor.free_form import Template
+from tutor.free_form import FREE_FORM_HOST, Template
 from tutor.lessons import FREE_FORM_KERNEL, Lesson, LessonError, parse_lesson
 from tutor.models import GuardrailEvent, GuidedSession
 from tutor.replies import Event, budget_problem, tutor_reply
@@ -64,9 +64,11 @@ def _unique_slug(base: str) -> str:
 def _welcome_free_form(template: Template | None, who: str, online: bool) -> str:
     if template is None:
         text = (
-            "**Free-form session.** Write any WGSL compute kernel in the editor. Without a "
-            "template nothing defines its inputs or what it should compute, so each "
-            "submission is compiled and validated, not run against a reference."
+            "**Free-form session.** Write any WGSL compute kernel in the kernel editor, and "
+            "in the host program its buffers, their inputs, the dispatch and what to read "
+            "back. **Submit & run** runs both on the server and shows the outputs. Nothing "
+            "says what they should be, so there is no pass or fail: you can compare a run "
+            "with an earlier version of yours instead."
         )
     else:
         text = (
@@ -90,6 +92,13 @@ def _welcome(lesson: Lesson | None, online: bool, template: Template | None = No
         "The editor holds the starter code: the bindings are declared, the rest is yours to "
         f"write. **Submit & run** runs it on the server under the lesson's harness. {who}."
     )
+    if lesson.host_objectives:
+        host = "\n".join(f"- {item}" for item in lesson.host_objectives)
+        text += (
+            "\n\nThis lesson's host code is yours too: the host program editor holds a "
+            f"scaffold with TODOs for\n\n{host}\n\nIts readbacks are checked against the "
+            "lesson's reference."
+        )
     if first:
         text += f"\n\nFirst step: {first.rstrip('.')}."
     if online:
@@ -122,6 +131,7 @@ def _new_guided(user, lesson: Lesson | None, title: str, summary: str, slug: str
         lesson=lesson.as_dict() if lesson else {},
         kernel=kernel,
         starter=lesson.starter if lesson else "",
+        host_starter=lesson.host_starter if lesson else "",
     )
 
 
@@ -139,6 +149,10 @@ def start_session(user, lesson: Lesson | None, template: Template | None = None)
         guided.kernel.save(update_fields=["harness"])
         guided.starter = template.bindings
         guided.save(update_fields=["starter"])
+    elif lesson is None:
+        # Nothing defines the kernel's inputs: the learner's host program does.
+        guided.host_starter = FREE_FORM_HOST
+        guided.save(update_fields=["host_starter"])
     guided.add_turn(
         Turn.Role.TUTOR,
         _welcome(lesson, llm.configured(), template),
@@ -294,50 +308,83 @@ def say(guided: GuidedSession, text: str, stream: bool = True) -> Iterator[Event
     yield from tutor_reply(guided, turn, stream=stream)
 
 
-def _changes(guided: GuidedSession, latest: KernelVersion | None, source: str) -> str:
-    """What a submission turn shows: its diff from the previous version (or from the
-    starter code), not the whole kernel again; the whole kernel when there is nothing to
-    compare with."""
+def _changes(guided: GuidedSession, latest: KernelVersion | None, source: str, host: str) -> str:
+    """What a submission turn shows: the diff of each half that changed from the previous
+    version (or from the starter code), not the whole kernel again; the whole kernel when
+    there is nothing to compare with."""
     if latest is not None:
-        diff = version_diff(latest.source, source, latest.number, latest.number + 1)
-    elif guided.starter.strip():
-        diff = text_diff(guided.starter, source, "starter", "v1")
+        old, old_host, label = latest.source, latest.host_program, f"v{latest.number}"
+        new_label = f"v{latest.number + 1}"
     else:
-        return f":\n\n```wgsl\n{source.rstrip()}\n```"
-    changed = "the changes" if latest is not None else "the changes to the starter code"
-    return f", {changed}:\n\n```diff\n{diff.rstrip()}\n```"
+        old, old_host, label, new_label = guided.starter, guided.host_starter, "starter", "v1"
+    parts = []
+    if source != old:
+        if old.strip():
+            changes = "the changes" if latest else "the changes to the starter code"
+            diff = text_diff(old, source, label, new_label)
+            parts.append(f"{changes}:\n\n```diff\n{diff.rstrip()}\n```")
+        else:
+            parts.append(f"the kernel:\n\n```wgsl\n{source.rstrip()}\n```")
+    if host != old_host:
+        if not host.strip():
+            parts.append("no host program: the harness is its host")
+        elif old_host.strip():
+            changes = "the host program's changes" if latest else "the changes to the host starter"
+            diff = text_diff(old_host, host, f"{label} host", f"{new_label} host")
+            parts.append(f"{changes}:\n\n```diff\n{diff.rstrip()}\n```")
+        else:
+            parts.append(f"the host program:\n\n```js\n{host.rstrip()}\n```")
+    if not parts:
+        return ", the starter code as given."
+    return ", " + "\n\nand ".join(parts)
+
+
+def _store_submission(
+    guided: GuidedSession, source: str, host: str | None, note: str
+) -> tuple[KernelVersion, Turn, dict]:
+    """The submission as a kernel version (a new one unless both halves are unchanged)
+    and the learner's turn that submits it."""
+    latest = guided.latest_version()
+    if host is None:  # a form without the host editor: the host program carries over
+        host = latest.host_program if latest else ""
+    resubmit = latest is not None and (latest.source, latest.host_program) == (source, host)
+    name = guided.kernel.name
+    if resubmit:
+        version = latest
+        content = f"Submitted **{name}** v{version.number} again (unchanged)."
+    else:
+        version = KernelVersion.objects.create(
+            kernel=guided.kernel,
+            number=(latest.number + 1) if latest else 1,
+            source=source,
+            host_program=host,
+        )
+        content = f"Submitted **{name}** v{version.number}{_changes(guided, latest, source, host)}"
+    if note:
+        content = f"{note}\n\n{content}"
+    meta = {"kind": "submission", "resubmit": resubmit}
+    if note:
+        meta["note"] = note
+    if note and guardrail.asks_for_answer(note):
+        meta["answer_request"] = True
+    turn = guided.add_turn(Turn.Role.LEARNER, content, kernel_version=version, meta=meta)
+    if not resubmit:
+        version.turn = turn
+        version.save(update_fields=["turn"])
+    return version, turn, meta
 
 
 def submit(
-    guided: GuidedSession, source: str, note: str = "", stream: bool = True
+    guided: GuidedSession,
+    source: str,
+    note: str = "",
+    stream: bool = True,
+    host: str | None = None,
 ) -> Iterator[Event]:
-    latest = guided.latest_version()
-    resubmit = latest is not None and latest.source == source
-    name = guided.kernel.name
+    """Store and run a submission: the WGSL, and the host program (None: the previous
+    version's carries over; "": the harness is the host)."""
     with transaction.atomic():
-        if resubmit:
-            version = latest
-            content = f"Submitted **{name}** v{version.number} again (unchanged)."
-        else:
-            # The editor holds the WGSL; a host program carries over unchanged.
-            version = KernelVersion.objects.create(
-                kernel=guided.kernel,
-                number=(latest.number + 1) if latest else 1,
-                source=source,
-                host_program=latest.host_program if latest else "",
-            )
-            content = f"Submitted **{name}** v{version.number}{_changes(guided, latest, source)}"
-        if note:
-            content = f"{note}\n\n{content}"
-        meta = {"kind": "submission", "resubmit": resubmit}
-        if note:
-            meta["note"] = note
-        if note and guardrail.asks_for_answer(note):
-            meta["answer_request"] = True
-        turn = guided.add_turn(Turn.Role.LEARNER, content, kernel_version=version, meta=meta)
-        if not resubmit:
-            version.turn = turn
-            version.save(update_fields=["turn"])
+        version, turn, meta = _store_submission(guided, source, host, note)
     if meta.get("answer_request"):
         guided.count("answer_requests")
         GuardrailEvent.objects.create(
@@ -361,7 +408,7 @@ def submit(
     if llm.configured() and not problem:
         yield from tutor_reply(guided, turn, reviewed=version, stream=stream)
         return
-    review = offline_review(outcome, version.source, version.harness)
+    review = offline_review(outcome, version.source, version.harness, version.host_program)
     if meta.get("answer_request"):
         review = f"{NO_ANSWERS}\n\n{review}"
     if problem:

@@ -164,3 +164,23 @@ TEMPLATES = {
         ),
     )
 }
+
+# The host program a free-form session without a template starts from: the learner
+# defines the kernel's buffers, inputs, dispatch and readback.
+FREE_FORM_HOST = """// Your host program: it runs on the server against WebGPU, as in a browser.
+// Your kernel (the editor above) is loaded below as kernel.wgsl. What you read
+// back is shown under the run.
+const adapter = await navigator.gpu.requestAdapter();
+const device = await adapter.requestDevice();
+const code = await (await fetch("kernel.wgsl")).text();
+const module = device.createShaderModule({ code });
+const pipeline = device.createComputePipeline({
+  layout: "auto",
+  compute: { module, entryPoint: "main" },
+});
+
+// TODO: create your buffers (device.createBuffer) and fill the inputs
+// (device.queue.writeBuffer); a bind group that matches your kernel's @binding
+// numbers; a compute pass that dispatches enough workgroups; a copy into a
+// MAP_READ buffer; then mapAsync and getMappedRange to read it.
+"""

@@ -49,6 +49,9 @@ class GuidedSession(models.Model):
     lesson = models.JSONField(default=dict, blank=True)
     kernel = models.OneToOneField("kernels.Kernel", on_delete=models.CASCADE, related_name="guided")
     starter = models.TextField(blank=True)
+    # The host program's starter (WebGPU JavaScript) where the learner writes host code:
+    # a lesson's scaffold, or the free-form one. "" where the harness is the host.
+    host_starter = models.TextField(blank=True)
     # Replies that handed over code and were redacted, and "just write it for me" requests.
     guardrail_count = models.PositiveIntegerField(default=0)
     answer_requests = models.PositiveIntegerField(default=0)

@@ -15,7 +15,7 @@ import json
 import math
 
 from kernels.engine.harness import HarnessError, parse_harness
-from kernels.engine.outcome import EntryPointFacts, Outcome, Status
+from kernels.engine.outcome import EntryPointFacts, Outcome, Status, output_list
 from tutor import evidence
 
 FIRST_CELLS = 6
@@ -287,7 +287,7 @@ def _stores(outcome: Outcome, harness: dict, name: str) -> str:
 
 def _transposed(output: dict) -> bool:
     shape = output.get("shape") or []
-    got, expected = output.get("got"), output.get("expected")
+    got, expected = output_list(output, "got"), output_list(output, "expected")
     if len(shape) != 2 or shape[0] != shape[1] or not got or not expected:
         return False
     n = shape[0]
@@ -330,7 +330,7 @@ def _value_pattern(output: dict, index: str) -> str:
             "the value expected at (c, r). Row and column are swapped, either in which "
             "invocation id component you treat as the row or in the index you write to."
         )
-    got, expected = output.get("got"), output.get("expected")
+    got, expected = output_list(output, "got"), output_list(output, "expected")
     if not got or not expected:
         return ""
     pairs = [
@@ -473,8 +473,8 @@ def _pass_question(outcome: Outcome, harness: dict) -> str:
     return text + f" Which cell does invocation {min(70, total - 1)} write, and why that one?"
 
 
-def offline_review(outcome: Outcome, source: str, harness: dict) -> str:
-    """The automatic review of one run, in Markdown."""
+def offline_review(outcome: Outcome, source: str, harness: dict, host: str = "") -> str:
+    """The automatic review of one run, in Markdown; host is the version's host program."""
     status = outcome.get("status", "")
     if status == Status.COMPILE_ERROR:
         parts = _compile_review(outcome, source)

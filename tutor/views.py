@@ -39,6 +39,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from config.ratelimit import client_key, hit
 from kernels import replay
+from kernels.host_context import host_context
 from kernels.outcome_context import outcome_context
 from sessions.access import get_session_for_user
 from sessions.models import Session
@@ -105,8 +106,12 @@ def _usage_context(guided: GuidedSession) -> dict:
 
 
 def _run_context(execution: replay.Replay | None) -> dict:
-    """The run panel's context: the outcome, or why there is none."""
-    return {**outcome_context(execution), "execution": execution}
+    """The run panel's context: the outcome, or why there is none, and what a host
+    program did."""
+    context = {**outcome_context(execution), "execution": execution}
+    if execution is not None and execution.version.host_program:
+        context["host"] = host_context(execution.version, execution.outcome)
+    return context
 
 
 def _render_turn(request: HttpRequest, guided: GuidedSession, turn) -> str:
@@ -355,6 +360,8 @@ def session_page(request: HttpRequest, slug: str) -> HttpResponse:
         "lesson": guided.lesson,
         "turns": session.turns.select_related("kernel_version__kernel").order_by("number"),
         "editor_source": latest.source if latest else guided.starter,
+        "host_source": latest.host_program if latest else guided.host_starter,
+        "host_editor": bool(guided.host_starter or (latest and latest.host_program)),
         "latest": latest,
         "origin_link": _origin_link(request, guided),
         "can_write": guided.learner_id == request.user.pk,
@@ -401,16 +408,20 @@ def submit(request: HttpRequest, slug: str) -> HttpResponseBase:
     guided = _get_guided_for_user(request, slug, write=True)
     # Keep the learner's code exactly as typed, apart from Windows line ends.
     source = request.POST.get("source", "").replace("\r\n", "\n")
+    # None: the page had no host editor, and the host program carries over.
+    host = request.POST.get("host_program")
+    host = None if host is None else host.replace("\r\n", "\n")
     note = request.POST.get("note", "").strip()
     if not source.strip():
         return _refuse(request, guided, 400, "The editor is empty: write a kernel first.")
-    if len(source) > settings.TUTOR_KERNEL_MAX_CHARS:
-        return _refuse(
-            request,
-            guided,
-            400,
-            f"That kernel is too long: at most {settings.TUTOR_KERNEL_MAX_CHARS:,} characters.",
-        )
+    for what, text in (("kernel", source), ("host program", host or "")):
+        if len(text) > settings.TUTOR_KERNEL_MAX_CHARS:
+            return _refuse(
+                request,
+                guided,
+                400,
+                f"That {what} is too long: at most {settings.TUTOR_KERNEL_MAX_CHARS:,} characters.",
+            )
     if len(note) > settings.TUTOR_MESSAGE_MAX_CHARS:
         return _refuse(request, guided, 400, "The note with this submission is too long.")
     wait = hit("tutor-submit", client_key(request), settings.TUTOR_SUBMISSIONS_PER_MINUTE, 60)
@@ -424,7 +435,9 @@ def submit(request: HttpRequest, slug: str) -> HttpResponseBase:
             retry_after=wait,
         )
     return _exchange(
-        request, guided, lambda stream: engine.submit(guided, source, note, stream=stream)
+        request,
+        guided,
+        lambda stream: engine.submit(guided, source, note, stream=stream, host=host),
     )
 
 

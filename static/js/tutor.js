@@ -17,7 +17,8 @@
   var usage = document.getElementById("usage");
   var composer = document.getElementById("composer");
   var editorForm = document.getElementById("editor-form");
-  var editor = editorForm && editorForm.querySelector("textarea");
+  var editor = document.getElementById("editor");
+  var hostEditor = document.getElementById("host-editor");
   var lastSubmitted = document.getElementById("last-submitted");
   var online = root.getAttribute("data-online") === "1";
   var busy = false;
@@ -85,6 +86,11 @@
       if (editor && panel) {
         editor.dispatchEvent(
           new CustomEvent("kernelbin:marks", { detail: JSON.parse(panel.dataset.marks) })
+        );
+      }
+      if (hostEditor && panel && panel.dataset.hostMarks) {
+        hostEditor.dispatchEvent(
+          new CustomEvent("kernelbin:marks", { detail: JSON.parse(panel.dataset.hostMarks) })
         );
       }
     },
@@ -219,11 +225,14 @@
     });
     // The code editor takes Tab and Ctrl+Enter itself; this is for the bare textarea, in
     // which Tab moves on as anywhere else.
-    editor.addEventListener("keydown", function (event) {
-      if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) {
-        event.preventDefault();
-        editorForm.requestSubmit();
-      }
+    [editor, hostEditor].forEach(function (textarea) {
+      if (!textarea) return;
+      textarea.addEventListener("keydown", function (event) {
+        if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) {
+          event.preventDefault();
+          editorForm.requestSubmit();
+        }
+      });
     });
   }
 

@@ -7,7 +7,7 @@ from django.urls import reverse
 
 from sessions.models import Turn
 from tests.tutor.helpers import TutorRunTestCase, read_events
-from tutor.free_form import TEMPLATES
+from tutor.free_form import FREE_FORM_HOST, TEMPLATES
 from tutor.models import GuidedSession
 
 TRANSPOSE = """@group(0) @binding(0) var<storage, read> x: array<f32>;
@@ -63,10 +63,16 @@ class FreeFormTemplateTestCase(TutorRunTestCase):
         self.assertRedirects(response, reverse("tutor:index"))
         self.assertFalse(GuidedSession.objects.exists())
 
-    def test_without_a_template_it_only_compiles(self) -> None:
+    def test_without_a_template_the_learner_writes_the_host_program(self) -> None:
         guided = self.start_from("")
         self.assertEqual(guided.kernel.harness, {})
-        self.assertIn("not run against a reference", guided.session.turns.first().content)
+        self.assertEqual(guided.host_starter, FREE_FORM_HOST)
+        welcome = guided.session.turns.first().content
+        self.assertIn("in the host program its buffers, their inputs, the dispatch", welcome)
+        self.assertIn("there is no pass or fail", welcome)
+        page = self.client.get(guided.get_absolute_url())
+        self.assertContains(page, 'name="host_program"')
+        self.assertContains(page, "what it reads back is shown")
 
 
 MAIN = "\n@compute @workgroup_size({size})\nfn main(@builtin(global_invocation_id) id: vec3<u32>) {{\n{body}\n}}\n"

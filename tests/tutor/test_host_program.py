@@ -1,0 +1,226 @@
+"""Lessons that teach host code: the learner writes the WebGPU host program in a second
+editor, each submission stores both halves in one version and runs as a program, checked
+against the lesson's reference fed with the inputs the program wrote."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from django.conf import settings
+from django.test import override_settings
+
+from kernels.models import KernelVersion
+from sessions.models import Turn
+from tests.tutor.helpers import TutorRunTestCase, TutorTestCase, read_events
+from tutor.lessons import LessonError, get_lesson, parse_lesson
+
+LESSONS = Path(settings.BASE_DIR) / "fixtures" / "lessons"
+DISPATCH_TODO = "// TODO: dispatch the kernel."
+
+
+def lesson_file(name: str) -> dict:
+    return json.loads((LESSONS / name).read_text())
+
+
+def code_lines(program: str) -> str:
+    return "\n".join(line for line in program.splitlines() if not line.startswith("//"))
+
+
+def add_kernel() -> str:
+    """Lesson 2's kernel, written as the lesson asks: bounds check, then the sum."""
+    starter = lesson_file("02-first-compute-shader.json")["kernel"]["starter"]
+    return starter.replace(
+        "    // Find this invocation's element; make sure it exists; add.\n",
+        "    if (id.x >= arrayLength(&out)) { return; }\n    out[id.x] = a[id.x] + b[id.x];\n",
+    )
+
+
+def add_host(dispatch: str) -> str:
+    """Lesson 2's host starter with this dispatch written where its TODO is."""
+    starter = lesson_file("02-first-compute-shader.json")["kernel"]["host_starter"]
+    return starter.replace(DISPATCH_TODO, f"pass.dispatchWorkgroups({dispatch});\n{DISPATCH_TODO}")
+
+
+def scale_kernel() -> str:
+    starter = lesson_file("01-device-and-buffers.json")["kernel"]["starter"]
+    return starter.replace(
+        "    // Which element belongs to this invocation? Compute it and store it in y.\n",
+        "    y[id.x] = 2.0 * x[id.x];\n",
+    )
+
+
+def scale_host(staging_usage: str = "GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST") -> str:
+    """Lesson 1's host starter with its TODOs done; the staging buffer's usage as given."""
+    starter = lesson_file("01-device-and-buffers.json")["kernel"]["host_starter"]
+    buffers = (
+        "const xBuffer = device.createBuffer({ size: x.byteLength, "
+        "usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST });\n"
+        "const yBuffer = device.createBuffer({ size: x.byteLength, "
+        "usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC });\n"
+        f"const readBuffer = device.createBuffer({{ size: x.byteLength, usage: {staging_usage} }});\n"
+    )
+    return (
+        starter.replace(
+            "//   readBuffer - a staging buffer the host maps to read y\n",
+            "//   readBuffer - a staging buffer the host maps to read y\n" + buffers,
+        )
+        .replace(
+            "// TODO: write x into xBuffer through the device's queue.\n",
+            "device.queue.writeBuffer(xBuffer, 0, x);\n",
+        )
+        .replace(
+            "// TODO: record a copy of y into readBuffer on the encoder.\n",
+            "encoder.copyBufferToBuffer(yBuffer, 0, readBuffer, 0, x.byteLength);\n",
+        )
+        + "await readBuffer.mapAsync(GPUMapMode.READ);\n"
+        + "const y = new Float32Array(readBuffer.getMappedRange());\n"
+        + 'console.log("y[1] =", y[1]);\n'
+    )
+
+
+class LessonFileTestCase(TutorTestCase):
+    def plan(self, **kernel: object) -> dict:
+        data = lesson_file("02-first-compute-shader.json")
+        data["kernel"].update(kernel)
+        return data
+
+    def test_lessons_1_and_2_give_host_objectives_and_a_scaffold_without_the_answer(self) -> None:
+        with override_settings(TUTOR_LESSONS_DIR=LESSONS):
+            one, two = get_lesson("device-and-buffers"), get_lesson("first-compute-shader")
+        assert one is not None and two is not None
+        self.assertIn("MAP_READ", " ".join(one.host_objectives))
+        self.assertIn("Math.ceil(n / 64)", " ".join(two.host_objectives))
+        # The scaffold's code leaves to the learner what the objectives teach; its
+        # comments may name the calls.
+        for absent in ("createBuffer(", "writeBuffer(", "copyBufferToBuffer(", "mapAsync("):
+            self.assertNotIn(absent, code_lines(one.host_starter))
+        self.assertNotIn("dispatchWorkgroups(", code_lines(two.host_starter))
+        self.assertNotIn("16 workgroups", two.starter)
+
+    def test_host_objectives_without_a_host_starter_are_refused(self) -> None:
+        with self.assertRaisesMessage(LessonError, "kernel.host_objectives: a lesson that"):
+            parse_lesson(self.plan(host_starter=""))
+
+    def test_a_host_starter_needs_a_reference_to_check_the_readbacks(self) -> None:
+        data = self.plan()
+        del data["kernel"]["harness"]["reference"]
+        with self.assertRaisesMessage(LessonError, "kernel.host_starter: the harness needs"):
+            parse_lesson(data)
+
+    def test_a_host_starter_that_is_not_text_is_refused(self) -> None:
+        with self.assertRaisesMessage(LessonError, "kernel.host_starter must be"):
+            parse_lesson(self.plan(host_starter=["const n = 1;"]))
+        with self.assertRaisesMessage(LessonError, "kernel.host_objectives must be"):
+            parse_lesson(self.plan(host_objectives="dispatch"))
+
+    def test_a_host_starter_longer_than_a_submission_may_be_is_refused(self) -> None:
+        long = "//" + "x" * settings.TUTOR_KERNEL_MAX_CHARS
+        with self.assertRaisesMessage(LessonError, "kernel.host_starter is 20,002 characters"):
+            parse_lesson(self.plan(host_starter=long))
+
+
+@override_settings(TUTOR_LESSONS_DIR=LESSONS)
+class HostSubmissionTestCase(TutorRunTestCase):
+    def send(self, guided, source: str, host: str | None, note: str = ""):
+        data = {"source": source, "note": note}
+        if host is not None:
+            data["host_program"] = host
+        return read_events(
+            self.client.post(self.url(guided, "submit"), data, **self.stream_headers)
+        )
+
+    def outcome(self, events) -> dict:
+        run = next(data for name, data in events if name == "run")
+        return run
+
+    def test_the_page_has_a_host_editor_holding_the_scaffold(self) -> None:
+        guided = self.start("first-compute-shader")
+        page = self.client.get(guided.get_absolute_url())
+        self.assertContains(page, '<textarea id="host-editor" name="host_program"')
+        self.assertContains(page, "// TODO: dispatch the kernel.")
+        self.assertContains(page, "Left empty, the kernel runs under the lesson's own host")
+        self.assertIn("dispatchWorkgroups counts workgroups", guided.host_starter)
+        self.assertIn("This lesson's host code is yours too", guided.session.turns.first().content)
+
+    def test_a_submission_stores_both_halves_and_runs_as_a_program(self) -> None:
+        guided = self.start("first-compute-shader")
+        events = self.send(guided, add_kernel(), add_host("Math.ceil(n / 64)"))
+        self.assertEqual(self.outcome(events)["status"], "passed")
+        version = KernelVersion.objects.get(kernel=guided.kernel)
+        self.assertEqual(version.host_program, add_host("Math.ceil(n / 64)"))
+        submission = version.turn
+        self.assertIn("the changes to the starter code:", submission.content)
+        self.assertIn("and the changes to the host starter:", submission.content)
+        self.assertIn("+pass.dispatchWorkgroups(Math.ceil(n / 64));", submission.content)
+        review = guided.session.turns.order_by("number").last()
+        self.assertIn("**It passes:**", review.content)
+        page = self.client.get(guided.get_absolute_url())
+        self.assertContains(page, "What the host did")
+        self.assertContains(page, "compared with numpy&#x27;s add")
+        self.assertContains(page, "out[0] =")  # the program's console
+
+    def test_math_floor_in_the_dispatch_leaves_the_last_40_cells_unwritten(self) -> None:
+        guided = self.start("first-compute-shader")
+        events = self.send(guided, add_kernel(), add_host("Math.floor(n / 64)"))
+        self.assertEqual(self.outcome(events)["status"], "mismatch")
+        review = guided.session.turns.order_by("number").last()
+        self.assertIn("40 of 1000 cells of `out` were never written", review.content)
+
+    def test_changing_only_the_host_program_makes_a_new_version(self) -> None:
+        guided = self.start("first-compute-shader")
+        self.send(guided, add_kernel(), add_host("Math.floor(n / 64)"))
+        self.send(guided, add_kernel(), add_host("Math.floor(n / 64)"))
+        self.assertEqual(guided.kernel.versions.count(), 1)
+        again = guided.session.turns.filter(role=Turn.Role.LEARNER).last()
+        self.assertIn("v1 again (unchanged)", again.content)
+        self.send(guided, add_kernel(), add_host("Math.ceil(n / 64)"))
+        two = guided.kernel.versions.get(number=2)
+        self.assertEqual(two.source, add_kernel())
+        self.assertIn("the host program's changes:", two.turn.content)
+        self.assertNotIn("```wgsl", two.turn.content)
+        self.assertIn("-pass.dispatchWorkgroups(Math.floor(n / 64));", two.turn.content)
+
+    def test_an_empty_host_program_runs_under_the_lessons_harness(self) -> None:
+        guided = self.start("first-compute-shader")
+        events = self.send(guided, add_kernel(), "")
+        self.assertEqual(self.outcome(events)["status"], "passed")
+        version = guided.kernel.versions.get()
+        self.assertEqual(version.host_program, "")
+        self.assertIn("no host program: the harness is its host", version.turn.content)
+
+    def test_a_form_without_the_host_field_carries_the_host_program_over(self) -> None:
+        guided = self.start("first-compute-shader")
+        self.send(guided, add_kernel(), add_host("Math.ceil(n / 64)"))
+        self.send(guided, add_kernel().replace("a[id.x] + b[id.x]", "b[id.x] + a[id.x]"), None)
+        self.assertEqual(
+            guided.kernel.versions.get(number=2).host_program, add_host("Math.ceil(n / 64)")
+        )
+
+    def test_a_host_program_over_the_size_cap_is_refused_and_nothing_is_stored(self) -> None:
+        guided = self.start("first-compute-shader")
+        long = "//" + "x" * settings.TUTOR_KERNEL_MAX_CHARS
+        response = self.client.post(
+            self.url(guided, "submit"),
+            {"source": add_kernel(), "host_program": long},
+            **self.stream_headers,
+        )
+        self.assertEqual(response.status_code, 400)
+        self.assertIn("That host program is too long: at most 20,000", response.json()["error"])
+        self.assertFalse(guided.kernel.versions.exists())
+
+    def test_lesson_1_passes_with_the_buffer_lifecycle_written(self) -> None:
+        guided = self.start("device-and-buffers")
+        events = self.send(guided, scale_kernel(), scale_host())
+        self.assertEqual(self.outcome(events)["status"], "passed")
+
+    def test_without_javascript_the_form_posts_both_halves_and_shows_the_page(self) -> None:
+        guided = self.start("first-compute-shader")
+        response = self.client.post(
+            self.url(guided, "submit"),
+            {"source": add_kernel(), "host_program": add_host("Math.ceil(n / 64)")},
+        )
+        self.assertEqual(response.status_code, 302)
+        page = self.client.get(guided.get_absolute_url())
+        self.assertContains(page, "pass.dispatchWorkgroups(Math.ceil(n / 64));")
+        self.assertContains(page, "status-passed")
