@@ -14,8 +14,10 @@
   cold start      the first replay after the server starts (worker start-up included)
 
 The layer is a 784x128 matmul with bias (y = x @ w + b). The size sweep replays y = 2x
-over square outputs from 64x64 to 4096x4096 (65x65 is the first past the outcome's
-4,096 shown values), each against its own floor in the same loop.
+over square outputs from 8x8 to 4096x4096, each against its own floor in the same loop,
+with sizes either side of the outcome's thresholds: 8x8 is the last whose cells travel as
+JSON lists, 9x9 the first packed as bytes (LIST_UP_TO), 64x64 the last that carries its
+cells at all and 65x65 the first that does not (SHOW_VALUES_UP_TO).
 
     .venv/bin/python bench/replay.py [--runs 20] [--batch 1000] [--sizes 64,65,256,...]
 
@@ -371,7 +373,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--batch", type=int, default=1000, help="rows of x (digits)")
-    parser.add_argument("--sizes", default="64,65,256,1024,2048,4096", help="output sides")
+    parser.add_argument("--sizes", default="8,9,64,65,256,1024,2048,4096", help="output sides")
     args = parser.parse_args()
     spec = harness(args.batch)
 

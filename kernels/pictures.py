@@ -18,7 +18,7 @@ import numpy as np
 from django.utils.safestring import SafeString, mark_safe
 from PIL import Image
 
-from kernels.engine.outcome import Outcome
+from kernels.engine.outcome import Outcome, output_list
 
 CELL = 14  # px per cell of a heatmap
 MAX_SIDE = 64  # rows or columns drawn cell by cell
@@ -34,13 +34,6 @@ STATUS = {
     "n": ("#b54fd8", "NaN or infinity"),
 }
 UNWRITTEN, NONFINITE = "#6b6b70", "#b54fd8"
-
-
-def _value(raw) -> float | None:
-    """Outcome values: numbers, "NaN" / "Infinity" / "-Infinity", or None (never written)."""
-    if isinstance(raw, int | float):
-        return float(raw)
-    return {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}.get(raw)
 
 
 def _finite(value: float | None) -> bool:
@@ -377,10 +370,7 @@ def figures(outcome: Outcome) -> list[dict]:
     classified = report.get("kind") == "classification"
     for output in outcome.get("outputs", []):
         name, rows, cols = output["name"], *_matrix_shape(output)
-        got = [_value(v) for v in output["got"]] if output.get("got") is not None else None
-        expected = (
-            [_value(v) for v in output["expected"]] if output.get("expected") is not None else None
-        )
+        got, expected = output_list(output, "got"), output_list(output, "expected")
         if got is not None and rows == 1 and cols <= MAX_SIDE:
             title = f"{name}: expected (light) and got (dark)" if expected else f"{name}: values"
             result.append({"title": title, "svg": bars(name, expected, got)})

@@ -19,7 +19,7 @@ from config.ratelimit import client_key, hit
 from kernels import pictures, replay, story
 from kernels.digits import EmptyDrawing, drawing_harness, preprocess
 from kernels.engine.harness import resolve_fixture
-from kernels.engine.outcome import Status
+from kernels.engine.outcome import Status, output_list, output_values
 from kernels.host_context import host_context, host_diff_html
 from kernels.models import Kernel, KernelVersion, Run
 from kernels.outcome_context import outcome_context
@@ -307,15 +307,18 @@ def _classify(version: KernelVersion, pixels: np.ndarray) -> dict:
     if shown.busy:
         raise DigitsProblem(shown.busy, status=503)
     outcome = shown.outcome
-    probabilities = next((o["got"] for o in outcome.get("outputs", []) if o.get("got")), None)
-    if outcome["status"] not in (Status.PASSED, Status.MISMATCH) or not probabilities:
+    output = next((o for o in outcome.get("outputs", []) if o.get("got")), None)
+    if outcome["status"] not in (Status.PASSED, Status.MISMATCH) or output is None:
         raise DigitsProblem(f"The classifier could not run: {outcome['message']}", status=500)
-    probs = [p if isinstance(p, float | int) else 0.0 for p in probabilities]
-    output = next(o for o in outcome["outputs"] if o.get("got"))
+    got = output_values(output, "got")
+    # A never-written or non-finite score counts as no chance (JSON has no NaN).
+    probs = np.nan_to_num(got.astype(np.float64).filled(0.0), nan=0.0, posinf=0.0, neginf=0.0)
     return {
         "prediction": int(np.argmax(probs)),
-        "probabilities": probs,
-        "bars": pictures.bars("probabilities", output.get("expected"), output["got"]),
+        "probabilities": probs.ravel().tolist(),
+        "bars": pictures.bars(
+            "probabilities", output_list(output, "expected"), output_list(output, "got")
+        ),
         "matches_numpy": outcome["status"] == Status.PASSED,
         "environment": outcome["environment"].get("label", ""),
         "run_ms": outcome["timings"].get("run_ms"),

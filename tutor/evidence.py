@@ -9,7 +9,7 @@ the run does not show the cause, the finding says so.
 
 from __future__ import annotations
 
-from kernels.engine.outcome import EntryPointFacts
+from kernels.engine.outcome import EntryPointFacts, output_list
 
 LOCAL_BUILTINS = ("local_invocation_id", "local_invocation_index")
 # Beyond this many cells the scans below would cost the web process too much.
@@ -75,7 +75,7 @@ def unwritten_cells(
     (kind, text), kind one of "local" (a per-workgroup builtin indexes the whole array),
     "lines" (whole rows or columns of a matrix), "tail", "blocks", "unknown", or ""
     when the run holds no cell values to read."""
-    got = output.get("got")
+    got = output_list(output, "got")
     count = output.get("count") or 0
     name = output.get("name", "out")
     if not got or len(got) != count or count > MAX_CELLS:

@@ -13,11 +13,11 @@ from typing import Any
 import numpy as np
 
 from kernels.engine.harness import Buffer
-from kernels.engine.outcome import Status
+from kernels.engine.outcome import SENTINEL_BITS, Status, pack_values
 
-# Cells a kernel never wrote keep these bits. For f32 it is a quiet NaN with a payload
-# that arithmetic does not produce, so "never written" differs from "computed NaN".
-SENTINEL_BITS = {"f32": 0x7FC0DEAD, "u32": 0xDEADBEEF, "i32": 0xDEADBEEF}
+# Re-exported: the host program's trace writes its values with it.
+from kernels.engine.outcome import json_number as json_number
+
 SHOW_VALUES_UP_TO = 4096
 FIRST_BAD = 10
 GRID_SIZE = 64
@@ -58,12 +58,10 @@ def compare_output(
     else:
         codes = _codes(entry, buf, flat, expected, atol, rtol)
     if flat.size <= SHOW_VALUES_UP_TO:
-        got = _json_values(flat)
-        for i in np.flatnonzero(flat.view(np.uint32) == SENTINEL_BITS[buf.dtype]):
-            got[i] = None
-        entry["got"] = got
+        entry["got"] = pack_values(flat.reshape(buf.shape), buf.dtype)
         if expected is not None:
-            entry["expected"] = _json_values(expected.reshape(-1).astype(np.float64))
+            want = expected.reshape(buf.shape).astype(np.float64)
+            entry["expected"] = pack_values(want, "f64")
     entry["grid"] = status_grid(codes, buf.shape)
     return entry
 
@@ -193,31 +191,10 @@ def _index(flat_index: int, shape: Sequence[int]) -> list[int]:
     return [int(i) for i in np.unravel_index(flat_index, tuple(shape))]
 
 
-def _json_values(values: np.ndarray) -> list[int | float | str | None]:
-    """The cells as JSON numbers, converted at once (floats exactly as float() gives
-    them); NaN and infinities as the strings json_number gives."""
-    if values.dtype.kind != "f":
-        return [int(v) for v in values.tolist()]
-    cells: list[float] = values.astype(np.float64).tolist()
-    shown: list[int | float | str | None] = list(cells)
-    for i in np.flatnonzero(~np.isfinite(values)):
-        shown[i] = json_number(cells[i])
-    return shown
-
-
 def _value(v: np.generic) -> int | float | str:
     if v.dtype.kind == "f":
         return json_number(float(v))
     return int(v)
-
-
-def json_number(x: float) -> float | str:
-    """JSON has no NaN or infinities: they travel as the strings JavaScript prints."""
-    if math.isnan(x):
-        return "NaN"
-    if math.isinf(x):
-        return "Infinity" if x > 0 else "-Infinity"
-    return x
 
 
 def status_grid(codes: np.ndarray | None, shape: Sequence[int]) -> dict[str, Any]:

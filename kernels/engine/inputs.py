@@ -14,13 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from kernels.engine.compare import SENTINEL_BITS
 from kernels.engine.fields import HarnessError
 from kernels.engine.fills import resolve_fixture
 from kernels.engine.harness import Buffer, Harness
 from kernels.engine.layout import LayoutError, StructLayout, binding_type, struct_layout
 from kernels.engine.limits import Limits, MiB
-from kernels.engine.outcome import Status, Stop
+from kernels.engine.outcome import SENTINEL_BITS, Status, Stop
 from kernels.engine.references import REFERENCES
 
 INT_DTYPES = {"u32": np.uint32, "i32": np.int32}

@@ -24,7 +24,6 @@ import numpy as np
 from kernels.engine.analysis import analyse, misleading_on_cpu
 from kernels.engine.cases import Case
 from kernels.engine.compare import (
-    SENTINEL_BITS,
     classification_report,
     compare_output,
     mark_unwritten,
@@ -52,7 +51,7 @@ from kernels.engine.naga import (
     compile_message,
     parse_compile_error,
 )
-from kernels.engine.outcome import CompileError, Outcome, Status, Stop, no_timings
+from kernels.engine.outcome import SENTINEL_BITS, CompileError, Outcome, Status, Stop, no_timings
 from kernels.engine.webgpu import module_refusal, pipeline_refusal
 from kernels.engine.wgsl import declared_bindings, has_loop
 

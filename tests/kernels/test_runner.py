@@ -12,6 +12,7 @@ import pytest
 from kernels.engine.compare import status_grid
 from kernels.engine.device import Environment, open_device
 from kernels.engine.limits import Limits
+from kernels.engine.outcome import output_list
 from kernels.engine.run import execute
 
 ADD = """@group(0) @binding(0) var<storage, read> a: array<f32>;
@@ -162,7 +163,7 @@ def test_it_passes_a_correct_add(run) -> None:
     assert out["bad"] == 0 and out["unwritten"] == 0 and out["count"] == 1000
     assert out["max_abs_err"] < 1e-6
     assert set(out["grid"]["cells"]) == {"."}
-    assert len(out["got"]) == len(out["expected"]) == 1000
+    assert len(output_list(out, "got")) == len(output_list(out, "expected")) == 1000
     assert outcome["timings"]["compile_ms"] > 0 and outcome["timings"]["run_ms"] > 0
 
 
@@ -304,9 +305,9 @@ def test_it_shows_where_a_swapped_matmul_goes_wrong(run) -> None:
     assert out["bad"] == 16 * 16 - 16  # only the diagonal survives a transpose
     first = out["first_bad"][0]
     assert first["index"] == [0, 1] and first["kind"] == "wrong"
-    a = np.array(out["got"]).reshape(16, 16)
+    a = np.array(output_list(out, "got")).reshape(16, 16)
     assert first["got"] == pytest.approx(a[0, 1])
-    assert first["expected"] == pytest.approx(out["expected"][1])
+    assert first["expected"] == pytest.approx(output_list(out, "expected")[1])
     assert len(out["first_bad"]) == 10
     assert "x" in out["grid"]["cells"] and out["grid"]["rows"] == 16
     assert outcome["message"].startswith("240 of 256 cells wrong; worst error")
@@ -321,11 +322,11 @@ def test_it_counts_cells_never_written(run) -> None:
     assert out["bad"] == out["unwritten"]
     assert out["first_bad"][0] == {
         "index": [512],
-        "expected": out["expected"][512],
+        "expected": output_list(out, "expected")[512],
         "got": None,
         "kind": "unwritten",
     }
-    assert out["got"][511] is not None and out["got"][512] is None
+    assert output_list(out, "got")[511] is not None and output_list(out, "got")[512] is None
     grid = out["grid"]
     assert (grid["rows"], grid["cols"], grid["block"]) == (1, 63, [1, 16])
     assert grid["cells"] == "." * 32 + "u" * 31
@@ -373,7 +374,7 @@ def test_it_runs_passes_in_order_on_shared_buffers(run) -> None:
     outcome = run({"self": MATMUL_BIAS, "relu": RELU}, harness)
 
     assert outcome["status"] == "passed", outcome["message"]
-    assert min(outcome["outputs"][0]["got"]) == 0.0
+    assert min(output_list(outcome["outputs"][0], "got")) == 0.0
 
 
 @pytest.mark.parametrize(
@@ -459,7 +460,7 @@ def test_it_shows_outputs_without_a_reference_as_a_browser_would(run) -> None:
     assert outcome["status"] == "no_reference"
     (out,) = outcome["outputs"]
     assert out["unwritten"] == 0 and out["bad"] is None and "expected" not in out
-    assert out["got"][63] != 0 and out["got"][64:] == [0.0] * 36
+    assert output_list(out, "got")[63] != 0 and output_list(out, "got")[64:] == [0.0] * 36
     assert "never written" not in outcome["message"]
 
 
@@ -631,9 +632,12 @@ def test_it_reads_raw_bin_and_npy_slices(run, tmp_path: Path) -> None:
     from_npy = run(COPY, harness)
 
     assert from_bin["status"] == "no_reference", from_bin["message"]
-    assert from_bin["outputs"][0]["got"] == [float(v) for v in range(64, 128)]
+    assert output_list(from_bin["outputs"][0], "got") == [float(v) for v in range(64, 128)]
     # Ten values from the tenth row on; the rest of the buffer stays zero.
-    assert from_npy["outputs"][0]["got"] == [float(v) for v in range(90, 100)] + [0.0] * 54
+    assert (
+        output_list(from_npy["outputs"][0], "got")
+        == [float(v) for v in range(90, 100)] + [0.0] * 54
+    )
 
 
 @pytest.mark.parametrize(
@@ -688,7 +692,10 @@ def test_it_runs_each_case_and_takes_the_worst(run) -> None:
     large = outcome["cases"][1]
     assert large["description"] == "sums past the clamp"
     # The top level shows the worst case, whose cells alone come with their values.
-    assert outcome["outputs"] == large["outputs"] and large["outputs"][0]["got"][0] == 10.0
+    assert (
+        outcome["outputs"] == large["outputs"]
+        and output_list(large["outputs"][0], "got")[0] == 10.0
+    )
     assert "got" not in outcome["cases"][0]["outputs"][0]
 
 
@@ -739,7 +746,7 @@ def test_it_runs_again_with_the_sentinel_only_to_diagnose_a_mismatch(
     # run: never written. The accumulated cells are right, so none of them is called so.
     assert short["status"] == "mismatch"
     assert out["unwritten"] == out["bad"] == 1000 - 512
-    assert out["got"][511] is not None and out["got"][512] is None
+    assert output_list(out, "got")[511] is not None and output_list(out, "got")[512] is None
 
 
 RELU_OUT = """@group(0) @binding(0) var<storage, read> h: array<f32>;
@@ -776,4 +783,4 @@ def test_it_shows_an_intermediate_buffer_the_report_asks_for(run) -> None:
     assert y["name"] == "y" and y["bad"] == 0 and "intermediate" not in y
     assert hidden["name"] == "hidden" and hidden["intermediate"] is True
     assert hidden["bad"] is None and "expected" not in hidden
-    assert min(hidden["got"]) < 0  # before the ReLU
+    assert min(output_list(hidden, "got")) < 0  # before the ReLU

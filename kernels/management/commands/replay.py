@@ -8,7 +8,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from kernels import replay
-from kernels.engine.outcome import Outcome
+from kernels.engine.outcome import Outcome, json_number, output_list
 from kernels.engine.pool import Pool
 from sessions.models import Session
 
@@ -55,6 +55,28 @@ def _output_lines(output: dict[str, Any]) -> list[str]:
         got = "nothing (never written)" if cell["got"] is None else cell["got"]
         lines.append(f"    at {cell['index']}: expected {cell['expected']}, got {got}")
     return lines
+
+
+def readable(outcome: Outcome) -> dict[str, Any]:
+    """The outcome with its outputs' cells as JSON lists (packed, they are base64)."""
+
+    def unpacked(output: dict[str, Any]) -> dict[str, Any]:
+        cells = {key: output_list(output, key) for key in ("got", "expected") if key in output}
+        return {
+            **output,
+            **{
+                key: [v if v is None or isinstance(v, int) else json_number(v) for v in values]
+                for key, values in cells.items()
+                if values is not None
+            },
+        }
+
+    shown: dict[str, Any] = {**outcome, "outputs": [unpacked(o) for o in outcome["outputs"]]}
+    if "cases" in outcome:
+        shown["cases"] = [
+            {**case, "outputs": [unpacked(o) for o in case["outputs"]]} for case in outcome["cases"]
+        ]
+    return shown
 
 
 def _layout_line(layout: dict[str, Any]) -> str:
@@ -111,7 +133,7 @@ class Command(BaseCommand):
         else:
             raise CommandError("Give --source [--harness], or --session and --turn.")
         if options["json"]:
-            self.stdout.write(json.dumps(outcome, indent=2))
+            self.stdout.write(json.dumps(readable(outcome), indent=2))
         else:
             self.stdout.write(describe(outcome))
 
