@@ -115,12 +115,14 @@ def sources_for(version: KernelVersion, harness: Harness | None) -> dict[str, st
     return sources
 
 
-def job_for(version: KernelVersion, spec: dict | None = None) -> Job:
+def job_for(
+    version: KernelVersion, spec: dict | None = None, compare_with: KernelVersion | None = None
+) -> Job:
     """The job replaying this version, under its own harness or the one given; its host
-    program when it has one."""
+    program when it has one (compared with another version's, when one is given)."""
     spec = version.harness if spec is None else spec
     if version.host_program:
-        return program_job(version, spec)
+        return program_job(version, spec, compare_with)
     harness = parsed_harness(version, spec)
     sources = sources_for(version, harness)
     payload = {
@@ -147,7 +149,12 @@ class ProgramCheck:
     final: KernelVersion | None = None
 
 
-def program_check(version: KernelVersion, harness: Harness | None) -> ProgramCheck:
+def program_check(
+    version: KernelVersion, harness: Harness | None, compare_with: KernelVersion | None = None
+) -> ProgramCheck:
+    """compare_with: a version the reader chose, whose readbacks are the reference."""
+    if compare_with is not None and compare_with.host_program:
+        return ProgramCheck(final=compare_with)
     if harness is not None and harness.reference is not None:
         return ProgramCheck(harness=harness)
     final = version.kernel.versions.exclude(host_program="").order_by("-number").first()
@@ -159,13 +166,15 @@ def wgsl_files(version: KernelVersion) -> dict[str, str]:
     return {"kernel.wgsl": version.source, f"{version.kernel.name}.wgsl": version.source}
 
 
-def program_job(version: KernelVersion, spec: dict) -> Job:
+def program_job(
+    version: KernelVersion, spec: dict, compare_with: KernelVersion | None = None
+) -> Job:
     """The job running this version's host program (kernels.engine.host.program).
 
     Its key covers the WGSL, the program, the session's files and what it is checked
     against; the files themselves join the payload only when the job is sent (with_files).
     """
-    check = program_check(version, parsed_harness(version, spec))
+    check = program_check(version, parsed_harness(version, spec), compare_with)
     files = dict(
         SessionFile.objects.filter(session=version.kernel.session_id).values_list("name", "sha256")
     )
@@ -444,7 +453,11 @@ def _busy(version: KernelVersion, unavailable: ReplayUnavailable) -> Replay:
 
 
 def for_reader(
-    version: KernelVersion, start: bool = False, fresh: bool = False, run_id: int | None = None
+    version: KernelVersion,
+    start: bool = False,
+    fresh: bool = False,
+    run_id: int | None = None,
+    compare_with: KernelVersion | None = None,
 ) -> Replay:
     """The run a reader sees of this version now (_find_run says which); nothing waits.
 
@@ -453,7 +466,7 @@ def for_reader(
     page polling the run it shows never starts another by asking.
     """
     try:
-        job = job_for(version)
+        job = job_for(version, compare_with=compare_with)
     except ReplayProblem as error:
         return Replay(version, problem=str(error))
     if run_id is not None:
@@ -479,6 +492,7 @@ def run_now(
     harness: dict | None = None,
     fresh: bool = False,
     timeout: float | None = None,
+    compare_with: KernelVersion | None = None,
 ) -> Replay:
     """Run this version (under its harness, or the one given) and wait for the outcome.
 
@@ -487,7 +501,7 @@ def run_now(
     (the tutor, the draw-a-digit page, the replay command).
     """
     try:
-        job = job_for(version, harness)
+        job = job_for(version, harness, compare_with)
     except ReplayProblem as error:
         return Replay(version, problem=str(error))
     timeout = settings.REPLAY_DEADLINE + 5 if timeout is None else timeout

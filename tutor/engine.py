@@ -393,7 +393,7 @@ def submit(
     yield "turn", {"turn": turn}
 
     yield "running", {"version": version}
-    execution = replay.run_now(version)
+    execution = replay.run_now(version, compare_with=guided.compared_with(version))
     turn.meta["run"] = execution.summary()
     turn.save(update_fields=["meta"])
     yield "run", {"execution": execution}

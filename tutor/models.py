@@ -17,6 +17,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from config import processes
+from kernels import replay
+from kernels.models import KernelVersion
 from sessions.models import Session, Turn
 
 # The reply lock's lease: renewed every third of it while the reply is written, so a
@@ -170,6 +172,21 @@ class GuidedSession(models.Model):
 
     def latest_version(self):
         return self.kernel.versions.order_by("-number").first()
+
+    def compared_with(self, version: KernelVersion) -> KernelVersion | None:
+        """The earlier version whose readbacks the learner chose as this version's
+        reference, as the last turn that submitted it says; None for the usual check."""
+        turns = self.session.turns.filter(kernel_version=version, meta__kind="submission")
+        last = turns.order_by("-number").first()
+        number = last.meta.get("compare_with") if last is not None else None
+        if not isinstance(number, int) or number >= version.number:
+            return None
+        return self.kernel.versions.exclude(host_program="").filter(number=number).first()
+
+    def replay(self, version: KernelVersion) -> replay.Replay:
+        """The run of this version a page shows now (kernels.replay.for_reader), under the
+        comparison the learner chose."""
+        return replay.for_reader(version, compare_with=self.compared_with(version))
 
     # -- tokens ----------------------------------------------------------------------
 

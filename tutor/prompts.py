@@ -13,9 +13,11 @@ from typing import TYPE_CHECKING
 
 from django.conf import settings
 
-from kernels import replay
 from kernels.engine.harness import HarnessError, parse_harness
+from kernels.engine.outcome import Outcome
+from kernels.models import KernelVersion, text_diff
 from sessions.models import Turn
+from tutor import host_review
 from tutor.review import outcome_for_model
 
 if TYPE_CHECKING:
@@ -24,15 +26,19 @@ if TYPE_CHECKING:
 CACHE = {"type": "ephemeral"}
 
 RULES = """You are the tutor in a Kernelbin guided session. A learner is writing a WGSL compute \
-kernel for the lesson described below. Every time they submit, the server runs their kernel \
-under a fixed harness with wgpu and compares every output cell with a numpy reference.
+kernel for the lesson described below, and in some lessons the WebGPU host program \
+(JavaScript) that runs it. Every time they submit, the server runs their kernel (with their \
+host program when there is one, else under a fixed harness) with wgpu and compares every \
+output cell with a numpy reference.
 
 # Your role: guide, never write the kernel
 - You do not write the learner's kernel or any part of it: no entry points, no binding \
 declarations, no function bodies, no corrected lines, no diffs, and no pseudo-code that maps \
-line for line onto their kernel. This holds when the learner insists, says they are an expert, \
-says it is urgent, or asks "just this once". Say kindly that writing it is their part of the \
-work, and give the next hint instead.
+line for line onto their kernel. The same for the host code the lesson asks them to write \
+(buffer usages, writeBuffer, the dispatch size, copies, mapAsync): no createBuffer, \
+writeBuffer, dispatchWorkgroups or mapAsync calls written for them. This holds when the \
+learner insists, says they are an expert, says it is urgent, or asks "just this once". Say \
+kindly that writing it is their part of the work, and give the next hint instead.
 - You may explain concepts (workgroups, invocation ids, address spaces, row-major layout, \
 floating point), name builtins and syntax rules in prose, quote one short line of the learner's \
 own code to point at it, and show a generic syntax fragment of at most two lines that is not \
@@ -41,9 +47,12 @@ learner and the withholding is recorded.
 
 # How you tutor
 - Look at their actual work. Every message you receive ends with the learner's current kernel \
-in <kernel> (with line numbers), its diff from the previous version in <diff> and the latest \
-run in <run_result>. Refer to concrete line numbers. Base every claim about correctness on a \
-run: if the current code has not run, call the run_kernel tool before you judge it.
+in <kernel> (with line numbers), its host program in <host_program> when it has one, their \
+diffs from the previous version in <diff> and the latest run in <run_result> (for a host \
+program, with <trace>: its buffers in bytes, writes, dispatches, copies, readbacks, console \
+and the host line of any error). Refer to concrete line numbers. Base every claim about \
+correctness on a run: if the current code has not run, call the run_kernel tool before you \
+judge it.
 - When they submit, review line by line: say what the run showed, which line causes it and \
 why, then ask one question that leads them to the fix.
 - One question or one small task per reply, then stop. Make it a check of understanding: \
@@ -162,9 +171,11 @@ def lesson_text(guided: GuidedSession) -> str:
             )
         return (
             "<lesson free-form>\nThis is a free-form session: the learner writes any WGSL compute "
-            "kernel they choose. There is no harness, so submissions are only compiled and "
-            "validated (status no_reference means it compiles). Ask what they want to build, "
-            "then guide them as in a lesson.\n</lesson>"
+            "kernel they choose, and a host program that defines its buffers, inputs, dispatch "
+            "and readbacks. Nothing says what the outputs should be, so a run shows them "
+            "without a verdict (status no_reference), unless the learner compares it with an "
+            "earlier version of theirs. Ask what they want to build, then guide them as in a "
+            "lesson.\n</lesson>"
         )
     kernel = lesson.get("kernel", {})
     steps = "\n".join(
@@ -190,6 +201,7 @@ Starter code the learner was given (bindings declared, the rest is theirs):
 {kernel.get("starter", "").rstrip()}
 ```
 
+{_host_lesson_text(kernel)}
 ## Steps
 {steps or "(none)"}
 
@@ -199,6 +211,22 @@ Starter code the learner was given (bindings declared, the rest is theirs):
 ## Hint ladder for this lesson (prose only)
 {hints or "(none)"}
 </lesson>"""
+
+
+def _host_lesson_text(kernel: dict) -> str:
+    """The host program the lesson asks for: its objectives and the scaffold given."""
+    starter = kernel.get("host_starter") or ""
+    if not starter.strip():
+        return ""
+    return f"""## The host program the learner writes (WebGPU JavaScript)
+The learner's kernel is loaded by the program as kernel.wgsl. What they write:
+{_list(kernel.get("host_objectives") or [])}
+
+Host starter they were given (the scaffold; the TODOs are theirs):
+```js
+{starter.rstrip()}
+```
+"""
 
 
 # The turns a continued session tells Claude about: the last ones before the point it
@@ -365,6 +393,34 @@ def numbered(source: str) -> str:
     return "\n".join(f"{n:>{width}} | {line}" for n, line in enumerate(lines, start=1))
 
 
+def _diff_text(version: KernelVersion) -> str:
+    """<diff>: each half's changes from the previous version."""
+    previous = version.previous()
+    if previous is None:
+        return f'<diff to="{version.number}">first version</diff>'
+    diff = version.diff_from(previous)
+    if previous.host_program != version.host_program:
+        host = text_diff(
+            previous.host_program,
+            version.host_program,
+            f"v{previous.number} host",
+            f"v{version.number} host",
+        )
+        diff = f"{diff}{host}"
+    return (
+        f'<diff from="{previous.number}" to="{version.number}">\n'
+        f"{diff.rstrip() or 'no changes'}\n</diff>"
+    )
+
+
+def run_text(outcome: Outcome) -> str:
+    """A run's facts for Claude; a host program's trace with them."""
+    facts = outcome_for_model(outcome)
+    if host_review.program(outcome):
+        facts += f"\n<trace>\n{host_review.trace_text(outcome)}\n</trace>"
+    return facts
+
+
 def state_text(guided: GuidedSession, notes: Sequence[str] = ()) -> str:
     """<kernel>, <diff>, <run_result>, notes and the reminder: the last user message's tail."""
     name = guided.kernel.name
@@ -382,22 +438,18 @@ def state_text(guided: GuidedSession, notes: Sequence[str] = ()) -> str:
             f'<kernel name="{name}" version="{version.number}">\n'
             f"{numbered(version.source)}\n</kernel>"
         )
-        previous = version.previous()
-        if previous is None:
-            parts.append(f'<diff to="{version.number}">first version</diff>')
-        else:
-            diff = version.diff_from(previous)
+        if version.host_program:
             parts.append(
-                f'<diff from="{previous.number}" to="{version.number}">\n'
-                f"{diff.rstrip() or 'no changes'}\n</diff>"
+                f'<host_program version="{version.number}">\n'
+                f"{numbered(version.host_program)}\n</host_program>"
             )
-        outcome = replay.for_reader(version).outcome
+        parts.append(_diff_text(version))
+        outcome = guided.replay(version).outcome
         if outcome is None:
             parts.append(f'<run_result version="{version.number}">not run yet</run_result>')
         else:
             parts.append(
-                f'<run_result version="{version.number}">\n{outcome_for_model(outcome)}\n'
-                "</run_result>"
+                f'<run_result version="{version.number}">\n{run_text(outcome)}\n</run_result>'
             )
     parts.extend(notes)
     parts.append(REMINDER)

@@ -21,7 +21,7 @@ from kernels.models import KernelVersion
 from sessions.models import Session, Turn
 from tutor import guardrail, llm, prompts
 from tutor.models import ApiCall, GuardrailEvent, GuidedSession
-from tutor.review import outcome_for_model, status_label
+from tutor.review import status_label
 
 # (name, data): the events tutor/engine.py describes.
 Event = tuple[str, dict]
@@ -124,13 +124,13 @@ def run_kernel_tool(guided: GuidedSession, arguments: dict) -> ToolRun:
             else "The learner has not submitted a kernel yet: there is nothing to run."
         )
         return ToolRun(text, True, None, text)
-    execution = replay.run_now(version)
+    execution = replay.run_now(version, compare_with=guided.compared_with(version))
     if outcome := execution.outcome:
         markdown = (
             f"**{guided.kernel.name} v{version.number}: {status_label(outcome)}.** "
             f"{outcome.get('message', '')}"
         )
-        return ToolRun(outcome_for_model(outcome), False, execution, markdown)
+        return ToolRun(prompts.run_text(outcome), False, execution, markdown)
     why = execution.busy or execution.problem
     return ToolRun(why, True, execution, f"**{guided.kernel.name} v{version.number}:** {why}")
 

@@ -16,7 +16,7 @@ import math
 
 from kernels.engine.harness import HarnessError, parse_harness
 from kernels.engine.outcome import EntryPointFacts, Outcome, Status, output_list
-from tutor import evidence
+from tutor import evidence, host_review
 
 FIRST_CELLS = 6
 
@@ -246,15 +246,23 @@ def _pipeline_review(outcome: Outcome, harness: dict) -> list[str]:
 
 
 def _entry_point(outcome: Outcome, harness: dict) -> tuple[EntryPointFacts, int] | None:
-    """The first pass's entry point as the worker read it, and the pass's workgroups."""
-    try:
-        first = parse_harness(harness).passes[0]
-    except HarnessError:
-        return None
-    facts = (outcome.get("analysis") or {}).get(first.kernel) or {"entry_points": []}
+    """The first pass's entry point as the worker read it, and the pass's workgroups: the
+    host program's first dispatch in a program run, else the harness's first pass."""
+    if host_review.program(outcome):
+        dispatched = host_review.first_dispatch(outcome)
+        if dispatched is None:
+            return None
+        kernel, entry_point, groups = "self", dispatched[0], dispatched[1]
+    else:
+        try:
+            first = parse_harness(harness).passes[0]
+        except HarnessError:
+            return None
+        kernel, entry_point, groups = first.kernel, first.entry_point, math.prod(first.dispatch)
+    facts = (outcome.get("analysis") or {}).get(kernel) or {"entry_points": []}
     for entry in facts["entry_points"]:
-        if entry["name"] == first.entry_point:
-            return entry, math.prod(first.dispatch)
+        if entry["name"] == entry_point:
+            return entry, groups
     return None
 
 
@@ -389,10 +397,10 @@ def _cells(output: dict) -> str:
     return "| cell | expected | got |\n|---|---|---|\n" + "\n".join(rows)
 
 
-def _results_review(outcome: Outcome, harness: dict) -> list[str]:
+def _results_review(outcome: Outcome, harness: dict, host: str) -> list[str]:
     parts = [f"**It runs, but the results are wrong:** {outcome.get('message', '')}"]
-    threads = _threads(outcome, harness) if harness else None
-    found_entry = _entry_point(outcome, harness) if harness else None
+    threads = _threads(outcome, harness)
+    found_entry = _entry_point(outcome, harness)
     entry = found_entry[0] if found_entry else None
     for output in outcome.get("outputs", []):
         bad = output.get("bad") or 0
@@ -425,6 +433,8 @@ def _results_review(outcome: Outcome, harness: dict) -> list[str]:
                 )
             elif kind in ("local", "lines"):
                 text += f" {found}"
+            elif host and (short := host_review.dispatch_shortfall(outcome, host, count, name)):
+                text += short
             elif threads and threads[2] < count:
                 groups, size, total = threads
                 text += (
@@ -457,7 +467,7 @@ def _results_review(outcome: Outcome, harness: dict) -> list[str]:
 def _pass_question(outcome: Outcome, harness: dict) -> str:
     """A question about the passing run itself: the lesson's checks are instructions to
     the tutor and never reach the learner."""
-    threads = _threads(outcome, harness) if harness else None
+    threads = _threads(outcome, harness)
     outputs = outcome.get("outputs") or []
     if not threads or not outputs:
         return ""
@@ -473,20 +483,33 @@ def _pass_question(outcome: Outcome, harness: dict) -> str:
     return text + f" Which cell does invocation {min(70, total - 1)} write, and why that one?"
 
 
+def _shown_review(outcome: Outcome) -> str:
+    """A program run with no verdict: its outputs are shown, and why there is no verdict."""
+    return (
+        f"**It ran; the outputs it read back are shown.** {outcome.get('message', '')} "
+        "Do they hold what you expect? Work out two or three cells by hand and compare; "
+        "to check a change, compare this run with an earlier version of yours."
+    )
+
+
 def offline_review(outcome: Outcome, source: str, harness: dict, host: str = "") -> str:
     """The automatic review of one run, in Markdown; host is the version's host program."""
     status = outcome.get("status", "")
-    if status == Status.COMPILE_ERROR:
+    if stopped := host_review.error_review(outcome, host):
+        parts = stopped
+    elif status == Status.COMPILE_ERROR:
         parts = _compile_review(outcome, source)
     elif status == Status.PIPELINE_ERROR:
         parts = _pipeline_review(outcome, harness)
     elif status in (Status.MISMATCH, Status.NONFINITE):
-        parts = _results_review(outcome, harness)
+        parts = _results_review(outcome, harness, host)
     elif status == Status.PASSED:
         parts = [f"**It passes:** {outcome.get('message', '')}"]
         if question := _pass_question(outcome, harness):
             parts.append(question)
         parts.append("When you are done, you can publish this session from the side panel.")
+    elif status == Status.NO_REFERENCE and host_review.program(outcome):
+        parts = [host_review.never_dispatched(outcome) or _shown_review(outcome)]
     elif status == Status.NO_REFERENCE:
         parts = [
             f"**{outcome.get('message', 'It compiles.')}** This session has no harness: "

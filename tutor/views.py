@@ -374,7 +374,7 @@ def session_page(request: HttpRequest, slug: str) -> HttpResponse:
         ],
         "message_max": settings.TUTOR_MESSAGE_MAX_CHARS,
         "kernel_max": settings.TUTOR_KERNEL_MAX_CHARS,
-        **_run_context(replay.for_reader(latest) if latest else None),
+        **_run_context(guided.replay(latest) if latest else None),
         **_usage_context(guided),
     }
     return render(request, "tutor/session.html", context)

@@ -12,7 +12,14 @@ from django.test import override_settings
 
 from kernels.models import KernelVersion
 from sessions.models import Turn
-from tests.tutor.helpers import TutorRunTestCase, TutorTestCase, read_events
+from tests.tutor.helpers import (
+    FAKE_KEY,
+    FakeAPI,
+    TutorRunTestCase,
+    TutorTestCase,
+    read_events,
+    text_reply,
+)
 from tutor.lessons import LessonError, get_lesson, parse_lesson
 
 LESSONS = Path(settings.BASE_DIR) / "fixtures" / "lessons"
@@ -164,8 +171,54 @@ class HostSubmissionTestCase(TutorRunTestCase):
         guided = self.start("first-compute-shader")
         events = self.send(guided, add_kernel(), add_host("Math.floor(n / 64)"))
         self.assertEqual(self.outcome(events)["status"], "mismatch")
-        review = guided.session.turns.order_by("number").last()
-        self.assertIn("40 of 1000 cells of `out` were never written", review.content)
+        review = guided.session.turns.order_by("number").last().content
+        self.assertIn("40 of 1000 cells of `out` were never written", review)
+        dispatch = next(
+            n
+            for n, text in enumerate(add_host("Math.floor(n / 64)").splitlines(), start=1)
+            if "dispatchWorkgroups(Math.floor" in text
+        )
+        self.assertIn(
+            f"Your host program dispatches 15 workgroups (line {dispatch}, "
+            "`pass.dispatchWorkgroups(Math.floor(n / 64));`) × @workgroup_size 64 = 960 "
+            "invocations, for 1000 cells of `out`",
+            review,
+        )
+        self.assertIn("how many workgroups of 64 does it take to cover 1000 elements", review)
+        self.assertNotIn("Math.ceil", review)
+        self.assertNotIn("fixed by the lesson", review)
+
+    def test_the_scaffold_as_given_never_dispatches_and_the_review_says_so(self) -> None:
+        guided = self.start("first-compute-shader")
+        host = lesson_file("02-first-compute-shader.json")["kernel"]["host_starter"]
+        self.send(guided, add_kernel(), host)
+        review = guided.session.turns.order_by("number").last().content
+        self.assertIn("**Your host program never dispatched the kernel:**", review)
+
+    def test_a_kernel_indexed_by_local_invocation_id_is_named_in_a_program_run(self) -> None:
+        guided = self.start("first-compute-shader")
+        local = add_kernel().replace(
+            "@builtin(global_invocation_id) id", "@builtin(local_invocation_id) id"
+        )
+        self.send(guided, local, add_host("Math.ceil(n / 64)"))
+        review = guided.session.turns.order_by("number").last().content
+        self.assertIn("from `local_invocation_id` (`id`)", review)
+        self.assertIn("cells 64–999", review)
+
+    def test_mapping_a_buffer_without_map_read_names_the_host_line_and_the_usage(self) -> None:
+        guided = self.start("device-and-buffers")
+        host = scale_host("GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST")
+        events = self.send(guided, scale_kernel(), host)
+        self.assertEqual(self.outcome(events)["status"], "pipeline_error")
+        review = guided.session.turns.order_by("number").last().content
+        mapped = next(n for n, text in enumerate(host.splitlines(), start=1) if "mapAsync" in text)
+        self.assertIn(f"**Your host program stopped at line {mapped}:**", review)
+        self.assertIn("`await readBuffer.mapAsync(GPUMapMode.READ);`", review)
+        self.assertIn("The call needs a buffer with the MAP_READ usage.", review)
+        self.assertIn("with COPY_DST | STORAGE", review)
+        self.assertNotIn("pipeline could not be set up", review)
+        page = self.client.get(guided.get_absolute_url())
+        self.assertContains(page, f"&quot;line&quot;: {mapped}")  # the host editor marks it
 
     def test_changing_only_the_host_program_makes_a_new_version(self) -> None:
         guided = self.start("first-compute-shader")
@@ -224,3 +277,42 @@ class HostSubmissionTestCase(TutorRunTestCase):
         page = self.client.get(guided.get_absolute_url())
         self.assertContains(page, "pass.dispatchWorkgroups(Math.ceil(n / 64));")
         self.assertContains(page, "status-passed")
+
+
+@override_settings(TUTOR_LESSONS_DIR=LESSONS, ANTHROPIC_API_KEY=FAKE_KEY)
+class ClaudeSeesTheHostTestCase(TutorRunTestCase):
+    def test_claude_gets_both_halves_their_diff_and_the_trace(self) -> None:
+        guided = self.start("first-compute-shader")
+        api = FakeAPI(text_reply("How many invocations ran?"), text_reply("And now?"))
+        with api.patch():
+            read_events(
+                self.client.post(
+                    self.url(guided, "submit"),
+                    {"source": add_kernel(), "host_program": add_host("Math.floor(n / 64)")},
+                    **self.stream_headers,
+                )
+            )
+            read_events(
+                self.client.post(
+                    self.url(guided, "submit"),
+                    {"source": add_kernel(), "host_program": add_host("Math.ceil(n / 64)")},
+                    **self.stream_headers,
+                )
+            )
+        system = api.requests[0]["body"]["system"]
+        self.assertIn("no createBuffer", system[0]["text"])
+        self.assertIn("## The host program the learner writes", system[1]["text"])
+        self.assertIn("// TODO: dispatch the kernel.", system[1]["text"])
+        first = api.last_user_text(0)
+        self.assertIn('<host_program version="1">', first)
+        self.assertIn("| pass.dispatchWorkgroups(Math.floor(n / 64));", first)
+        self.assertIn("<trace>", first)
+        self.assertIn("buffer a: 4,000 B, usage COPY_DST|STORAGE (line 11)", first)
+        self.assertIn("dispatchWorkgroups(15, 1, 1) with pipeline 1", first)
+        self.assertIn("copy 4,000 B from out to read", first)
+        self.assertIn("read back read (copied from out): 4,000 B as f32", first)
+        self.assertIn("console.log (line 55): out[0] =", first)
+        self.assertIn("readbacks checked against numpy's add", first)
+        second = api.last_user_text(1)
+        self.assertIn("-pass.dispatchWorkgroups(Math.floor(n / 64));", second)
+        self.assertIn("+++ v2 host", second)

@@ -18,6 +18,7 @@ from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 
+from kernels.engine.analysis import analyse
 from kernels.engine.compare import compare_output, mark_unwritten, no_reference_message, verdict
 from kernels.engine.device import Environment
 from kernels.engine.harness import Buffer, HarnessError, parse_harness
@@ -373,6 +374,9 @@ def run_program_job(device: Any, env: Environment, job: Mapping[str, Any]) -> Ou
     if check["problem"] and outcome["status"] == Status.NO_REFERENCE:
         outcome["message"] += f" No verdict: {check['problem']}."
     outcome["check"] = check  # type: ignore[typeddict-unknown-key]
+    # What the reviewer reads of the version's kernel, as after a harness run.
+    if kernel := (job.get("wgsl") or {}).get("kernel.wgsl"):
+        outcome["analysis"] = analyse({"self": kernel})
     return outcome
 
 
