@@ -20,7 +20,6 @@ from tests.base import make_session
 from tests.kernels.test_host_program import ADD_WGSL, VECTOR_ADD
 from tests.kernels.test_replay_views import finished
 
-SHOWCASE = "fixtures/showcase/gpu-inference-from-scratch.json"
 FLOOR = VECTOR_ADD.replace("Math.ceil(n / 64)", "Math.floor(n / 64)")
 # The vector add with `a` loaded from a session file instead of computed.
 FETCHING = VECTOR_ADD.replace(
@@ -190,35 +189,3 @@ class SessionFileAdminTests(TestCase):
         r = self.upload("w1.bin", b"\x01", name="../w1.bin")
         self.assertContains(r, "is not a file name a program can fetch")
         self.assertFalse(SessionFile.objects.exists())
-
-
-class ShowcaseHostBugTests(TransactionTestCase):
-    """The three host bugs of the showcase show their cause on their replay pages."""
-
-    def setUp(self) -> None:
-        with open(SHOWCASE, "rb") as stream:
-            import_session(json.load(stream))
-
-    def page(self, turn: int):
-        path = f"/s/gpu-inference-from-scratch/turns/{turn}/replay"
-        finished(self.client, f"{path}.json")
-        return self.client.get(f"{path}/")
-
-    def test_add_v1_dispatches_960_invocations_for_1000_elements(self) -> None:
-        page = self.page(20)
-        self.assertContains(page, "dispatches 15 workgroups of 64: 960 invocations for the 1,000")
-        self.assertContains(page, "the harness, written as the WebGPU code it stands for")
-        # The fix shows as a change of the host code: 15 workgroups, then 16.
-        fix = self.page(24)
-        self.assertContains(fix, "Host changes since v1")
-
-    def test_matmul_v2_sends_12_bytes_for_a_16_byte_uniform(self) -> None:
-        page = self.page(36)
-        self.assertContains(page, "Buffer dims is 12 bytes, but struct Dims")
-        self.assertContains(page, "is 16 bytes")
-        self.assertContains(page, '<g class="segment padding missing">')
-
-    def test_forward_v1_shares_one_dims_buffer_between_passes(self) -> None:
-        page = self.page(78)
-        self.assertContains(page, "Uniform buffer dims is bound in passes 1 and 3")
-        self.assertContains(page, "m = 16; k = 32; n = 10")

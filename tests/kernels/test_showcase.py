@@ -1,12 +1,14 @@
 """The showcase session "GPU inference from scratch" and its lesson plans.
 
 Every kernel version replays on a real wgpu device (llvmpipe here) and must end with the
-status the story says: each bug still reproduces, each fix still passes. Only the import
-test needs the database.
+status the story says: each bug still reproduces, each fix still passes. A version with
+Maya's host program (lessons 1, 2 and 7) replays as that program. Only the import test
+and the replay pages need the database.
 """
 
 from __future__ import annotations
 
+import base64
 import importlib.util
 import json
 import re
@@ -15,12 +17,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from django.test import TransactionTestCase
 
 from kernels.engine.device import open_device
 from kernels.engine.harness import parse_harness
+from kernels.engine.host.program import run_program_job
 from kernels.engine.outcome import output_list
 from kernels.engine.references import mlp_forward
 from kernels.engine.run import execute
+from tests.kernels.test_replay_views import finished
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "fixtures"
@@ -30,6 +35,8 @@ LESSONS = sorted((FIXTURES / "lessons").glob("[0-9][0-9]-*.json"))
 DATA = json.loads(SHOWCASE.read_text(encoding="utf-8"))
 KERNELS = {kernel["name"]: kernel for kernel in DATA["kernels"]}
 VERSIONS = [(kernel, version) for kernel in DATA["kernels"] for version in kernel["versions"]]
+PROGRAMS = [(kernel, version) for kernel, version in VERSIONS if version["host_program"]]
+TURNS = {turn["number"]: turn for turn in DATA["turns"]}
 
 
 def version_id(item: tuple[dict, dict]) -> str:
@@ -69,6 +76,28 @@ def run(gpu):
     return run
 
 
+@pytest.fixture(scope="module")
+def run_program(gpu):
+    """A version's host program run as kernels.replay.program_job sends it: the session's
+    files, the version's WGSL under the names a program fetches, and its harness, whose
+    numpy reference is fed with the inputs the program wrote."""
+    device, env = gpu
+    files = {file["name"]: file["data"] for file in DATA["files"]}
+
+    def run_program(kernel: dict, version: dict) -> dict:
+        wgsl = {"kernel.wgsl": version["source"], f"{kernel['name']}.wgsl": version["source"]}
+        job = {
+            "kind": "program",
+            "source": version["host_program"],
+            "files": files,
+            "wgsl": wgsl,
+            "harness": harness_of(kernel, version),
+        }
+        return run_program_job(device, env, job)
+
+    return run_program
+
+
 # -- the file ------------------------------------------------------------------------------
 
 
@@ -106,10 +135,53 @@ def test_the_story_links_every_version_to_its_turns() -> None:
         assert version["note"]
 
 
-def test_the_tutor_never_writes_the_learners_kernels() -> None:
+def test_a_submission_shows_its_host_program_where_it_changed() -> None:
+    shown = 0
+    for kernel, version in PROGRAMS:
+        earlier = [v for v in kernel["versions"] if v["number"] == version["number"] - 1]
+        if earlier and earlier[0]["host_program"] == version["host_program"]:
+            continue
+        content = TURNS[version["turn"]]["content"]
+        whole = f"```javascript\n{version['host_program'].rstrip()}\n```" in content
+        changed = [line for line in version["host_program"].splitlines() if line.strip()]
+        as_diff = "```diff\n" in content and any(f"\n+{line}\n" in content for line in changed)
+        assert whole or as_diff, f"{kernel['name']} v{version['number']}"
+        shown += 1
+    assert shown == 4  # scale v1, add v1 and v2 (as a diff), mnist v1
+
+
+def test_lessons_1_2_and_7_replay_the_learners_host_programs() -> None:
+    lessons = {TURNS[version["turn"]]["meta"]["lesson"] for _, version in PROGRAMS}
+    assert lessons == {1, 2, 7}
+    assert {kernel["name"] for kernel, _ in PROGRAMS} == {"scale", "add", "mnist"}
+    for kernel, version in PROGRAMS:
+        # The shader comes from the version's WGSL, which the replay serves by this name.
+        assert f'fetch("{kernel["name"]}.wgsl")' in version["host_program"]
+
+
+def test_the_files_are_the_fixture_arrays_the_programs_fetch() -> None:
+    files = {file["name"]: base64.b64decode(file["data"]) for file in DATA["files"]}
+    mnist = FIXTURES / "mnist"
+
+    assert files["mnist/w1.bin"] == np.load(mnist / "w1.npy").astype("<f4").tobytes()
+    digits = np.load(mnist / "test_images.npy")[:100]
+    assert files["mnist/test_images.bin"] == digits.astype("<f4").tobytes()
+    labels = np.load(mnist / "test_labels.npy")[:100]
+    assert files["mnist/test_labels.bin"] == labels.astype("<u4").tobytes()
+    # Every file is one a program loads, by a name in a string of its own.
+    named = {
+        name
+        for _, version in PROGRAMS
+        for name in re.findall(r'"([\w/]+\.bin)"', version["host_program"])
+    }
+    assert named == set(files)
+
+
+def test_the_tutor_never_writes_the_learners_code() -> None:
     for turn in DATA["turns"]:
         if turn["role"] == "tutor":
-            assert "```wgsl" not in turn["content"], f"turn {turn['number']}"
+            for fence in ("```wgsl", "```javascript", "```js", "```diff"):
+                assert fence not in turn["content"], f"turn {turn['number']}"
 
 
 # -- import --------------------------------------------------------------------------------
@@ -160,11 +232,79 @@ def test_it_imports_as_a_public_fixture_session() -> None:
 
 
 @pytest.mark.parametrize("item", VERSIONS, ids=version_id)
-def test_every_version_replays_with_its_expected_status(run, item) -> None:
+def test_every_version_replays_with_its_expected_status(run, run_program, item) -> None:
     kernel, version = item
-    outcome = run(sources_for(kernel, version), harness_of(kernel, version))
+    if version["host_program"]:
+        outcome = run_program(kernel, version)
+    else:
+        outcome = run(sources_for(kernel, version), harness_of(kernel, version))
 
     assert outcome["status"] == version["expected_status"], outcome["message"]
+
+
+def reviews_of(kernel: dict, version: dict) -> str:
+    ref = {"name": kernel["name"], "version": version["number"]}
+    return "\n".join(t["content"] for t in DATA["turns"] if t["kernel"] == ref)
+
+
+# What each program prints, as the story quotes it in the turns about that version.
+CONSOLE = [
+    ("scale", 2, "y[0], y[1], y[255]: -256 -254 254"),
+    ("add", 1, "out[999] = 0"),
+    ("add", 2, "out[999] = 2997"),
+    ("add", 2, "workgroups: 16"),
+    ("mnist", 1, "right: 34 of 100"),
+    ("mnist", 1, "answers for 0 to 9: 12 0 2 4 4 0 9 0 65 4"),
+    ("mnist", 2, "right: 97 of 100"),
+    ("mnist", 2, "10 10 12 9 6 8 15 10 9 11"),
+]
+
+
+@pytest.mark.parametrize(("name", "number", "text"), CONSOLE, ids=lambda v: str(v))
+def test_the_story_quotes_what_the_program_printed(run_program, name, number, text) -> None:
+    kernel = KERNELS[name]
+    version = next(v for v in kernel["versions"] if v["number"] == number)
+
+    outcome = run_program(kernel, version)
+
+    printed = "\n".join(line["text"] for line in outcome["program"]["console"])
+    assert text in printed
+    assert text in reviews_of(kernel, version)
+
+
+def test_lesson_1s_bind_group_does_not_fit_the_shader_and_the_story_quotes_why(
+    run_program,
+) -> None:
+    kernel = KERNELS["scale"]
+    first = kernel["versions"][0]
+    program = first["host_program"].splitlines()
+
+    error = run_program(kernel, first)["program"]["error"]
+
+    assert (error["kind"], error["call"]) == ("webgpu", "device.createBindGroup")
+    assert "device.createBindGroup" in program[error["line"] - 1]
+    cause = error["message"].split(": ", 1)[1]
+    assert cause.startswith("Number of bindings in bind group descriptor (2)")
+    assert cause in reviews_of(kernel, first)
+    assert f"line {error['line']} of your script" in reviews_of(kernel, first)
+
+
+def test_lesson_2s_floor_leaves_960_to_999_never_written_and_ceil_fixes_it(run_program) -> None:
+    kernel = KERNELS["add"]
+    floor, ceil = kernel["versions"]
+    assert "Math.floor(n / 64)" in floor["host_program"]
+    assert "Math.ceil(n / 64)" in ceil["host_program"]
+    assert floor["source"] != ceil["source"]  # and the kernel gains its guard
+
+    wrong = run_program(kernel, floor)
+
+    [dispatch] = wrong["program"]["trace"]["passes"][0]["dispatches"]
+    assert dispatch["workgroups"][0] == 15
+    [out] = wrong["outputs"]
+    assert (out["bad"], out["unwritten"]) == (40, 40)
+    assert [bad["index"] for bad in out["first_bad"]][:3] == [[960], [961], [962]]
+    assert all(bad["kind"] == "unwritten" for bad in out["first_bad"])
+    assert wrong["check"] == {"against": "reference", "name": "add", "problem": ""}
 
 
 def classifier() -> tuple[dict, list[dict]]:
@@ -199,7 +339,9 @@ def test_the_buggy_forward_pass_scores_lower_than_the_fixed_one(run) -> None:
     kernel, versions = classifier()
     accuracy = {}
     for version in versions:
-        outcome = run({"self": version["source"]}, kernel["harness"])
+        # Each under its own harness: v1 and v2 fix their batch at the 100 digits that
+        # Maya's page loads, v3 classifies her drawings.
+        outcome = run({"self": version["source"]}, harness_of(kernel, version))
         accuracy[version["number"]] = (outcome["status"], outcome["report"]["accuracy"])
 
     fixed = [acc for status, acc in accuracy.values() if status == "passed"]
@@ -261,6 +403,72 @@ def test_a_buggy_classifier_fails_the_cases_it_gets_wrong(run) -> None:
     passed = [c["name"] for c in outcome["cases"] if c["status"] == "passed"]
     assert outcome["status"] == "mismatch" and len(passed) < 5
     assert outcome["message"].startswith(f"{len(passed)} of 10 cases pass; case digit-0: ")
+
+
+# -- replay pages --------------------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("fresh_replay_backend")
+class HostBugPageTests(TransactionTestCase):
+    """The host side of each host bug shows its cause on the version's replay page: in
+    the learner's own program (lessons 1 and 2) or in the harness written out as the
+    host code it stands for (lessons 3 and 6)."""
+
+    def setUp(self) -> None:
+        from sessions.importers.kernelbin import import_session
+
+        import_session(DATA)
+
+    def page(self, kernel: str, number: int):
+        turn = next(v["turn"] for v in KERNELS[kernel]["versions"] if v["number"] == number)
+        path = f"/s/{DATA['session']['slug']}/turns/{turn}/replay"
+        outcome = finished(self.client, f"{path}.json")["outcome"]
+        return outcome, self.client.get(f"{path}/")
+
+    def test_scale_v1_names_the_line_whose_bind_group_does_not_fit(self) -> None:
+        outcome, page = self.page("scale", 1)
+        self.assertEqual(outcome["status"], "pipeline_error")
+        self.assertContains(page, "<h2>Host program</h2>", html=True)
+        self.assertContains(page, "Line 40 (device.createBindGroup): Number of bindings")
+
+    def test_add_v1_dispatches_960_invocations_for_1000_elements(self) -> None:
+        outcome, page = self.page("add", 1)
+        [out] = outcome["outputs"]
+        self.assertEqual((out["unwritten"], out["first_bad"][0]["index"]), (40, [960]))
+        # Maya's program, its dispatch and its console: the cause where she wrote it.
+        self.assertContains(page, "<h2>Host program</h2>", html=True)
+        self.assertContains(page, "dispatches 15 workgroups of 64: 960 invocations for the 1,000")
+        self.assertContains(page, "<code>dispatchWorkgroups(15)</code>")
+        self.assertContains(page, "workgroups: 15")
+        self.assertContains(page, "out[999] = 0")
+        self.assertNotContains(page, "the harness, written as the WebGPU code it stands for")
+
+    def test_add_v2s_host_diff_rounds_up(self) -> None:
+        outcome, page = self.page("add", 2)
+        self.assertEqual(outcome["status"], "passed")
+        self.assertContains(page, "Host changes since v1")
+        self.assertContains(page, '<span class="changed">floor</span>(n / 64)')
+        self.assertContains(page, '<span class="changed">ceil</span>(n / 64)')
+        self.assertContains(page, "<code>dispatchWorkgroups(16)</code>")
+
+    def test_matmul_v2_sends_12_bytes_for_a_16_byte_uniform(self) -> None:
+        _, page = self.page("matmul", 2)
+        self.assertContains(page, "Buffer dims is 12 bytes, but struct Dims")
+        self.assertContains(page, "is 16 bytes")
+        self.assertContains(page, '<g class="segment padding missing">')
+
+    def test_forward_v1_shares_one_dims_buffer_between_passes(self) -> None:
+        _, page = self.page("forward", 1)
+        self.assertContains(page, "Uniform buffer dims is bound in passes 1 and 3")
+        self.assertContains(page, "m = 16; k = 32; n = 10")
+
+    def test_mnist_v1s_page_loads_the_weights_and_prints_its_score(self) -> None:
+        outcome, page = self.page("mnist", 1)
+        self.assertEqual(outcome["status"], "mismatch")
+        self.assertEqual(outcome["check"]["name"], "mlp_forward")
+        self.assertContains(page, "right: 34 of 100")
+        self.assertContains(page, "401,408 bytes")  # w1, fetched from the session's files
+        self.assertContains(page, "compared with numpy&#x27;s mlp_forward")
 
 
 # -- lesson plans --------------------------------------------------------------------------
