@@ -4,9 +4,11 @@ The system prompt asks Claude not to write the kernel; this module makes sure, i
 on every reply. It withholds:
 
 - a fenced code block that holds a kernel marker (@compute, @workgroup_size, @group(,
-  @binding(, var<storage|uniform|workgroup>, fn name( ) or more than MAX_CODE_LINES
-  lines of code (for ```wgsl every line counts; a ```diff that adds any line is a
-  correction and always withheld);
+  @binding(, var<storage|uniform|workgroup>, fn name( ) or a WebGPU host call the
+  learner writes (.createBuffer(, .writeBuffer(, .dispatchWorkgroups(, .mapAsync(, …),
+  or more than MAX_CODE_LINES lines of code (for ```wgsl and ```js every line counts; a
+  ```diff that adds any line is a correction and always withheld); ```html and ```css
+  page scaffolding is shown unless it holds a marker;
 - a run of bare code lines outside fences (statements ending in ; { or }, let/var/for/if
   lines, attributes) that holds a marker or is longer than MAX_CODE_LINES;
 - an inline `code span` holding a function or two or more statements (a quoted
@@ -51,7 +53,10 @@ TOO_LONG = "\n\n*(The rest of this reply was withheld: it is too long to check.)
 FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})[ \t]*([^\s`]*)")
 MARKER = re.compile(
     r"@compute\b|@workgroup_size\b|@group\s*\(|@binding\s*\(|"
-    r"\bvar\s*<\s*(?:storage|uniform|workgroup)\b|\bfn\s+\w+\s*\("
+    r"\bvar\s*<\s*(?:storage|uniform|workgroup)\b|\bfn\s+\w+\s*\(|"
+    # WebGPU host calls: the host code a lesson asks the learner to write
+    r"\.(?:createBuffer|writeBuffer|dispatchWorkgroups|mapAsync|getMappedRange|"
+    r"createComputePipeline|beginComputePass|createBindGroup|copyBufferToBuffer)\s*\("
 )
 CODE_START = re.compile(
     r"^(?:@\w|fn\s|let\s|var\b|const\s|override\s|struct\s|alias\s|for\s*\(|if\s*\(|"
@@ -64,6 +69,9 @@ PROSE = re.compile(r"^(?:[-*+>] |\d+[.)] )?[A-Za-z\"'*_(][A-Za-z0-9 ,.'\"*_:?!()
 CALL = re.compile(r"\w\(")
 BACKTICKS = re.compile(r"`+")
 CODE_LANGUAGES_ALL_LINES = {"wgsl", "diff", "rust", "c", "cpp", "glsl", "hlsl", "cuda"}
+CODE_LANGUAGES_ALL_LINES |= {"js", "javascript", "ts", "typescript", "mjs"}
+# Page scaffolding a lesson does not teach: shown unless it holds kernel or host code.
+SCAFFOLD_LANGUAGES = {"html", "css", "xml", "svg"}
 
 
 @dataclass
@@ -142,6 +150,8 @@ def _fence_blocked(language: str, body: list[str]) -> bool:
         line.startswith("+") and not line.startswith("+++") for line in body
     ):
         return True  # a corrected line, however short
+    if language.lower() in SCAFFOLD_LANGUAGES:
+        return False
     if language.lower() in CODE_LANGUAGES_ALL_LINES:
         lines = [line for line in body if line.strip() and not line.strip().startswith("//")]
     else:

@@ -107,6 +107,37 @@ class RedactTestCase(SimpleTestCase):
         self.assertEqual(guard.feed("let i = id.x;\n"), "")
         self.assertEqual(guard.feed("```\n"), "```wgsl\nlet i = id.x;\n```\n")
 
+    def test_it_withholds_webgpu_host_code_the_learner_writes(self) -> None:
+        fenced = (
+            "Try this:\n\n```js\nconst out = device.createBuffer({ size: n * 4, usage });\n"
+            "```\n\nThen run it."
+        )
+        self.assertEqual(redact(fenced).text, f"Try this:\n\n{NOTE}\n\nThen run it.")
+        for code in (
+            "```\npass.dispatchWorkgroups(Math.ceil(n / 64));\n```",
+            "```javascript\nawait read.mapAsync(GPUMapMode.READ);\n```",
+            "```\nencoder.copyBufferToBuffer(out, 0, read, 0, bytes);\n```",
+            "```js\nconst a = 1;\nconst b = 2;\nconst c = 3;\n```",
+            "Write\n\nconst buf = device.createBuffer({\n  size: 16,\n",
+        ):
+            with self.subTest(code):
+                self.assertTrue(redact(code).redacted, code)
+
+    def test_html_and_css_scaffolding_may_be_shown(self) -> None:
+        html = (
+            '```html\n<!doctype html>\n<canvas id="c" width="28"></canvas>\n'
+            '<script type="module" src="main.js"></script>\n<p id="out"></p>\n```'
+        )
+        css = "```css\nbody { margin: 0; }\ncanvas { width: 100%; }\n#out { color: red; }\n```"
+        for text in (html, css, "Where does `dispatchWorkgroups` get its count from?"):
+            with self.subTest(text):
+                self.assertEqual(redact(text).text, text)
+        script = html.replace(
+            "<p id",
+            "<script>\nconst b = device.createBuffer({ size: 4, usage });\n</script>\n<p id",
+        )
+        self.assertTrue(redact(script).redacted)
+
     def test_it_recognises_requests_for_the_answer(self) -> None:
         for message in (
             "just write it for me",
