@@ -39,7 +39,6 @@ from kernels.engine.inputs import (
     invalid,
     make_inputs,
     no_memo,
-    sentinel_array,
     struct_layouts,
 )
 from kernels.engine.layout import StructLayout
@@ -52,6 +51,7 @@ from kernels.engine.naga import (
     parse_compile_error,
 )
 from kernels.engine.outcome import SENTINEL_BITS, CompileError, Outcome, Status, Stop, no_timings
+from kernels.engine.resident import DeviceBuffers, RunBuffers, writable_buffers
 from kernels.engine.webgpu import module_refusal, pipeline_refusal
 from kernels.engine.wgsl import declared_bindings, has_loop
 
@@ -60,6 +60,15 @@ if TYPE_CHECKING:
 
 # A run of several cases takes the status of its worst, in this order.
 SEVERITY = (Status.PASSED, Status.NO_REFERENCE, Status.NONFINITE, Status.MISMATCH)
+
+
+@dataclass
+class Inputs:
+    """A harness's inputs and its reference's outputs, and the key they are kept under."""
+
+    key: tuple[Any, ...]
+    host: dict[str, np.ndarray]
+    expected: dict[str, np.ndarray]
 
 
 @dataclass
@@ -98,20 +107,24 @@ def execute(
     limits: Limits = DEFAULT_LIMITS,
     *,
     memo: Memo = no_memo,
+    kept: DeviceBuffers | None = None,
 ) -> Outcome:
     """Run the harness's passes and return a JSON-serialisable outcome dict.
 
     sources maps kernel names to WGSL; "self" is the kernel being replayed. With no
-    harness (None or {}) the sources are only compiled. Never raises for anything a
-    kernel or harness can do wrong; a bug in the runner itself does raise.
+    harness (None or {}) the sources are only compiled. memo and kept are what a worker
+    keeps between runs: host arrays and compiled pipelines, and buffers on the device
+    (kernels/engine/resident.py). Never raises for anything a kernel or harness can do
+    wrong; a bug in the runner itself does raise.
     """
-    run = _Run(device, env, sources, Path(fixtures_dir), limits, memo)
+    buffers = RunBuffers(device, kept if kept is not None else DeviceBuffers(budget=0))
+    run = _Run(device, env, sources, Path(fixtures_dir), limits, memo, buffers)
     try:
         outcome = run.execute(harness)
     except Stop as stop:
         outcome = run.outcome(stop.status, stop.message, error=stop.error, compile=stop.compile)
     finally:
-        run.release()
+        buffers.release()
     # Read here, under the job's deadline: the web process never parses a kernel.
     outcome["analysis"] = analyse(sources)
     return outcome
@@ -126,6 +139,7 @@ class _Run:
         fixtures_dir: Path,
         limits: Limits,
         memo: Memo,
+        buffers: RunBuffers,
     ) -> None:
         self.device = device
         self.env = env
@@ -135,7 +149,7 @@ class _Run:
         self.memo = memo
         self.timings = no_timings()
         self.warnings: list[str] = []
-        self.gpu_buffers: dict[str, Any] = {}
+        self.buffers = buffers
 
     def outcome(
         self,
@@ -162,13 +176,6 @@ class _Run:
         if report is not None:
             result["report"] = report
         return result
-
-    def release(self) -> None:
-        # Free device memory now rather than when the garbage collector gets to it:
-        # a worker runs hundreds of jobs on one device.
-        for buf in self.gpu_buffers.values():
-            buf.destroy()
-        self.gpu_buffers.clear()
 
     def execute(self, spec: Harness | Mapping[str, Any] | None) -> Outcome:
         if not spec:
@@ -201,6 +208,7 @@ class _Run:
         # llvmpipe would let these pass where a GPU does not: they are not run, not passed.
         if self.env.software and (why := misleading_on_cpu(harness, self.sources)):
             raise Stop(Status.REJECTED, why)
+        self.writable = writable_buffers(harness, self.sources)
 
         started = time.perf_counter()
         try:
@@ -212,9 +220,7 @@ class _Run:
             self.timings["run_ms"] = _ms(started)
         return self.combine(results, bool(harness.cases))
 
-    def inputs(
-        self, harness: Harness, layouts: dict[str, StructLayout]
-    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    def inputs(self, harness: Harness, layouts: dict[str, StructLayout]) -> Inputs:
         # A harness's inputs and reference do not depend on the kernel (but for a struct's
         # layout): every version replayed under it shares them.
         key = (
@@ -223,10 +229,10 @@ class _Run:
             *file_stamps(harness, self.fixtures_dir),
             *sorted(layouts.items()),
         )
-        inputs: tuple[dict[str, np.ndarray], dict[str, np.ndarray]] = self.memo(
+        host, expected = self.memo(
             key, lambda: make_inputs(harness, layouts, self.fixtures_dir, self.limits, self.memo)
         )
-        return inputs
+        return Inputs(key, host, expected)
 
     def run_case(
         self,
@@ -234,17 +240,18 @@ class _Run:
         case: Case | None,
         layouts: dict[str, StructLayout],
         pipelines: dict[tuple[str, str], Any],
-        inputs: tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | None,
+        inputs: Inputs | None,
     ) -> CaseResult:
         """Dispatch, read back and compare; on wrong outputs, dispatch again with fresh
         buffers holding the sentinel to tell never-written cells from wrong ones."""
-        host, expected = inputs or self.inputs(harness, layouts)
+        inputs = inputs or self.inputs(harness, layouts)
+        host, expected = inputs.host, inputs.expected
         readback = readback_names(harness)
-        got = self.dispatch(harness, host, pipelines, readback)
+        got = self.dispatch(harness, inputs, pipelines, readback)
         result = self.compare(harness, host, got, expected, None)
         fresh = any(b.fill == "fresh" for b in harness.bound_buffers())
         if result.status in (Status.MISMATCH, Status.NONFINITE) and fresh:
-            diagnostic = self.dispatch(harness, host, pipelines, readback, sentinel=True)
+            diagnostic = self.dispatch(harness, inputs, pipelines, readback, sentinel=True)
             result = self.compare(harness, host, got, expected, diagnostic)
         if case is not None:
             result.name, result.description = case.name, case.description
@@ -364,45 +371,18 @@ class _Run:
     def dispatch(
         self,
         harness: Harness,
-        host: dict[str, np.ndarray],
+        inputs: Inputs,
         pipelines: dict[tuple[str, str], Any],
         readback: list[str],
         sentinel: bool = False,
     ) -> dict[str, np.ndarray]:
-        """Run the passes on new buffers; sentinel=True is the diagnostic run, whose fresh
-        buffers start with the never-written sentinel instead of zeros."""
+        """Run the passes on the run's buffers; sentinel=True is the diagnostic run, whose
+        fresh buffers start with the never-written sentinel instead of zeros."""
         wgpu = import_wgpu()
 
-        self.release()
-        usage = wgpu.BufferUsage
-        for buf in harness.bound_buffers():
-            flags = (
-                usage.UNIFORM | usage.COPY_DST
-                if buf.usage == "uniform"
-                else usage.STORAGE | usage.COPY_SRC | usage.COPY_DST
-            )
-            try:
-                if sentinel and buf.fill == "fresh":
-                    gpu = self.device.create_buffer_with_data(
-                        data=sentinel_array(buf), usage=flags, label=buf.name
-                    )
-                elif buf.fill in ("zeros", "fresh"):
-                    # wgpu zero-initialises new buffers: no host copy needed.
-                    gpu = self.device.create_buffer(size=buf.nbytes, usage=flags, label=buf.name)
-                else:
-                    gpu = self.device.create_buffer_with_data(
-                        data=host[buf.name], usage=flags, label=buf.name
-                    )
-            except wgpu.GPUValidationError as e:
-                text = clean_wgpu_error(str(e))
-                raise Stop(Status.PIPELINE_ERROR, f"Buffer {buf.name}: {text}", text) from None
-            except wgpu.GPUError as e:
-                raise Stop(
-                    Status.CRASHED, f"The device could not allocate buffer {buf.name}.", str(e)
-                ) from None
-            self.gpu_buffers[buf.name] = gpu
-
+        self.buffers.make(harness, inputs.host, inputs.key, self.writable, sentinel)
         encoder = self.device.create_command_encoder()
+        self.buffers.clear(encoder)
         for number, p in enumerate(harness.passes, start=1):
             pipeline = pipelines[(p.kernel, p.entry_point)]
             groups = {
@@ -420,7 +400,7 @@ class _Run:
             self.device.queue.submit([encoder.finish()])
             return {
                 name: np.frombuffer(
-                    self.device.queue.read_buffer(self.gpu_buffers[name]),
+                    self.device.queue.read_buffer(self.buffers.by_name[name]),
                     dtype=NP_DTYPES[harness.buffer(name).dtype],
                 )
                 .reshape(harness.buffer(name).shape)
@@ -443,7 +423,7 @@ class _Run:
         wgpu = import_wgpu()
 
         entries = [
-            (b, {"binding": b.binding, "resource": {"buffer": self.gpu_buffers[b.buffer]}})
+            (b, {"binding": b.binding, "resource": {"buffer": self.buffers.by_name[b.buffer]}})
             for b in bindings
         ]
         layout = pipeline.get_bind_group_layout(group)

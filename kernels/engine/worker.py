@@ -43,6 +43,7 @@ from kernels.engine.outcome import Outcome, Status, failure
 
 if TYPE_CHECKING:
     from kernels.engine.device import Environment
+    from kernels.engine.resident import DeviceBuffers
 
 HEADER = struct.Struct(">I")
 MAX_FRAME = 256 * 1024 * 1024
@@ -112,7 +113,9 @@ def _nbytes(value: Any) -> int:
     return 0
 
 
-def run_job(device: Any, env: Environment, job: dict[str, Any], memo: Memo) -> Outcome:
+def run_job(
+    device: Any, env: Environment, job: dict[str, Any], memo: Memo, kept: DeviceBuffers
+) -> Outcome:
     """One job's outcome. A bug in the runner becomes a "crashed" outcome, not an exit."""
     from kernels.engine.host.program import run_program_job
     from kernels.engine.limits import Limits
@@ -133,6 +136,7 @@ def run_job(device: Any, env: Environment, job: dict[str, Any], memo: Memo) -> O
             Path(job["fixtures_dir"]),
             limits,
             memo=memo,
+            kept=kept,
         )
     except Exception as e:
         log.exception("runner failed")
@@ -210,6 +214,7 @@ def main() -> int:
         os.environ["XDG_RUNTIME_DIR"] = private_runtime_dir()
 
     from kernels.engine.device import NoAdapter, open_device
+    from kernels.engine.resident import DeviceBuffers
 
     device = env = None
     try:
@@ -222,7 +227,7 @@ def main() -> int:
     channel.write(encode_frame(hello))
     channel.flush()
 
-    memo = Memo()
+    memo, kept = Memo(), DeviceBuffers()
     stdin = sys.stdin.buffer
     while True:
         message = read_frame(stdin)
@@ -234,7 +239,7 @@ def main() -> int:
         if env is None:
             outcome = failure(Status.INFRA_ERROR, no_adapter, no_adapter)
         else:
-            outcome = run_job(device, env, message, memo)
+            outcome = run_job(device, env, message, memo, kept)
         channel.write(encode_frame({"type": "result", "id": message.get("id"), "outcome": outcome}))
         channel.flush()
 

@@ -1,0 +1,113 @@
+"""Buffers a worker keeps on its device between runs (kernels/engine/resident.py), on a
+real wgpu device (llvmpipe here): inputs uploaded once, outputs zeroed every run, inputs
+a kernel may write never kept, least recently used first out past the budget."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kernels.engine.device import Environment, open_device
+from kernels.engine.resident import DeviceBuffers
+from kernels.engine.run import execute
+from tests.kernels.test_runner import ADD, add_harness
+
+
+class CountingDevice:
+    """The device, counting the bytes uploaded from the host into new buffers."""
+
+    def __init__(self, device: Any) -> None:
+        self.device = device
+        self.uploads: list[str] = []
+
+    def create_buffer_with_data(self, *, data: Any, usage: int, label: str = "") -> Any:
+        self.uploads.append(label)
+        return self.device.create_buffer_with_data(data=data, usage=usage, label=label)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.device, name)
+
+
+@pytest.fixture(scope="module")
+def gpu() -> tuple[Any, Environment]:
+    return open_device()
+
+
+@pytest.fixture
+def run(gpu: tuple[Any, Environment], tmp_path: Path):
+    device, env = gpu
+    counting = CountingDevice(device)
+
+    def run(source: str, harness: dict, kept: DeviceBuffers) -> tuple[dict, list[str]]:
+        counting.uploads.clear()
+        outcome = execute(counting, env, {"self": source}, harness, tmp_path, kept=kept)
+        return outcome, list(counting.uploads)
+
+    return run
+
+
+# Adds into its output instead of storing: right only if c starts zeroed.
+ACCUMULATE = ADD.replace("c[i] = a[i] + b[i];", "c[i] = c[i] + a[i] + b[i];")
+# Declares a writable and writes into it before reading it back.
+OVERWRITE = ADD.replace(
+    "var<storage, read> a: array<f32>", "var<storage, read_write> a: array<f32>"
+).replace("c[i] = a[i] + b[i];", "a[i] = 100.0;\n        c[i] = a[i] + b[i];")
+
+
+def test_a_second_run_under_the_same_inputs_uploads_nothing(run) -> None:
+    kept = DeviceBuffers()
+    first, uploaded = run(ADD, add_harness(), kept)
+    assert first["status"] == "passed" and sorted(uploaded) == ["a", "b"]
+    again, uploaded = run(ADD, add_harness(), kept)
+    assert again["status"] == "passed" and uploaded == []
+    # Another version under the same harness shares them too.
+    other, uploaded = run(ADD.replace("a[i] + b[i]", "b[i] + a[i]"), add_harness(), kept)
+    assert other["status"] == "passed" and uploaded == []
+
+
+def test_without_a_worker_cache_every_run_uploads_its_inputs(run) -> None:
+    for _ in range(2):
+        outcome, uploaded = run(ADD, add_harness(), DeviceBuffers(budget=0))
+        assert outcome["status"] == "passed" and sorted(uploaded) == ["a", "b"]
+
+
+def test_a_kept_output_starts_zeroed_every_run(run) -> None:
+    kept = DeviceBuffers()
+    for _ in range(3):
+        outcome, _ = run(ACCUMULATE, add_harness(), kept)
+        assert outcome["status"] == "passed", outcome["message"]
+    assert any(key[-1] == "c" for key in kept.kept)
+
+
+def test_a_kernel_writing_into_an_input_does_not_poison_the_next_run(run) -> None:
+    kept = DeviceBuffers()
+    run(ADD, add_harness(), kept)
+    for _ in range(2):
+        written, uploaded = run(OVERWRITE, add_harness(), kept)
+        # Its own copy of a every dispatch (the diagnostic run's too, with c holding the
+        # never-written sentinel); b, which it cannot write, stays kept.
+        assert written["status"] == "mismatch" and uploaded == ["a", "a", "c"]
+        assert written["outputs"][0]["bad"] == 1000
+    after, uploaded = run(ADD, add_harness(), kept)
+    assert after["status"] == "passed" and uploaded == []
+
+
+def test_the_least_recently_used_buffers_go_past_the_budget(run) -> None:
+    # a, b and c of 1,000 floats are 12,000 bytes, of 512 floats 6,144: not both.
+    kept = DeviceBuffers(budget=14_000)
+    run(ADD, add_harness(), kept)
+    run(ADD, add_harness(n=512, dispatch=8), kept)
+    assert sum(buffer.size for buffer in kept.kept.values()) <= 14_000
+    assert sorted(key[-1] for key in kept.kept) == ["a", "b", "c", "c"]
+    outcome, uploaded = run(ADD, add_harness(), kept)
+    assert outcome["status"] == "passed" and sorted(uploaded) == ["a", "b"]
+
+
+def test_a_buffer_larger_than_the_budget_is_made_for_its_run_alone(run) -> None:
+    kept = DeviceBuffers(budget=1000)
+    for _ in range(2):
+        outcome, uploaded = run(ADD, add_harness(), kept)
+        assert outcome["status"] == "passed" and sorted(uploaded) == ["a", "b"]
+    assert not kept.kept
