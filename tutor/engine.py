@@ -340,7 +340,7 @@ def _changes(guided: GuidedSession, latest: KernelVersion | None, source: str, h
 
 
 def _store_submission(
-    guided: GuidedSession, source: str, host: str | None, note: str
+    guided: GuidedSession, source: str, host: str | None, note: str, compare_with: int | None
 ) -> tuple[KernelVersion, Turn, dict]:
     """The submission as a kernel version (a new one unless both halves are unchanged)
     and the learner's turn that submits it."""
@@ -363,6 +363,9 @@ def _store_submission(
     if note:
         content = f"{note}\n\n{content}"
     meta = {"kind": "submission", "resubmit": resubmit}
+    if compare_with is not None and compare_with < version.number:
+        meta["compare_with"] = compare_with
+        content += f"\n\nIts outputs are compared with those of v{compare_with}."
     if note:
         meta["note"] = note
     if note and guardrail.asks_for_answer(note):
@@ -380,11 +383,13 @@ def submit(
     note: str = "",
     stream: bool = True,
     host: str | None = None,
+    compare_with: int | None = None,
 ) -> Iterator[Event]:
     """Store and run a submission: the WGSL, and the host program (None: the previous
-    version's carries over; "": the harness is the host)."""
+    version's carries over; "": the harness is the host). compare_with: the number of an
+    earlier version whose readbacks are the reference (a free-form session's choice)."""
     with transaction.atomic():
-        version, turn, meta = _store_submission(guided, source, host, note)
+        version, turn, meta = _store_submission(guided, source, host, note, compare_with)
     if meta.get("answer_request"):
         guided.count("answer_requests")
         GuardrailEvent.objects.create(
@@ -409,6 +414,8 @@ def submit(
         yield from tutor_reply(guided, turn, reviewed=version, stream=stream)
         return
     review = offline_review(outcome, version.source, version.harness, version.host_program)
+    if number := meta.get("compare_with"):
+        review = f"*Compared with what v{number} read back.*\n\n{review}"
     if meta.get("answer_request"):
         review = f"{NO_ANSWERS}\n\n{review}"
     if problem:

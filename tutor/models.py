@@ -183,6 +183,19 @@ class GuidedSession(models.Model):
             return None
         return self.kernel.versions.exclude(host_program="").filter(number=number).first()
 
+    @property
+    def can_compare(self) -> bool:
+        """Whether a submission may be compared with an earlier version: in a free-form
+        session where nothing else says what the outputs should be."""
+        return self.is_free_form and not (self.kernel.harness or {}).get("reference")
+
+    def comparable_versions(self) -> list[KernelVersion]:
+        """The versions a submission may be compared with: those with a host program."""
+        if not self.can_compare:
+            return []
+        versions = self.kernel.versions.exclude(host_program="").order_by("-number")
+        return list(versions.only("pk", "number", "note"))
+
     def replay(self, version: KernelVersion) -> replay.Replay:
         """The run of this version a page shows now (kernels.replay.for_reader), under the
         comparison the learner chose."""

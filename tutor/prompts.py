@@ -286,9 +286,12 @@ def _block(turn: Turn) -> tuple[str, dict] | None:
     meta = turn.meta
     if turn.role == Turn.Role.LEARNER:
         if turn.kernel_version_id and meta.get("kind") == "submission":
+            compared = meta.get("compare_with")
             text = (
                 f"[I submitted {turn.kernel_version.kernel.name} v{turn.kernel_version.number}"
-                f"{' again' if meta.get('resubmit') else ''}.{run_summary(turn)}]"
+                f"{' again' if meta.get('resubmit') else ''}"
+                f"{f', compared with the outputs of v{compared}' if compared else ''}."
+                f"{run_summary(turn)}]"
             )
             if note := meta.get("note"):
                 text += f"\n\n{note}"

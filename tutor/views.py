@@ -105,12 +105,18 @@ def _usage_context(guided: GuidedSession) -> dict:
     }
 
 
-def _run_context(execution: replay.Replay | None) -> dict:
+def _run_context(guided: GuidedSession, execution: replay.Replay | None) -> dict:
     """The run panel's context: the outcome, or why there is none, and what a host
-    program did."""
+    program did and what its readbacks were compared with."""
     context = {**outcome_context(execution), "execution": execution}
     if execution is not None and execution.version.host_program:
-        context["host"] = host_context(execution.version, execution.outcome)
+        host = host_context(execution.version, execution.outcome)
+        if chosen := guided.compared_with(execution.version):
+            host["check"] = (
+                f"Its readbacks are compared with those of v{chosen.number}, the earlier "
+                "version you chose."
+            )
+        context["host"] = host
     return context
 
 
@@ -196,7 +202,7 @@ class EventStream:
             }
         if name == "run":
             execution = data["execution"]
-            context = {**_run_context(execution), "kernel": guided.kernel}
+            context = {**_run_context(guided, execution), "kernel": guided.kernel}
             return {
                 "status": (execution.outcome or {}).get("status", "not_run"),
                 "html": render_to_string("tutor/_run.html", context, request=request),
@@ -374,7 +380,8 @@ def session_page(request: HttpRequest, slug: str) -> HttpResponse:
         ],
         "message_max": settings.TUTOR_MESSAGE_MAX_CHARS,
         "kernel_max": settings.TUTOR_KERNEL_MAX_CHARS,
-        **_run_context(guided.replay(latest) if latest else None),
+        **_run_context(guided, guided.replay(latest) if latest else None),
+        "comparable": guided.comparable_versions(),
         **_usage_context(guided),
     }
     return render(request, "tutor/session.html", context)
@@ -402,6 +409,16 @@ def say(request: HttpRequest, slug: str) -> HttpResponseBase:
     return _exchange(request, guided, lambda stream: engine.say(guided, text, stream=stream))
 
 
+def _compare_with(request: HttpRequest, guided: GuidedSession) -> int | bool | None:
+    """The earlier version the learner chose to compare with: its number, None for none,
+    False for a choice that is not in the list."""
+    chosen = request.POST.get("compare_with", "")
+    if not chosen:
+        return None
+    comparable = {str(version.number): version.number for version in guided.comparable_versions()}
+    return comparable.get(chosen, False)
+
+
 @require_POST
 @login_required
 def submit(request: HttpRequest, slug: str) -> HttpResponseBase:
@@ -412,6 +429,11 @@ def submit(request: HttpRequest, slug: str) -> HttpResponseBase:
     host = request.POST.get("host_program")
     host = None if host is None else host.replace("\r\n", "\n")
     note = request.POST.get("note", "").strip()
+    compare_with = _compare_with(request, guided)
+    if compare_with is False:
+        return _refuse(
+            request, guided, 400, "Choose a version to compare with from the list, or none."
+        )
     if not source.strip():
         return _refuse(request, guided, 400, "The editor is empty: write a kernel first.")
     for what, text in (("kernel", source), ("host program", host or "")):
@@ -437,7 +459,9 @@ def submit(request: HttpRequest, slug: str) -> HttpResponseBase:
     return _exchange(
         request,
         guided,
-        lambda stream: engine.submit(guided, source, note, stream=stream, host=host),
+        lambda stream: engine.submit(
+            guided, source, note, stream=stream, host=host, compare_with=compare_with
+        ),
     )
 
 

@@ -75,6 +75,15 @@
     },
     running: function (data) {
       runPanel.innerHTML = data.html;
+      // A new version becomes one to compare later submissions with.
+      var compare = document.getElementById("compare-with");
+      if (compare && hostEditor && data.version &&
+          !compare.querySelector('option[value="' + data.version + '"]')) {
+        var option = document.createElement("option");
+        option.value = String(data.version);
+        option.textContent = "v" + data.version;
+        compare.insertBefore(option, compare.options[1] || null);
+      }
       if (data.version && lastSubmitted) {
         lastSubmitted.textContent = "(last submitted: v" + data.version + ")";
       }

@@ -9,7 +9,9 @@ from pathlib import Path
 
 from django.conf import settings
 from django.test import override_settings
+from django.urls import reverse
 
+from kernels import replay
 from kernels.models import KernelVersion
 from sessions.models import Turn
 from tests.tutor.helpers import (
@@ -20,7 +22,9 @@ from tests.tutor.helpers import (
     read_events,
     text_reply,
 )
+from tutor.free_form import FREE_FORM_HOST
 from tutor.lessons import LessonError, get_lesson, parse_lesson
+from tutor.models import GuidedSession
 
 LESSONS = Path(settings.BASE_DIR) / "fixtures" / "lessons"
 DISPATCH_TODO = "// TODO: dispatch the kernel."
@@ -316,3 +320,87 @@ class ClaudeSeesTheHostTestCase(TutorRunTestCase):
         second = api.last_user_text(1)
         self.assertIn("-pass.dispatchWorkgroups(Math.floor(n / 64));", second)
         self.assertIn("+++ v2 host", second)
+
+
+DOUBLE = """@group(0) @binding(0) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read_write> y: array<f32>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+    if (id.x >= arrayLength(&y)) { return; }
+    y[id.x] = FORMULA;
+}
+"""
+
+
+def free_form_host() -> str:
+    """The free-form scaffold with a learner's own buffers, dispatch and readback."""
+    return FREE_FORM_HOST + (
+        "const x = new Float32Array(100).map((_, i) => i);\n"
+        "const usage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST;\n"
+        'const xb = device.createBuffer({ label: "x", size: 400, usage });\n'
+        'const yb = device.createBuffer({ label: "y", size: 400, '
+        "usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC });\n"
+        'const rb = device.createBuffer({ label: "read", size: 400, '
+        "usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });\n"
+        "device.queue.writeBuffer(xb, 0, x);\n"
+        "const bindGroup = device.createBindGroup({ layout: pipeline.getBindGroupLayout(0), "
+        "entries: [{ binding: 0, resource: { buffer: xb } }, "
+        "{ binding: 1, resource: { buffer: yb } }] });\n"
+        "const encoder = device.createCommandEncoder();\n"
+        "const pass = encoder.beginComputePass();\n"
+        "pass.setPipeline(pipeline);\npass.setBindGroup(0, bindGroup);\n"
+        "pass.dispatchWorkgroups(2);\npass.end();\n"
+        "encoder.copyBufferToBuffer(yb, 0, rb, 0, 400);\n"
+        "device.queue.submit([encoder.finish()]);\n"
+        "await rb.mapAsync(GPUMapMode.READ);\n"
+        'console.log("y[99] =", new Float32Array(rb.getMappedRange())[99]);\n'
+    )
+
+
+class FreeFormProgramTestCase(TutorRunTestCase):
+    def start_free(self):
+        self.client.force_login(self.alice)
+        self.client.post(reverse("tutor:start"), {"lesson": "free"})
+        return GuidedSession.objects.order_by("-pk").first()
+
+    def send(self, guided, formula: str, compare_with: str = ""):
+        data = {
+            "source": DOUBLE.replace("FORMULA", formula),
+            "host_program": free_form_host(),
+            "compare_with": compare_with,
+        }
+        return self.client.post(self.url(guided, "submit"), data, **self.stream_headers)
+
+    def test_the_outputs_are_shown_then_compared_with_an_earlier_version(self) -> None:
+        guided = self.start_free()
+        first = read_events(self.send(guided, "2.0 * x[id.x]"))
+        run = next(data for name, data in first if name == "run")
+        self.assertEqual(run["status"], "no_reference")
+        review = guided.session.turns.order_by("number").last().content
+        self.assertIn("**It ran; the outputs it read back are shown.**", review)
+        page = self.client.get(guided.get_absolute_url())
+        self.assertContains(page, '<option value="1">v1</option>', html=True)
+        self.assertContains(page, "y[99] = 198")
+
+        second = read_events(self.send(guided, "x[id.x] + 2.0", compare_with="1"))
+        run = next(data for name, data in second if name == "run")
+        self.assertEqual(run["status"], "mismatch")
+        self.assertIn("compared with those of v1, the earlier version you chose", run["html"])
+        two = guided.kernel.versions.get(number=2)
+        self.assertIn("Its outputs are compared with those of v1.", two.turn.content)
+        review = guided.session.turns.order_by("number").last().content
+        self.assertIn("*Compared with what v1 read back.*", review)
+        self.assertIn("**It runs, but the results are wrong:**", review)
+        page = self.client.get(guided.get_absolute_url())
+        self.assertContains(page, "the earlier version you chose")
+        # The run key covers the choice: without it, v2 has a run of its own.
+        chosen = replay.job_for(two, compare_with=guided.kernel.versions.get(number=1))
+        self.assertNotEqual(chosen.harness_digest, replay.job_for(two).harness_digest)
+
+    def test_a_version_not_in_the_list_is_refused(self) -> None:
+        guided = self.start_free()
+        response = self.send(guided, "2.0 * x[id.x]", compare_with="7")
+        self.assertEqual(response.status_code, 400)
+        self.assertIn("Choose a version to compare with", response.json()["error"])
+        self.assertFalse(guided.kernel.versions.exists())
