@@ -6,6 +6,7 @@ from django.core.cache import cache
 
 from tests.browser.editor import replace_code
 from tests.tutor.helpers import FAKE_KEY, messages_api, vector_kernel
+from tests.tutor.test_host_program import add_host
 from tutor import llm
 from tutor.models import GuidedSession
 
@@ -63,7 +64,9 @@ def test_a_learner_is_taught_and_every_submission_runs(live_server, browser, tut
     assert "Where do I start?" in learner.inner_text()
 
     # A kernel that computes the wrong thing: it runs, the outcome shows, the tutor reviews.
-    replace_code(page, "#editor-form", WRONG_SUM)
+    replace_code(page, "#kernel-field", WRONG_SUM)
+    # The lesson's host program, its dispatch written: the submission runs as a program.
+    replace_code(page, "#host-field", add_host("Math.ceil(n / 64)"))
     page.click("#editor-form button[type=submit]")
     page.wait_for_selector("#run-panel .status-pill.status-mismatch", timeout=60_000)
     assert "v1" in page.inner_text("#run-panel .run-title")
@@ -74,6 +77,7 @@ def test_a_learner_is_taught_and_every_submission_runs(live_server, browser, tut
     # The tutor saw the kernel and its outcome in the request the app sent.
     sent = str(tutor_api[-1]["body"]["messages"])
     assert "b[id.x] * 2.0" in sent
+    assert "dispatchWorkgroups(16, 1, 1)" in sent  # the host program's trace
     assert "mismatch" in sent or "wrong" in sent
 
     # Reloading shows the same conversation from the database; the key is nowhere.
