@@ -6,8 +6,10 @@ and Python reads the record between turns of QuickJS's job queue and answers the
 (see shim.js). Every entry into JavaScript runs under the time left before the deadline, so a
 loop that never ends is interrupted inside its own job, with its line.
 
-QuickJS strings cross into Python as C strings (a NUL byte ends them), so bytes leave
-JavaScript as escape()d Latin-1 and come in as JSON lists of uint32 words.
+QuickJS strings cross between Python and JavaScript as C strings (a NUL byte ends them),
+and the quickjs package converts nothing else in bulk, so bytes leave JavaScript as
+escape()d Latin-1 and come in as a JSON list of uint32 words, the cheapest text that C code
+turns into bytes on each side (bench/host_data.py).
 """
 
 from __future__ import annotations
@@ -203,7 +205,33 @@ def unescape_latin1(text: str) -> bytes:
     return values[keep].tobytes()
 
 
+# The text of uint32_words(): ", dd" for a number's first two digits, "dddd" for each next four.
+HEADS = np.frombuffer(b"".join(b", %02d" % i for i in range(100)), dtype="<u4")
+GROUPS = np.frombuffer(b"".join(b"%04d" % i for i in range(10000)), dtype="<u4")
+# Every word is written as 10**9 + ((word - 10**9) mod 2**32): ten digits, no leading zero
+# (which JSON refuses), and equal to the word mod 2**32, which is what storing it in a
+# Uint32Array keeps. Fixed-width numbers are written by table lookups, as whole arrays.
+SHIFT = 10**9
+
+
 def uint32_words(data: bytes) -> str:
-    """data as a JSON list of little-endian uint32 words, zero-padded to a multiple of 4."""
+    """data as a JSON list of numbers that a Uint32Array stores as its little-endian uint32
+    words, zero-padded to a multiple of 4.
+
+    A JSON list is what QuickJS turns into numbers fastest (JSON.parse and a typed array's
+    set() are C; a loop over a string's characters is interpreted, twice as slow), and
+    the list is written by numpy here (json.dumps of a list: 6x slower, see
+    bench/host_data.py).
+    """
     padded = data + b"\0" * (-len(data) % 4)
-    return json.dumps(np.frombuffer(padded, dtype="<u4").tolist())
+    words = np.frombuffer(padded, dtype="<u4").astype(np.int64)
+    if words.size == 0:
+        return "[]"
+    numbers = SHIFT + (words - SHIFT) % 2**32
+    text = np.empty(3 * words.size + 1, dtype="<u4")
+    text[0:-1:3] = HEADS[numbers // 10**8]
+    text[1:-1:3] = GROUPS[numbers // 10**4 % 10**4]
+    text[2:-1:3] = GROUPS[numbers % 10**4]
+    text[-1] = np.frombuffer(b"]   ", dtype="<u4")[0]
+    text.view("<u2")[0] = np.frombuffer(b"[ ", dtype="<u2")[0]  # the first ", " opens it
+    return text.tobytes().decode("ascii")

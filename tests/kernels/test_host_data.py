@@ -1,0 +1,71 @@
+"""Bytes crossing between Python and a host program's JavaScript, both ways, unchanged."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kernels.engine.device import Environment, open_device
+from kernels.engine.host.program import run_program
+
+ROUND_TRIP = """const device = await (await navigator.gpu.requestAdapter()).requestDevice();
+const data = new Uint8Array(await (await fetch("data.bin")).arrayBuffer());
+console.log(data.length);
+const size = data.length - (data.length % 4);
+const usage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC;
+const buffer = device.createBuffer({ size, usage });
+const read = device.createBuffer({ size, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+device.queue.writeBuffer(buffer, 0, data, 0, size);
+const encoder = device.createCommandEncoder();
+encoder.copyBufferToBuffer(buffer, 0, read, 0, size);
+device.queue.submit([encoder.finish()]);
+await read.mapAsync(GPUMapMode.READ);
+const back = new Uint8Array(read.getMappedRange());
+let same = back.length === size;
+for (let i = 0; i < size; i++) same = same && back[i] === data[i];
+console.log(same);
+"""
+
+
+@pytest.fixture(scope="module")
+def gpu() -> tuple[object, Environment]:
+    return open_device()
+
+
+def edge_bytes() -> bytes:
+    """Every byte value (NUL and '%' among them), words at the edges of the number
+    encoding (0, 10**9 - 1, 10**9, 2**32 - 1), random bytes, and a ragged end."""
+    edges = np.array([0, 10**9 - 1, 10**9, 10**9 + 1, 2**31, 2**32 - 1], dtype="<u4")
+    rng = np.random.default_rng(7)
+    return (
+        bytes(range(256))
+        + edges.tobytes()
+        + rng.integers(0, 256, 4096, dtype=np.uint8).tobytes()
+        + b"\0%\xff"
+    )
+
+
+def test_fetched_bytes_reach_the_program_and_come_back_unchanged(gpu):
+    device, env = gpu
+    data = edge_bytes()
+
+    result = run_program(device, env, ROUND_TRIP, {"data.bin": data})
+
+    assert result.error is None
+    assert [line["text"] for line in result.console] == [str(len(data)), "true"]
+    size = len(data) - len(data) % 4
+    # Out of JavaScript (writeBuffer), through the GPU, and back in (mapAsync).
+    assert result.written["buffer 1"] == data[:size]
+    assert result.readbacks[0].data == data[:size]
+
+
+def test_an_empty_file_is_an_empty_array_buffer(gpu):
+    device, env = gpu
+    source = (
+        'const r = await fetch("empty.bin");\nconsole.log((await r.arrayBuffer()).byteLength);\n'
+    )
+
+    result = run_program(device, env, source, {"empty.bin": b""})
+
+    assert result.error is None
+    assert result.console[0]["text"] == "0"
