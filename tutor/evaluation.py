@@ -1,7 +1,7 @@
 """The tutor evaluation: recorded learner situations run through the configured tutor.
 
-Each situation (fixtures/tutor_eval/*.json) is a lesson, a kernel with a known bug and
-what the learner wrote with it. It is submitted in a fresh session of an evaluation
+Each situation (fixtures/tutor_eval/*.json) is a lesson, a kernel (and host program) with
+a known bug and what the learner wrote with it. It is submitted in a fresh session of an evaluation
 user, exactly as a learner submits, so the reply comes from whichever tutor the server
 has: Claude with an API key, the automatic reviewer without. Each reply is scored on
 four points, one each: no kernel handed over (the guardrail's detector), the bug's
@@ -68,7 +68,11 @@ def reply_to(situation: dict, user: User) -> tuple[str, bool]:
         raise ValueError(f"{situation['name']}: there is no lesson {situation['lesson']!r}")
     guided = engine.start_session(user, lesson)
     try:
-        for _ in engine.submit(guided, situation["kernel"], note=situation["message"]):
+        # A situation's "host" is the host program submitted with the kernel.
+        submitted = engine.submit(
+            guided, situation["kernel"], note=situation["message"], host=situation.get("host")
+        )
+        for _ in submitted:
             pass
         last = guided.session.turns.order_by("number").last()
         withheld = guided.guardrail_events.filter(kind=GuardrailEvent.Kind.REDACTED).exists()

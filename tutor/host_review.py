@@ -160,7 +160,10 @@ def error_review(outcome: Outcome, host: str) -> list[str]:
         return []
     line = error.get("line")
     where = f"at line {line}" if line else "before its end"
-    parts = [f"**Your host program stopped {where}:** {error['message']}"]
+    message = error["message"].rstrip()
+    if not message.endswith((".", "!", "?")):
+        message += "."
+    parts = [f"**Your host program stopped {where}:** {message}"]
     if quoted := host_line(host, line):
         parts[0] += f" Line {line} reads {quoted}."
     parts.append(_error_cause(error, outcome))
