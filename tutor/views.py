@@ -43,6 +43,7 @@ from kernels.host_context import host_context
 from kernels.outcome_context import outcome_context
 from sessions.access import get_session_for_user
 from sessions.models import Session
+from sessions.navigation import stored_runs
 from tutor import engine, llm
 from tutor.free_form import TEMPLATES
 from tutor.lessons import get_lesson, load_lessons
@@ -111,6 +112,10 @@ def _run_context(guided: GuidedSession, execution: replay.Replay | None) -> dict
     context = {**outcome_context(execution), "execution": execution}
     if execution is not None and execution.version.host_program:
         host = host_context(execution.version, execution.outcome)
+        if host.get("picture"):
+            # The archive's findings name the fix ("round the workgroup count up"); in a
+            # lesson the review leads the learner there with a question instead.
+            host["picture"] = {**host["picture"], "findings": []}
         if chosen := guided.compared_with(execution.version):
             host["check"] = (
                 f"Its readbacks are compared with those of v{chosen.number}, the earlier "
@@ -352,6 +357,15 @@ def _origin_link(request: HttpRequest, guided: GuidedSession) -> str:
     return f"{origin.session.get_absolute_url()}?turn={origin.number}#turn-{origin.number}"
 
 
+def _turns_with_runs(session: Session) -> list:
+    """The session's turns, each that reviewed a kernel with its stored run for its badge."""
+    turns = list(session.turns.select_related("kernel_version__kernel").order_by("number"))
+    runs, _ = stored_runs([turn.kernel_version for turn in turns if turn.kernel_version])
+    for turn in turns:
+        turn.replayed = runs.get(turn.kernel_version_id)
+    return turns
+
+
 @never_cache
 @require_GET
 @login_required
@@ -364,7 +378,7 @@ def session_page(request: HttpRequest, slug: str) -> HttpResponse:
         "session": session,
         "kernel": guided.kernel,
         "lesson": guided.lesson,
-        "turns": session.turns.select_related("kernel_version__kernel").order_by("number"),
+        "turns": _turns_with_runs(session),
         "editor_source": latest.source if latest else guided.starter,
         "host_source": latest.host_program if latest else guided.host_starter,
         "host_editor": bool(guided.host_starter or (latest and latest.host_program)),
