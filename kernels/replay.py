@@ -20,7 +20,7 @@ from typing import cast
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Case, F, Q, TextField, Value, When
+from django.db.models import Case, F, Q, Subquery, TextField, Value, When
 from django.db.models.functions import Cast
 from django.utils import timezone
 from django.utils.module_loading import import_string
@@ -435,6 +435,13 @@ class Replay:
                 "message": outcome.get("message", "")[:300],
             }
         return {"status": "not_run", "message": self.problem or self.busy}
+
+
+def newest_run(source_sha256: str, harness_digest: str) -> Subquery:
+    """The id of the newest run of these sources under this harness, on any adapter, as
+    a subquery: a stored answer about an older run is out of date."""
+    runs = Run.objects.filter(source_sha256=source_sha256, harness_digest=harness_digest)
+    return Subquery(runs.order_by("-pk").values("pk")[:1])
 
 
 def stored_outcome_text(run: Run) -> str | None:

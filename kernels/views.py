@@ -148,15 +148,41 @@ def _run_id(value: str) -> int:
 
 
 @require_GET
-def replay_json(request: HttpRequest, slug: str, number: int) -> JsonResponse:
+def replay_json(request: HttpRequest, slug: str, number: int) -> HttpResponse:
+    """A finished run's answer to a plain GET is cached (per turn and adapter) and served
+    while the session is unchanged and its run is still the newest of its kernel: one
+    query, where finding the turn, its job and its run takes three larger ones and the
+    job's digests (4.6 against 0.6 ms for /healthz, in process)."""
+    key = None
+    if not request.GET:
+        key = f"replay.json:{slug}:{number}:{replay.backend().environment_id(wait=False)}"
+        if (body := _stored_answer(request, slug, key)) is not None:
+            return HttpResponse(body, content_type="application/json")
     turn = get_reviewed_turn(request, slug, number)
-    return replay_json_response(request, turn.kernel_version)
+    return replay_json_response(request, turn.kernel_version, cache_key=key)
+
+
+def _stored_answer(request: HttpRequest, slug: str, key: str) -> str | None:
+    """The answer kept under key, if this reader may open the session, the session has
+    not changed since, and no newer run of the kernel exists."""
+    stored = page_cache.get(key)
+    if stored is None:
+        return None
+    sessions = Session.objects.viewable_by(request.user).filter(slug=slug)
+    now = sessions.annotate(newest=replay.newest_run(*stored["job"])).values_list(
+        "updated", "newest"
+    )
+    return stored["body"] if now.first() == (stored["updated"], stored["run"]) else None
 
 
 def replay_json_response(
-    request: HttpRequest, version: KernelVersion, extra: dict | None = None
-) -> JsonResponse:
-    """replay.json of a version, archived or a fork's (extra: what else the answer says)."""
+    request: HttpRequest,
+    version: KernelVersion,
+    extra: dict | None = None,
+    cache_key: str | None = None,
+) -> HttpResponse:
+    """replay.json of a version, archived or a fork's (extra: what else the answer says);
+    with cache_key, a finished cacheable run's answer is kept there (replay_json)."""
     try:
         wait = min(max(float(request.GET.get("wait", "0")), 0.0), 10.0)
     except ValueError:
@@ -179,10 +205,14 @@ def replay_json_response(
         return JsonResponse({"error": "No such run of this kernel.", "state": "none"}, status=404)
     if wait:
         shown.run = replay.wait(shown.run, wait)
-    status = 200 if shown.run.state == Run.State.DONE else 202
-    return HttpResponse(
-        _run_json(shown, extra or {}), content_type="application/json", status=status
-    )
+    done = shown.run.state == Run.State.DONE
+    body = _run_json(shown, extra or {})
+    if cache_key is not None and done and shown.run.cacheable:
+        job = (shown.run.source_sha256, shown.run.harness_digest)
+        updated = version.kernel.session.updated
+        stored = {"updated": updated, "run": shown.run.pk, "job": job, "body": body}
+        page_cache.set(cache_key, stored, timeout=settings.PAGE_CACHE_SECONDS)
+    return HttpResponse(body, content_type="application/json", status=200 if done else 202)
 
 
 def _run_json(shown: replay.Replay, extra: dict) -> str:
