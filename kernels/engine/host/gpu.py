@@ -10,7 +10,6 @@ prefix at a time to find the first that fails (the one a browser's console would
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -20,9 +19,10 @@ import numpy as np
 from kernels.engine.device import Environment, import_wgpu
 from kernels.engine.host import trace as traces
 from kernels.engine.host.encoder import ENCODER_OPS, Encoder, encode, first_failing
+from kernels.engine.host.js import call_start
 from kernels.engine.host.trace import Trace
 from kernels.engine.limits import Limits
-from kernels.engine.naga import clean_wgpu_error, compile_message, parse_compile_error
+from kernels.engine.naga import clean_wgpu_error, parse_compile_error
 from kernels.engine.outcome import CompileError
 from kernels.engine.webgpu import module_refusal, pipeline_refusal
 from kernels.engine.wgsl import workgroup_size
@@ -33,12 +33,11 @@ SENTINEL_WORD = 0x7FC0DEAD
 STORAGE = 0x80
 MAP_READ, MAP_WRITE = 0x1, 0x2
 MAX_CALLS = 100_000
-# How far above the line QuickJS reports for a call (where its last argument ends) to look
-# for the line where the call begins, which is the line a reader looks for.
-CALL_SPAN_LINES = 40
-# The JavaScript method behind a recorded entry, where the names differ.
 Entry = dict[str, Any]  # one recorded call, as the shim wrote it
 Blob = Callable[[int], bytes]  # reads the bytes a call handed over, by index
+# The name a program fetch()es its version's WGSL by (run_program_job's "wgsl").
+VERSION_WGSL = "kernel.wgsl"
+# The JavaScript method behind a recorded entry, where the names differ.
 METHODS: dict[str, str] = {"endPass": "end", "destroyBuffer": "destroy", "destroyDevice": "destroy"}
 
 CALLS = {
@@ -345,14 +344,9 @@ class Timeline:
         try:
             module = self.device.create_shader_module(label=name, code=entry["code"])
         except wgpu.GPUValidationError as e:
-            info = parse_compile_error(name, str(e))
-            raise HostError(
-                "compile", compile_message(info), entry, info["text"], compile=info
-            ) from None
+            raise self.compile_error(entry, parse_compile_error(name, str(e))) from None
         if refused := module_refusal(name, entry["code"]):  # what Chrome refuses, naga not
-            raise HostError(
-                "compile", compile_message(refused), entry, refused["text"], compile=refused
-            )
+            raise self.compile_error(entry, refused)
         self.objects[entry["id"]], self.names[entry["id"]] = module, name
         self.sources[entry["id"]] = entry["code"]
         traces.append(
@@ -360,6 +354,19 @@ class Timeline:
             "modules",
             {"name": name, "bytes": len(entry["code"].encode()), "line": entry["line"]},
         )
+
+    def compile_error(self, entry: Entry, info: CompileError) -> HostError:
+        """A module that does not compile, named as a browser's console names it: the
+        createShaderModule call (the error's line), then the WGSL line and message. A
+        module whose code is the version's own WGSL is the kernel ("self"), so its page
+        marks the line in the source it shows."""
+        own = self.files.get(VERSION_WGSL)
+        if own is not None and entry["code"].encode() == own:
+            info["kernel"] = "self"
+        which = f"shader module '{entry['label']}'" if entry.get("label") else "shader module"
+        where = f" at WGSL line {info['line']}, column {info['column']}" if info["line"] else ""
+        message = f"The {which} does not compile{where}: {info['message']}"
+        return HostError("compile", message, entry, info["text"], compile=info)
 
     def op_getCompilationInfo(self, entry: Entry, blob: Blob) -> dict[str, Any]:
         # A module that did not compile stopped the replay at createShaderModule.
@@ -563,17 +570,6 @@ class Timeline:
     def name(self, entry: dict[str, Any], kind: str) -> str:
         self.counts[kind] = self.counts.get(kind, 0) + 1
         return entry.get("label") or f"{kind} {self.counts[kind]}"
-
-
-def call_start(lines: list[str], line: int | None, method: str) -> int | None:
-    """The line where the call to method that QuickJS reports at line begins."""
-    if line is None or not 1 <= line <= len(lines):
-        return line
-    call = re.compile(rf"\b{re.escape(method)}\s*\(")
-    for number in range(line, max(0, line - CALL_SPAN_LINES), -1):
-        if call.search(lines[number - 1]):
-            return number
-    return line
 
 
 def attached_name(url: str, files: Mapping[str, bytes]) -> str | None:

@@ -34,6 +34,10 @@ PROGRAM_SUFFIX = "\n});\n"
 BOOKKEEPING_SECONDS = 10.0
 GRACE_SECONDS = 0.25
 
+# How far above the line QuickJS reports for a call (where its last argument ends) to look
+# for the line where the call begins, which is the line a reader looks for.
+CALL_SPAN_LINES = 40
+
 ASYNC_FUNCTION = re.compile(r"\basync\s+function\s+(\w+)")
 
 
@@ -55,6 +59,17 @@ def await_bare_calls(source: str) -> str:
     called = "|".join(map(re.escape, sorted(names)))
     alone = re.compile(rf"^((?:{called})[ \t]*+\([ \t]*+\)[ \t]*+;?[ \t]*+)$", re.M)
     return alone.sub(r";await \1", source)
+
+
+def call_start(lines: list[str], line: int | None, method: str) -> int | None:
+    """The line where the call to method that QuickJS reports at line begins."""
+    if line is None or not 1 <= line <= len(lines):
+        return line
+    call = re.compile(rf"\b{re.escape(method)}\s*\(")
+    for number in range(line, max(0, line - CALL_SPAN_LINES), -1):
+        if call.search(lines[number - 1]):
+            return number
+    return line
 
 
 HEX_DIGITS = np.zeros(256, dtype=np.uint8)
