@@ -101,11 +101,12 @@ current code has not run.
 RUN_KERNEL_TOOL = {
     "name": "run_kernel",
     "description": (
-        "Run the learner's kernel on the server under this lesson's harness (wgpu, compared "
-        "with a numpy reference) and return the outcome: status, naga's compile error with "
-        "line and column, counts of wrong / never-written / NaN cells, and the first wrong "
-        "cells with expected and got values. Runs the latest submitted version unless a "
-        "version number is given."
+        "Run the learner's kernel on the server under this lesson's harness, or with their "
+        "host program when the version has one (wgpu, compared with a numpy reference) and "
+        "return the outcome: status, naga's compile error with line and column, counts of "
+        "wrong / never-written / NaN cells, the first wrong cells with expected and got "
+        "values, and for a host program its trace. Runs the latest submitted version unless "
+        "a version number is given."
     ),
     "input_schema": {
         "type": "object",
