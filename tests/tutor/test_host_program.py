@@ -272,6 +272,16 @@ class HostSubmissionTestCase(TutorRunTestCase):
         self.assertIn("That host program is too long: at most 20,000", response.json()["error"])
         self.assertFalse(guided.kernel.versions.exists())
 
+    def test_lesson_1_scaffold_as_given_stops_at_the_first_buffer_it_lacks(self) -> None:
+        guided = self.start("device-and-buffers")
+        host = lesson_file("01-device-and-buffers.json")["kernel"]["host_starter"]
+        events = self.send(guided, scale_kernel(), host)
+        self.assertEqual(self.outcome(events)["status"], "crashed")
+        review = guided.session.turns.order_by("number").last().content
+        line = next(n for n, text in enumerate(host.splitlines(), start=1) if "xBuffer }" in text)
+        self.assertIn(f"**Your host program stopped at line {line}:**", review)
+        self.assertIn("a buffer or value the TODOs ask you to create", review)
+
     def test_lesson_1_passes_with_the_buffer_lifecycle_written(self) -> None:
         guided = self.start("device-and-buffers")
         events = self.send(guided, scale_kernel(), scale_host())
