@@ -39,6 +39,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from config.ratelimit import client_key, hit
 from kernels import replay
+from kernels.engine.outcome import Status
 from kernels.host_context import host_context
 from kernels.outcome_context import outcome_context
 from sessions.access import get_session_for_user
@@ -208,8 +209,12 @@ class EventStream:
         if name == "run":
             execution = data["execution"]
             context = {**_run_context(guided, execution), "kernel": guided.kernel}
+            status = (execution.outcome or {}).get("status", "")
             return {
-                "status": (execution.outcome or {}).get("status", "not_run"),
+                "status": status or "not_run",
+                # The submission's badge in the conversation follows the run.
+                "version_id": execution.version.pk,
+                "status_label": next((s.label for s in Status if s == status), "not run"),
                 "html": render_to_string("tutor/_run.html", context, request=request),
             }
         if name == "done":

@@ -90,6 +90,12 @@
     },
     run: function (data) {
       runPanel.innerHTML = data.html;
+      document.querySelectorAll('.kernel-badge[data-version="' + data.version_id + '"]')
+        .forEach(function (badge) {
+          badge.className = badge.className.replace(/\bstatus-\S+/, "status-" + data.status);
+          var label = badge.querySelector(".badge-status");
+          if (label) label.textContent = data.status_label;
+        });
       // The editor (static/src/editor.js) marks this run's error at its line.
       var panel = runPanel.querySelector("[data-marks]");
       if (editor && panel) {

@@ -70,6 +70,10 @@ def test_a_learner_is_taught_and_every_submission_runs(live_server, browser, tut
     page.click("#editor-form button[type=submit]")
     page.wait_for_selector("#run-panel .status-pill.status-mismatch", timeout=60_000)
     assert "v1" in page.inner_text("#run-panel .run-title")
+    # The submission's badge in the conversation follows the run without a reload.
+    badge = page.locator("[data-turn] .kernel-badge").last
+    assert badge.inner_text().endswith("wrong results"), badge.inner_text()
+    assert "status-mismatch" in (badge.get_attribute("class") or "")
     page.wait_for_function(
         "n => document.querySelectorAll('[data-turn] .role-tutor').length >= n", arg=2
     )

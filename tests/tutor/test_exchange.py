@@ -47,6 +47,9 @@ class LessonExchangeTestCase(TutorRunTestCase):
         self.assertEqual(names(first)[-2:], ["turn", "done"])
         self.assertEqual(first[2][1]["status"], "mismatch")
         self.assertIn("never written", first[2][1]["html"])
+        # The submission's badge, shown "not run yet" a moment ago, is told the outcome.
+        self.assertIn(f'data-version="{first[2][1]["version_id"]}"', first[0][1]["html"])
+        self.assertEqual(first[2][1]["status_label"], "wrong results")
         self.assertEqual(streamed_text(first), REVIEW)
         reply = first[-2][1]
         self.assertEqual(reply["role"], "tutor")
