@@ -64,6 +64,7 @@ def host_context(version: KernelVersion, outcome: dict | None) -> dict[str, Any]
         "html": render_source(host.code, "javascript", sorted(set(marked))),
         "picture": picture,
         "console": program.get("console", []),
+        "page_text": any(line["level"] == "page" for line in program.get("console", [])),
         "console_dropped": program.get("console_dropped", 0),
         "error": error,
     }

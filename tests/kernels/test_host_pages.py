@@ -9,6 +9,7 @@ from django.test import TransactionTestCase
 
 from kernels.models import Kernel, KernelVersion
 from tests.base import make_session
+from tests.kernels.test_host_page import TEACHING_PAGE
 from tests.kernels.test_host_program import ADD_WGSL, VECTOR_ADD, line_of
 from tests.kernels.test_replay_views import finished
 
@@ -97,3 +98,21 @@ class CompileErrorPageTests(TransactionTestCase):
             "program hands to",
         )
         self.assertContains(page, marked(line), count=1)
+
+
+class TeachingPageTests(TransactionTestCase):
+    def setUp(self) -> None:
+        self.session = make_session("page", turns=2)
+
+    def test_the_text_a_page_program_writes_is_shown_with_its_console(self) -> None:
+        program_version(self.session, ADD_WGSL, TEACHING_PAGE)
+
+        outcome = finished(self.client, "/s/page/turns/2/replay.json")["outcome"]
+
+        self.assertEqual(outcome["status"], "no_reference", outcome["message"])
+        page = self.client.get("/s/page/turns/2/replay/")
+        self.assertContains(page, "and page text, the text the program wrote into its page")
+        self.assertContains(page, '<span class="console-tag">page</span> #status: Done.')
+        self.assertContains(
+            page, '<span class="console-tag">page</span> (clicked #run once, as a reader would)'
+        )

@@ -24,7 +24,8 @@ from typing import Any
 import numpy as np
 import quickjs
 
-SHIM = (Path(__file__).parent / "shim.js").read_text()
+# The WebGPU shim, then the inert page a script from an index.html expects (page.js).
+SHIM = "".join((Path(__file__).parent / name).read_text() for name in ("shim.js", "page.js"))
 # The program runs inside an async arrow, so `await` works at its top level; it starts on the
 # line after this prefix, which is how the shim tells program frames from its own.
 PROGRAM_PREFIX = "__host.start({offset}, async () => {{\n"

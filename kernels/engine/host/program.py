@@ -11,6 +11,7 @@ buffers, so a correct program computes what it computes in a browser).
 from __future__ import annotations
 
 import base64
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -54,7 +55,7 @@ class ProgramError(TypedDict):
 
 
 class ConsoleLine(TypedDict):
-    level: str  # log, info, debug, warn, error
+    level: str  # log, info, debug, warn, error; page: text written into the page (page.js)
     text: str
     line: int | None
 
@@ -164,8 +165,30 @@ def _thrown(error: dict[str, Any]) -> ProgramError:
         return _timed_out(line)
     if (name, message) == ("InternalError", "out of memory"):
         return _out_of_memory(line)
+    missing = BROWSER_ONLY.fullmatch(message) if name == "ReferenceError" else None
+    if missing and missing.group(1) in BROWSER_GLOBALS:
+        name, message = "NotSupportedError", f"{missing.group(1)} {NOT_ON_THE_SERVER}"
     kind = "unsupported" if name == "NotSupportedError" else "javascript"
     return _error(kind, _js_message(name, message, line), line, error.get("stack", ""))
+
+
+# What a browser's window has and a page's script may use, that the server does not give it
+# (page.js gives a few inert elements): using one is an unsupported API, not a typo.
+BROWSER_GLOBALS = frozenset(
+    {
+        *("requestAnimationFrame", "cancelAnimationFrame", "setInterval", "clearInterval"),
+        *("localStorage", "sessionStorage", "indexedDB", "location", "history", "screen"),
+        *("innerWidth", "innerHeight", "devicePixelRatio", "getComputedStyle", "matchMedia"),
+        *("prompt", "confirm", "XMLHttpRequest", "WebSocket", "Worker", "Image", "Blob"),
+        *("OffscreenCanvas", "createImageBitmap", "HTMLCanvasElement", "URL", "FileReader"),
+        *("TextEncoder", "TextDecoder"),
+    }
+)
+BROWSER_ONLY = re.compile(r"'(\w+)' is not defined")
+NOT_ON_THE_SERVER = (
+    "is not available on the server: Kernelbin runs a page's script without its page "
+    "(WebGPU compute, the console, and text written into elements)."
+)
 
 
 def _timed_out(line: int | None) -> ProgramError:

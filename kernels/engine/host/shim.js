@@ -32,6 +32,7 @@
     state: "running", // running | done | failed
     error: null,
     mapped: new WeakMap(), // mapped-range ArrayBuffer -> buffer id, to see how it is viewed
+    afterProgram: [], // what runs when the program's own code is done (page.js: its events)
   };
 
   // -- where a call came from -------------------------------------------------------------------
@@ -158,15 +159,18 @@
 
   function log(level) {
     return function (...args) {
-      let text = args.map((a) => show(a, 0)).join(" ");
-      if (text.length > MAX_LINE_CHARS) text = text.slice(0, MAX_LINE_CHARS) + "…";
-      if (host.console.length >= MAX_CONSOLE_LINES || host.consoleChars + text.length > MAX_CONSOLE_CHARS) {
-        host.consoleDropped++;
-        return;
-      }
-      host.consoleChars += text.length;
-      host.console.push({ level: level, text: text, line: callLine() });
+      record(level, args.map((a) => show(a, 0)).join(" "), callLine());
     };
+  }
+
+  function record(level, text, line) {
+    if (text.length > MAX_LINE_CHARS) text = text.slice(0, MAX_LINE_CHARS) + "…";
+    if (host.console.length >= MAX_CONSOLE_LINES || host.consoleChars + text.length > MAX_CONSOLE_CHARS) {
+      host.consoleDropped++;
+      return;
+    }
+    host.consoleChars += text.length;
+    host.console.push({ level: level, text: text, line: line });
   }
 
   const consoleObject = {
@@ -642,6 +646,9 @@
       } catch (error) {
         running = Promise.reject(error);
       }
+      running = running.then(async () => {
+        for (const run of host.afterProgram) await run();
+      });
       running.then(
         () => {
           host.state = "done";
@@ -715,6 +722,18 @@
 
     console() {
       return JSON.stringify({ lines: host.console, dropped: host.consoleDropped });
+    },
+
+    // For page.js: text the program put on its page, shown with the console; with the line
+    // of the call that wrote it, or none (QuickJS knows the line of a call, not of the
+    // assignment that ran a setter: it would name the line of the last call before it).
+    pageText(text, byCall) {
+      record("page", String(text), byCall ? callLine() : null);
+    },
+
+    // For page.js: run after the program's own code, as its part of the program.
+    afterProgram(run) {
+      host.afterProgram.push(run);
     },
   };
 
