@@ -7,6 +7,7 @@ from functools import cache
 import numpy as np
 from django.conf import settings
 from django.contrib import messages
+from django.contrib.auth.models import AnonymousUser
 from django.core.cache import cache as page_cache
 from django.core.serializers.json import DjangoJSONEncoder
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
@@ -27,6 +28,7 @@ from sessions import embedding
 from sessions.access import get_session_for_user
 from sessions.markdown import render_code
 from sessions.models import Session, Turn
+from sessions.stamps import OPENABLE, Prepared, stamp, stamp_of
 
 
 def get_reviewed_turn(request: HttpRequest, slug: str, number: int) -> Turn:
@@ -149,40 +151,48 @@ def _run_id(value: str) -> int:
 
 @require_GET
 def replay_json(request: HttpRequest, slug: str, number: int) -> HttpResponse:
-    """A finished run's answer to a plain GET is cached (per turn and adapter) and served
-    while the session is unchanged and its run is still the newest of its kernel: one
-    query, where finding the turn, its job and its run takes three larger ones and the
-    job's digests (4.6 against 0.6 ms for /healthz, in process)."""
-    key = None
-    if not request.GET:
-        key = f"replay.json:{slug}:{number}:{replay.backend().environment_id(wait=False)}"
-        if (body := _stored_answer(request, slug, key)) is not None:
-            return HttpResponse(body, content_type="application/json")
-    turn = get_reviewed_turn(request, slug, number)
-    return replay_json_response(request, turn.kernel_version, cache_key=key)
-
-
-def _stored_answer(request: HttpRequest, slug: str, key: str) -> str | None:
-    """The answer kept under key, if this reader may open the session, the session has
-    not changed since, and no newer run of the kernel exists."""
+    """A finished run's answer to a plain GET from a reader without cookies is cached
+    (per turn and adapter) and served while the session is unchanged and its run is still
+    the newest of its kernel: one precompiled query, where finding the turn, its job and
+    its run takes three and the job's digests (4.6 against 0.6 ms for /healthz, in
+    process)."""
+    if request.GET or request.COOKIES or request.user.is_authenticated:
+        turn = get_reviewed_turn(request, slug, number)
+        return replay_json_response(request, turn.kernel_version)
+    key = f"replay.json:{slug}:{number}:{replay.backend().environment_id(wait=False)}"
     stored = page_cache.get(key)
-    if stored is None:
-        return None
-    sessions = Session.objects.viewable_by(request.user).filter(slug=slug)
-    now = sessions.annotate(newest=replay.newest_run(*stored["job"])).values_list(
-        "updated", "newest"
-    )
-    return stored["body"] if now.first() == (stored["updated"], stored["run"]) else None
+    if stored is not None:
+        row = STORED_ANSWER.first(slug=slug, sources=stored["job"][0], harness=stored["job"][1])
+        if row is not None and (stamp_of(row), row[2]) == (stored["stamp"], stored["run"]):
+            return HttpResponse(stored["body"], content_type="application/json")
+    # Before the answer is made, so that it is never kept under a newer stamp than its own.
+    found = stamp(OPENABLE, slug)
+    turn = get_reviewed_turn(request, slug, number)
+    shown = replay.for_reader(turn.kernel_version, start=True)
+    response, run = _answer(shown, {}), shown.run
+    if found is not None and run is not None and run.state == Run.State.DONE and run.cacheable:
+        job = (run.source_sha256, run.harness_digest)
+        answer = {"stamp": found, "run": run.pk, "job": job, "body": response.content}
+        page_cache.set(key, answer, timeout=settings.PAGE_CACHE_SECONDS)
+    return response
+
+
+# The session's stamp, and the newest run of a kernel's sources under its harness.
+STORED_ANSWER = Prepared(
+    lambda slug, sources, harness: (
+        Session.objects.viewable_by(AnonymousUser())
+        .filter(slug=slug)
+        .annotate(newest=replay.newest_run(sources, harness))
+        .values_list("pk", "updated", "newest")
+    ),
+    ["slug", "sources", "harness"],
+)
 
 
 def replay_json_response(
-    request: HttpRequest,
-    version: KernelVersion,
-    extra: dict | None = None,
-    cache_key: str | None = None,
+    request: HttpRequest, version: KernelVersion, extra: dict | None = None
 ) -> HttpResponse:
-    """replay.json of a version, archived or a fork's (extra: what else the answer says);
-    with cache_key, a finished cacheable run's answer is kept there (replay_json)."""
+    """replay.json of a version, archived or a fork's (extra: what else the answer says)."""
     try:
         wait = min(max(float(request.GET.get("wait", "0")), 0.0), 10.0)
     except ValueError:
@@ -195,6 +205,12 @@ def replay_json_response(
         shown = replay.for_reader(version, run_id=_run_id(request.GET["run"]))
     else:
         shown = replay.for_reader(version, start=True)
+    return _answer(shown, extra or {}, wait)
+
+
+def _answer(shown: replay.Replay, extra: dict, wait: float = 0.0) -> HttpResponse:
+    """replay.json's answer about what a reader sees of a version (waiting up to wait
+    seconds for its run to finish)."""
     if shown.problem:
         return JsonResponse({"error": shown.problem, "state": "none"}, status=422)
     if shown.busy:
@@ -205,14 +221,8 @@ def replay_json_response(
         return JsonResponse({"error": "No such run of this kernel.", "state": "none"}, status=404)
     if wait:
         shown.run = replay.wait(shown.run, wait)
-    done = shown.run.state == Run.State.DONE
-    body = _run_json(shown, extra or {})
-    if cache_key is not None and done and shown.run.cacheable:
-        job = (shown.run.source_sha256, shown.run.harness_digest)
-        updated = version.kernel.session.updated
-        stored = {"updated": updated, "run": shown.run.pk, "job": job, "body": body}
-        page_cache.set(cache_key, stored, timeout=settings.PAGE_CACHE_SECONDS)
-    return HttpResponse(body, content_type="application/json", status=200 if done else 202)
+    status = 200 if shown.run.state == Run.State.DONE else 202
+    return HttpResponse(_run_json(shown, extra), content_type="application/json", status=status)
 
 
 def _run_json(shown: replay.Replay, extra: dict) -> str:

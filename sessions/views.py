@@ -31,6 +31,7 @@ from sessions.importers.files import import_file, size_limit
 from sessions.importers.options import ImportOptions
 from sessions.importers.writer import ImportProblem
 from sessions.models import Session, Tag, Turn
+from sessions.stamps import EMBEDDABLE, OPENABLE, stamp
 
 # The parameters a session page reads. Its own URL keeps them: in its discovery link (so
 # that an oEmbed consumer embeds the turns the URL names) and in its cache key.
@@ -94,17 +95,19 @@ def _asked_page(request: HttpRequest, paginator: Paginator, session: Session) ->
 
 @require_GET
 def detail(request: HttpRequest, slug: str) -> HttpResponse:
-    session = get_session_for_user(request, slug)
     origin = site_origin(request)
     query = urlencode(
         [(name, request.GET[name][:12]) for name in PAGE_PARAMS if name in request.GET]
     )
     # A reader without cookies gets the same bytes as every other such reader.
     anonymous = not request.user.is_authenticated and not request.COOKIES
-    page_key = session.cache_key("page", query, origin)
-    if anonymous and (html := cache.get(page_key)) is not None:
-        return HttpResponse(html)
+    page_key = None
+    if anonymous and (found := stamp(OPENABLE, slug)) is not None:
+        page_key = f"{found}:page:{query}:{origin}"
+        if (html := cache.get(page_key)) is not None:
+            return HttpResponse(html)
 
+    session = get_session_for_user(request, slug)
     turns = session.turns.shown().select_related("kernel_version__kernel")
     paginator = Paginator(turns, navigation.page_size(turns.count(), settings.TURNS_PER_PAGE))
     page_number = _asked_page(request, paginator, session)
@@ -125,7 +128,7 @@ def detail(request: HttpRequest, slug: str) -> HttpResponse:
         "can_embed": session.is_embeddable,
     }
     response = render(request, "sessions/detail.html", context)
-    if anonymous:
+    if page_key is not None:
         cache.set(page_key, response.content, timeout=seconds)
     return response
 
@@ -184,16 +187,16 @@ def _embed_error(request: HttpRequest, message: str, status: int = 400) -> HttpR
 @xframe_options_exempt
 @csp_replace(embedding.EMBED_CSP)
 def embed(request: HttpRequest, slug: str) -> HttpResponse:
-    try:
-        session = get_embeddable_session(slug)
-    except Http404:
+    found = stamp(EMBEDDABLE, slug)
+    if found is None:
         return _embed_error(request, "There is no public session at this address.", 404)
     origin = site_origin(request)
     params = [request.GET.get(name, "")[:12] for name in ("from", "to", "theme")]
     # Only a valid range is ever cached, so a hit needs no bounds check.
-    key = session.cache_key("embed", *params, origin)
+    key = ":".join([found, "embed", *params, origin])
     page = cache.get(key)
     if page is None:
+        session = get_embeddable_session(slug)
         last_turn = session.turns.order_by("-number").values_list("number", flat=True).first()
         try:
             theme = embedding.parse_theme(request.GET)
