@@ -16,6 +16,8 @@ from typing import Any
 from kernels import replay, trace_pictures
 from kernels.engine.host.harness_program import harness_host
 from kernels.engine.host.trace import Trace
+from kernels.engine.outcome import Status
+from kernels.engine.run import SEVERITY
 from kernels.models import KernelVersion, version_diff
 from sessions.markdown import render_code, render_source
 
@@ -28,10 +30,12 @@ class Host:
     is_program: bool = False
     trace: Trace | None = None
     module_sources: dict[str, str] = field(default_factory=dict)
+    case: str = ""  # the harness case whose inputs the trace shows
 
 
 def host_of(version: KernelVersion, outcome: dict | None = None) -> Host:
-    """The version's host program and its run's trace, or its harness as host code."""
+    """The version's host program and its run's trace, or its harness as host code (with
+    the inputs of the case whose outputs the outcome shows, when it has cases)."""
     if version.host_program:
         trace = ((outcome or {}).get("program") or {}).get("trace")
         modules = {m["name"]: version.source for m in (trace or {}).get("modules", [])}
@@ -43,9 +47,39 @@ def host_of(version: KernelVersion, outcome: dict | None = None) -> Host:
         sources = replay.sources_for(version, harness)
     except replay.ReplayProblem:
         return Host()
+    shown = shown_case(outcome)
+    case = next((c for c in harness.cases if c.name == shown), None)
+    if case is not None:
+        harness = harness.for_case(case)
     written = harness_host(harness, sources, version.kernel.name)
     modules = {name: sources[kernel] for name, kernel in written.modules.items()}
-    return Host(written.code, False, written.trace, modules)
+    return Host(written.code, False, written.trace, modules, shown if case else "")
+
+
+def shown_case(outcome: dict | None) -> str:
+    """The name of the case whose outputs a run of several cases shows: its worst, the
+    first of the worst (kernels/engine/run.py), or "" for a run without cases."""
+    cases = (outcome or {}).get("cases") or []
+    known = [c for c in cases if c.get("status") in SEVERITY]
+    if not known:
+        return ""
+    return str(max(known, key=lambda c: SEVERITY.index(Status(c["status"])))["name"])
+
+
+def case_rows(outcome: dict | None) -> list[dict[str, Any]]:
+    """Each case of a run of several, with its verdict in words, the shown one marked."""
+    shown = shown_case(outcome)
+    return [
+        {
+            "name": case["name"],
+            "description": case.get("description", ""),
+            "status": case["status"],
+            "label": Status(case["status"]).label,
+            "message": case["message"],
+            "shown": case["name"] == shown,
+        }
+        for case in (outcome or {}).get("cases") or []
+    ]
 
 
 def host_context(version: KernelVersion, outcome: dict | None) -> dict[str, Any]:
@@ -61,6 +95,7 @@ def host_context(version: KernelVersion, outcome: dict | None) -> dict[str, Any]
         marked.append(error["line"])
     context = {
         "is_program": host.is_program,
+        "case": host.case,
         "html": render_source(host.code, "javascript", sorted(set(marked))),
         "picture": picture,
         "console": program.get("console", []),

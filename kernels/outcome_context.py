@@ -7,6 +7,7 @@ import json
 from kernels import pictures
 from kernels.engine.outcome import Outcome, Status
 from kernels.engine.wgsl import tokenize
+from kernels.host_context import case_rows
 from kernels.replay import Replay
 from sessions.markdown import render_source
 
@@ -94,6 +95,7 @@ def outcome_context(shown: Replay | None) -> dict:
         # The legend of the colours that mark cells, for the pictures that mark them.
         "legend": any(figure.get("marks") for figure in figures),
         "warnings": shown_warnings(outcome, version.source) if outcome and version else [],
+        "cases": case_rows(outcome),
         "source_html": render_source(version.source, "wgsl", marked) if version else "",
         "marks": editor_marks(outcome),
     }

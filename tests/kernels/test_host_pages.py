@@ -4,6 +4,8 @@ intermediate buffers. Real wgpu (llvmpipe here), through URLs."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.test import TransactionTestCase
 
@@ -116,3 +118,109 @@ class TeachingPageTests(TransactionTestCase):
         self.assertContains(
             page, '<span class="console-tag">page</span> (clicked #run once, as a reader would)'
         )
+
+
+SCALE_WGSL = """struct Params {
+  n: u32,
+  scale: f32,
+  origin: vec3<f32>,
+}
+
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read_write> hidden: array<f32>;
+@group(0) @binding(3) var<storage, read_write> y: array<f32>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) id: vec3u) {
+  let i = id.x;
+  if (i < params.n) {
+    hidden[i] = x[i] * params.scale + params.origin.x;
+    y[i] = hidden[i];
+  }
+}
+"""
+
+SCALE_HARNESS = {
+    "buffers": {
+        "params": {
+            "usage": "uniform",
+            "fields": {"n": 8, "scale": 2.0, "origin": [0.0, 0.0, 1.0]},
+        },
+        "x": {"usage": "read", "dtype": "f32", "shape": [8], "data": [0, 1, 2, 3, 4, 5, 6, 7]},
+        "hidden": {"usage": "read_write", "dtype": "f32", "shape": [8]},
+        "y": {"usage": "read_write", "dtype": "f32", "shape": [8], "output": True},
+    },
+    "passes": [{"bind": {"0": "params", "1": "x", "2": "hidden", "3": "y"}, "dispatch": [1]}],
+    "reference": {"name": "double", "args": ["x"], "outputs": ["y"]},
+    "report": {"show": ["hidden"]},
+    "cases": {
+        "ramp": {"description": "0 to 7", "buffers": {"x": {"data": [0, 1, 2, 3, 4, 5, 6, 7]}}},
+        "negative": {
+            "description": "the ramp below zero",
+            "buffers": {"x": {"data": [0, -1, -2, -3, -4, -5, -6, -7]}},
+        },
+        "tripled": {
+            "description": "scale 3: twice is what the reference wants",
+            "buffers": {"params": {"fields": {"n": 8, "scale": 3.0, "origin": [0.0, 0.0, 1.0]}}},
+        },
+    },
+}
+
+
+class HarnessPageTests(TransactionTestCase):
+    def setUp(self) -> None:
+        self.session = make_session("harness", turns=2)
+
+    def test_a_harness_run_shows_each_case_its_uniform_field_by_field_and_its_intermediate(
+        self,
+    ) -> None:
+        kernel = Kernel.objects.create(session=self.session, name="scale", harness=SCALE_HARNESS)
+        turn = self.session.turns.get(number=2)
+        version = KernelVersion.objects.create(
+            kernel=kernel, number=1, source=SCALE_WGSL, turn=turn
+        )
+        turn.kernel_version = version
+        turn.save()
+
+        outcome = finished(self.client, "/s/harness/turns/2/replay.json")["outcome"]
+
+        self.assertEqual(outcome["status"], "mismatch")
+        page = self.client.get("/s/harness/turns/2/replay/").content.decode()
+        # Each case with its verdict; the pictures are of the worst.
+        rows = re.findall(
+            r'<th scope="row"><code>(\w+)</code>.*?<span class="status-pill status-\w+">'
+            r"([^<]+)</span>",
+            page,
+        )
+        self.assertEqual(
+            rows, [("ramp", "passed"), ("negative", "passed"), ("tripled", "wrong results")]
+        )
+        self.assertIn("the pictures below are of case <strong>tripled</strong>", page)
+        self.assertIn("with the inputs of case tripled", page)
+        # struct Params { n: u32, scale: f32, origin: vec3<f32> }: origin is 16-byte
+        # aligned, so 8 bytes of padding after scale, and the struct rounds up to 32.
+        layout = page[page.index('<figure class="uniform-layout">') :]
+        layout = layout[: layout.index("</figure>")]
+        self.assertIn("As WGSL lays out <code>struct Params</code> (32 bytes)", layout)
+        segments = re.findall(
+            r'<g class="segment (\w+)">.*?class="field-name">([^<]*)<.*?class="field-type">'
+            r'([^<]*)<.*?class="field-value">([^<]*)<',
+            layout,
+            re.S,
+        )
+        self.assertEqual(
+            segments,
+            [
+                ("field", "n", "u32", "8"),
+                ("field", "scale", "f32", "3.0"),
+                ("padding", "padding", "8 bytes", ""),
+                ("field", "origin", "vec3&lt;f32&gt;", "0.0, 0.0, 1.0"),
+                ("padding", "padding", "4 bytes", ""),
+            ],
+        )
+        ticks = re.findall(r'class="tick">(\d+)<', layout)
+        self.assertEqual(ticks, ["0", "4", "8", "16", "28", "32"])
+        # The intermediate buffer the report shows, and how it was read back.
+        self.assertIn("<figcaption>hidden: values</figcaption>", page)
+        self.assertIn("read <code>hidden (read)</code> (from <code>hidden</code>)", page)
