@@ -165,6 +165,8 @@ def _thrown(error: dict[str, Any]) -> ProgramError:
         return _timed_out(line)
     if (name, message) == ("InternalError", "out of memory"):
         return _out_of_memory(line)
+    if (name, message) == ("RangeError", "invalid array buffer length"):
+        return _too_large(line)
     missing = BROWSER_ONLY.fullmatch(message) if name == "ReferenceError" else None
     if missing and missing.group(1) in BROWSER_GLOBALS:
         name, message = "NotSupportedError", f"{missing.group(1)} {NOT_ON_THE_SERVER}"
@@ -200,6 +202,15 @@ def _out_of_memory(line: int | None) -> ProgramError:
     where = f" at line {line}" if line else ""
     message = f"The program ran out of JavaScript memory{where}."
     return _error("memory", message, line, "out of memory")
+
+
+def _too_large(line: int | None) -> ProgramError:
+    where = f"Line {line}" if line else "The program"
+    message = (
+        f"{where}: RangeError: invalid array buffer length: an array of 2 GiB or more, where "
+        f"a program's JavaScript may use {JS_HEAP_BYTES // MiB} MiB in all."
+    )
+    return _error("memory", message, line, "invalid array buffer length")
 
 
 def _stuck(taken: Any) -> ProgramError:
