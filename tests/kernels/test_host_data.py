@@ -55,7 +55,7 @@ def test_fetched_bytes_reach_the_program_and_come_back_unchanged(gpu):
     assert [line["text"] for line in result.console] == [str(len(data)), "true"]
     size = len(data) - len(data) % 4
     # Out of JavaScript (writeBuffer), through the GPU, and back in (mapAsync).
-    assert result.written["buffer 1"] == data[:size]
+    assert result.written["buffer"] == data[:size]
     assert result.readbacks[0].data == data[:size]
 
 

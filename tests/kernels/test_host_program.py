@@ -673,3 +673,21 @@ def test_unmapping_a_buffer_that_is_not_mapped_does_nothing(run):
 
     assert result.error is None, result.error
     assert [line["text"] for line in result.console] == ["after"]
+
+
+def test_an_unlabelled_buffer_goes_by_the_variable_it_is_assigned_to(run):
+    source = """const device = await (await navigator.gpu.requestAdapter()).requestDevice();
+const dims = device.createBuffer({ size: 16, usage: GPUBufferUsage.UNIFORM });
+const made = { out: device.createBuffer({ size: 4, usage: GPUBufferUsage.STORAGE }) };
+for (let i = 0; i < 2; i++) {
+  const chunk = device.createBuffer({ size: 4, usage: GPUBufferUsage.STORAGE });
+}
+device.createBuffer({ size: 4, usage: GPUBufferUsage.STORAGE });
+const weights = device.createBuffer({ label: "w1", size: 4, usage: GPUBufferUsage.STORAGE });
+"""
+
+    trace = run(source).trace
+
+    names = [buffer["name"] for buffer in trace["buffers"]]
+    # A second buffer assigned to the same variable, and one assigned to none, get numbers.
+    assert names == ["dims", "out", "chunk", "buffer 4", "buffer 5", "w1"]

@@ -19,7 +19,7 @@ import numpy as np
 from kernels.engine.device import Environment, import_wgpu
 from kernels.engine.host import trace as traces
 from kernels.engine.host.encoder import ENCODER_OPS, Encoder, encode, first_failing
-from kernels.engine.host.js import call_start
+from kernels.engine.host.js import assigned_name, call_start
 from kernels.engine.host.trace import Trace
 from kernels.engine.limits import Limits
 from kernels.engine.naga import clean_wgpu_error, parse_compile_error
@@ -315,11 +315,11 @@ class Timeline:
     def op_view(self, entry: Entry, blob: Blob) -> None:
         """The program made a typed array on a mapped range: that is how it reads it."""
         self.views[entry["buffer"]] = entry["dtype"]
-        name = self.names[entry["buffer"]]
+        name, size = self.names[entry["buffer"]], traces.itemsize(entry["dtype"])
         for index in range(len(self.readbacks) - 1, -1, -1):
             readback = self.readbacks[index]
             if readback.buffer == name:
-                if not readback.viewed and len(readback.data) % _itemsize(entry["dtype"]) == 0:
+                if not readback.viewed and len(readback.data) % size == 0:
                     readback.dtype, readback.viewed = entry["dtype"], True
                     if index < len(self.trace["readbacks"]):
                         self.trace["readbacks"][index] = self.traced_readback(readback)
@@ -568,7 +568,14 @@ class Timeline:
         return {"url": entry["url"], "size": len(data)}, data
 
     def name(self, entry: dict[str, Any], kind: str) -> str:
+        """The object's label; for a buffer, else the variable the program assigns it to
+        (the name the outputs and the trace go by), once; else its kind and number."""
         self.counts[kind] = self.counts.get(kind, 0) + 1
+        variable = ""
+        if kind == "buffer" and not entry.get("label"):
+            variable = assigned_name(self.lines, entry.get("line"), "createBuffer")
+        if variable and variable not in self.names.values():
+            return variable
         return entry.get("label") or f"{kind} {self.counts[kind]}"
 
 
@@ -590,7 +597,3 @@ def attached_name(url: str, files: Mapping[str, bytes]) -> str | None:
 def _camel(name: str) -> str:
     head, *rest = name.split("-")
     return head + "".join(part.capitalize() for part in rest)
-
-
-def _itemsize(dtype: str) -> int:
-    return np.dtype(traces.NP_VIEWS.get(dtype, np.uint8)).itemsize

@@ -73,6 +73,25 @@ def call_start(lines: list[str], line: int | None, method: str) -> int | None:
     return line
 
 
+# What precedes a call whose result is assigned: `const bufA = `, `out: await device.`.
+ASSIGNED = re.compile(r"([A-Za-z_$][\w$]*)[ \t]*[=:][ \t]*(?:await[ \t]+)?(?:[\w$]+\.)*$")
+# How much of the line before the call is looked at, so a long line costs no more.
+ASSIGNED_CHARS = 200
+
+
+def assigned_name(lines: list[str], line: int | None, method: str) -> str:
+    """The variable or property that the call to method starting at line is assigned to
+    (`const bufA = device.createBuffer(`, `out: device.createBuffer(`), or ""."""
+    if line is None or not 1 <= line <= len(lines):
+        return ""
+    call = re.search(rf"\b{re.escape(method)}[ \t]*\(", lines[line - 1])
+    if call is None:
+        return ""
+    before = lines[line - 1][max(0, call.start() - ASSIGNED_CHARS) : call.start()]
+    assigned = ASSIGNED.search(before)
+    return assigned.group(1) if assigned else ""
+
+
 HEX_DIGITS = np.zeros(256, dtype=np.uint8)
 for _i, _c in enumerate(b"0123456789abcdef"):
     HEX_DIGITS[_c] = _i

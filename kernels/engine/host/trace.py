@@ -171,3 +171,8 @@ def values_of(data: bytes, dtype: str) -> list[Any]:
     if array.dtype.kind == "f":
         return [json_number(float(v)) for v in array]
     return [int(v) for v in array]
+
+
+def itemsize(dtype: str) -> int:
+    """Bytes per value of a view's dtype ("f32": 4); a dtype not known is bytes."""
+    return int(np.dtype(NP_VIEWS.get(dtype, np.uint8)).itemsize)
