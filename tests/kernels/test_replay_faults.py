@@ -141,3 +141,38 @@ class GaveUpTestCase(TransactionTestCase):
         body = finished(self.client, "/s/gave-up-0/turns/1/replay.json")
         self.assertEqual(body["outcome"]["status"], "timeout")
         self.assertNotIn(body["run"]["id"], gave_up)
+
+
+class ClaimTestCase(TransactionTestCase):
+    """A worker taking a run: one UPDATE while attempts are left, a clear end after."""
+
+    def run_with(self, attempts: int, state: str = Run.State.QUEUED) -> Run:
+        return Run.objects.create(
+            source_sha256="s",
+            harness_digest="h",
+            environment_id="e",
+            state=state,
+            attempts=attempts,
+        )
+
+    def test_a_run_with_attempts_left_is_taken_in_one_query(self) -> None:
+        run = self.run_with(settings.REPLAY_MAX_ATTEMPTS - 1)
+        with self.assertNumQueries(1):
+            self.assertTrue(replay.claim(run.pk, "host:1:2"))
+        run.refresh_from_db()
+        self.assertEqual((run.state, run.worker), (Run.State.RUNNING, "host:1:2"))
+        self.assertEqual(run.attempts, settings.REPLAY_MAX_ATTEMPTS)
+
+    def test_a_run_out_of_attempts_ends_as_crashed(self) -> None:
+        run = self.run_with(settings.REPLAY_MAX_ATTEMPTS)
+        self.assertFalse(replay.claim(run.pk, "host:1:2"))
+        run.refresh_from_db()
+        self.assertEqual((run.state, run.status), (Run.State.DONE, "crashed"))
+        stopped = f"stopped {settings.REPLAY_MAX_ATTEMPTS} times"
+        self.assertIn(stopped, run.outcome["message"])
+
+    def test_a_finished_run_is_not_taken(self) -> None:
+        run = self.run_with(0, state=Run.State.DONE)
+        self.assertFalse(replay.claim(run.pk, "host:1:2"))
+        run.refresh_from_db()
+        self.assertEqual((run.attempts, run.worker), (0, ""))
