@@ -684,10 +684,17 @@ for (let i = 0; i < 2; i++) {
 }
 device.createBuffer({ size: 4, usage: GPUBufferUsage.STORAGE });
 const weights = device.createBuffer({ label: "w1", size: 4, usage: GPUBufferUsage.STORAGE });
+const upload = (data) => {
+  const buffer = device.createBuffer({ size: data.byteLength, usage: GPUBufferUsage.STORAGE });
+  return buffer;
+};
+const xBuffer = upload(new Float32Array(4));
+const yBuffer = upload(new Float32Array(4));
 """
 
     trace = run(source).trace
 
     names = [buffer["name"] for buffer in trace["buffers"]]
-    # A second buffer assigned to the same variable, and one assigned to none, get numbers.
-    assert names == ["dims", "out", "chunk", "buffer 4", "buffer 5", "w1"]
+    # A second buffer assigned to the same variable, and one assigned to none, get numbers;
+    # one a helper made goes by what the helper's result is assigned to.
+    assert names == ["dims", "out", "chunk", "buffer 4", "buffer 5", "w1", "xBuffer", "yBuffer"]

@@ -19,7 +19,7 @@ import numpy as np
 from kernels.engine.device import Environment, import_wgpu
 from kernels.engine.host import trace as traces
 from kernels.engine.host.encoder import ENCODER_OPS, Encoder, encode, first_failing
-from kernels.engine.host.js import assigned_name, call_start
+from kernels.engine.host.js import assigned_variables, call_start
 from kernels.engine.host.trace import Trace
 from kernels.engine.limits import Limits
 from kernels.engine.naga import clean_wgpu_error, parse_compile_error
@@ -568,14 +568,13 @@ class Timeline:
         return {"url": entry["url"], "size": len(data)}, data
 
     def name(self, entry: dict[str, Any], kind: str) -> str:
-        """The object's label; for a buffer, else the variable the program assigns it to
-        (the name the outputs and the trace go by), once; else its kind and number."""
+        """The object's label; for a buffer, else the variable it goes by in the program,
+        once (the outputs and the trace are named by it); else its kind and number."""
         self.counts[kind] = self.counts.get(kind, 0) + 1
-        variable = ""
         if kind == "buffer" and not entry.get("label"):
-            variable = assigned_name(self.lines, entry.get("line"), "createBuffer")
-        if variable and variable not in self.names.values():
-            return variable
+            names = assigned_variables(self.lines, entry.get("line"), entry.get("caller"))
+            if free := [name for name in names if name not in self.names.values()]:
+                return free[0]
         return entry.get("label") or f"{kind} {self.counts[kind]}"
 
 

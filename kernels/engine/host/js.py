@@ -92,6 +92,19 @@ def assigned_name(lines: list[str], line: int | None, method: str) -> str:
     return assigned.group(1) if assigned else ""
 
 
+def assigned_variables(lines: list[str], line: int | None, caller: Any) -> list[str]:
+    """The variables a buffer made by createBuffer at line may go by, best first: when a
+    function of the program made it (caller: [its name, the line that called it], from
+    the shim), the one its result is assigned to (`const aBuffer = upload(a)`); then the
+    one createBuffer's result is assigned to (`const buffer = device.createBuffer(`)."""
+    found = []
+    if caller:
+        function, called_at = caller
+        found.append(assigned_name(lines, call_start(lines, called_at, function), function))
+    found.append(assigned_name(lines, line, "createBuffer"))
+    return [name for name in found if name]
+
+
 HEX_DIGITS = np.zeros(256, dtype=np.uint8)
 for _i, _c in enumerate(b"0123456789abcdef"):
     HEX_DIGITS[_c] = _i

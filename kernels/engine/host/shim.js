@@ -50,6 +50,17 @@
     return programLine(new Error().stack);
   }
 
+  // The program's function that made this call and the line that called it, when one of
+  // its functions called another: [name, line] (a helper's caller names what it made).
+  function caller() {
+    const frames = [];
+    for (const frame of String(new Error().stack).split("\n")) {
+      const m = /at ([^ ]+) \(<input>:(\d+)\)\s*$/.exec(frame);
+      if (m && Number(m[2]) > host.offset) frames.push([m[1], Number(m[2]) - host.offset]);
+    }
+    return frames.length > 1 ? [frames[0][0], frames[1][1]] : null;
+  }
+
   function webgpuError(name, message) {
     const error = new Error(message);
     error.name = name;
@@ -467,7 +478,7 @@
         throw new RangeError(`createBuffer: a buffer mapped at creation needs a size that is a multiple of 4 (got ${d.size})`);
       }
       const id = host.nextId++;
-      push("createBuffer", { id: id, label: label(d), size: d.size, usage: d.usage, mappedAtCreation: !!d.mappedAtCreation });
+      push("createBuffer", { id: id, label: label(d), size: d.size, usage: d.usage, mappedAtCreation: !!d.mappedAtCreation, caller: caller() });
       return new GPUBuffer(id, { label: d.label, size: d.size, usage: d.usage, mappedAtCreation: !!d.mappedAtCreation });
     }
 
