@@ -262,11 +262,12 @@ def _dispatch(reading: _Reading, dispatch: _Dispatch) -> dict[str, Any]:
     elements = None
     if written is not None:
         name, count = written
-        elements = {"buffer": name, "count": count, "short": invocations < count}
-        one_dimensional = grid[1] == grid[2] == 1
         # Fewer invocations than elements, but not by a whole factor (a kernel that
         # handles a row each): the count was rounded down.
-        if one_dimensional and invocations < count < 2 * invocations:
+        short = grid[1] == grid[2] == 1 and invocations < count < 2 * invocations
+        elements = {"buffer": name, "count": count, "short": short}
+        elements["several"] = 2 * invocations <= count
+        if short:
             reading.findings.append(_short_dispatch(dispatch, size, invocations, name, count))
     return {
         "pipeline": dispatch.pipeline,

@@ -1,0 +1,54 @@
+"""The picture of what the host did (kernels/trace_pictures.py): a dispatch against the
+elements of the buffer it writes. From a harness written out as host code; no device."""
+
+from __future__ import annotations
+
+from kernels.engine.harness import parse_harness
+from kernels.engine.host.harness_program import harness_host
+from kernels.trace_pictures import host_picture
+from tests.kernels.test_host_program import ADD_WGSL
+
+
+def dispatch_of(workgroups: int) -> tuple[dict, list[dict]]:
+    """The one dispatch of an add over 1,000 elements with this many workgroups of 64."""
+    harness = parse_harness(
+        {
+            "buffers": {
+                "a": {"usage": "read", "dtype": "f32", "shape": [1000], "zeros": True},
+                "b": {"usage": "read", "dtype": "f32", "shape": [1000], "zeros": True},
+                "out": {"usage": "read_write", "dtype": "f32", "shape": [1000], "output": True},
+            },
+            "passes": [{"bind": {"0": "a", "1": "b", "2": "out"}, "dispatch": [workgroups]}],
+        }
+    )
+    written = harness_host(harness, {"self": ADD_WGSL}, "add")
+    sources = {name: ADD_WGSL for name in written.modules}
+    picture = host_picture(written.trace, sources)
+    [shown_pass] = picture["passes"]
+    [dispatch] = shown_pass["dispatches"]
+    return dispatch, picture["findings"]
+
+
+def test_a_dispatch_rounded_down_is_short_and_a_finding():
+    dispatch, findings = dispatch_of(15)
+
+    assert dispatch["invocations"] == 960
+    assert dispatch["elements"]["short"] and not dispatch["elements"]["several"]
+    [finding] = findings
+    assert "40 elements get no invocation" in finding["text"]
+
+
+def test_far_fewer_invocations_than_elements_is_not_called_short():
+    # 128 invocations for 1,000 elements: a kernel that handles a row each, not a rounding.
+    dispatch, findings = dispatch_of(2)
+
+    assert not dispatch["elements"]["short"]
+    assert dispatch["elements"]["several"]
+    assert findings == []
+
+
+def test_enough_invocations_is_neither():
+    dispatch, findings = dispatch_of(16)
+
+    assert not dispatch["elements"]["short"] and not dispatch["elements"]["several"]
+    assert findings == []
