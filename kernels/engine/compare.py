@@ -7,10 +7,7 @@ sentinel a diagnostic run fills new buffers with (mark_unwritten).
 from __future__ import annotations
 
 import math
-import os
-import threading
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -27,9 +24,6 @@ GRID_SIZE = 64
 # Cells compared at a time on the passing path: a few float64 temporaries of this size
 # stay in a core's cache.
 BLOCK = 32768
-# From this many cells on, the passing path is compared in THREADS ranges at once.
-PARALLEL_FROM = 1 << 20
-THREADS = min(8, os.cpu_count() or 1)
 # Grid cell codes, in rising order of severity: a block shows its worst cell.
 OK, WRONG, NONFINITE, UNWRITTEN = 0, 1, 2, 3
 GRID_CHARS = np.array([".", "x", "n", "u"])
@@ -164,44 +158,14 @@ def _all_close(
     cell is within tolerance; else None.
 
     Compared in blocks of BLOCK cells, so the float64 temporaries stay in cache instead
-    of doubling the output's size in memory, and from PARALLEL_FROM cells on in as many
-    ranges as there are threads (numpy lets go of the GIL inside each block: 16.7M cells
-    took 120 ms in one thread on the H100's host). It stops at the first block with a
-    cell off. NaN (written or the unwritten sentinel) never compares as close.
+    of doubling the output's size in memory; it stops at the first block with a cell
+    off. NaN (written or the unwritten sentinel) never compares as close.
     """
-    parts = THREADS if got.size >= PARALLEL_FROM else 1
-    step = max(1, -(-got.size // parts // BLOCK)) * BLOCK
-    starts = range(0, max(got.size, 1), step)
-    stop = threading.Event()
-
-    def part(start: int) -> tuple[float, int, float] | None:
-        end = start + step
-        return _blocks_close(got[start:end], exp[start:end], atol, rtol, stop)
-
-    if len(starts) == 1:
-        results = [part(0)]
-    else:
-        with ThreadPoolExecutor(len(starts)) as pool:
-            results = list(pool.map(part, starts))
-    if any(r is None for r in results):
-        return None
-    found = [(r[0], start + r[1], r[2]) for r, start in zip(results, starts, strict=True) if r]
-    worst = max(found, key=lambda r: r[0])
-    return worst[0], worst[1], max(r[2] for r in found)
-
-
-def _blocks_close(
-    got: np.ndarray, exp: np.ndarray, atol: float, rtol: float, stop: threading.Event
-) -> tuple[float, int, float] | None:
-    """_all_close over one range, block by block; None (and stop set, so that the other
-    ranges end early) at the first cell off."""
     # Scratch arrays reused for every block: no allocation per block.
     err, scale, limit, rel = (np.empty(min(BLOCK, got.size)) for _ in range(4))
     close = np.empty(err.size, dtype=bool)
     max_err, worst, max_rel = -1.0, 0, 0.0
     for start in range(0, got.size, BLOCK):
-        if stop.is_set():
-            return None
         g, x = got[start : start + BLOCK], exp[start : start + BLOCK]
         e, s, lim, r, ok = (a[: g.size] for a in (err, scale, limit, rel, close))
         with np.errstate(invalid="ignore"):  # infinity less infinity is NaN: not close
@@ -212,7 +176,6 @@ def _blocks_close(
             lim += atol
             np.less_equal(e, lim, out=ok)
         if not ok.all():
-            stop.set()
             return None
         at = int(np.argmax(e))
         if e[at] > max_err:
