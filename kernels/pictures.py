@@ -347,6 +347,9 @@ def _status(output: dict, classified: bool) -> dict:
     scores are one line too: its confusion matrix says where it went wrong."""
     name, count = output["name"], output["count"]
     wrong = output.get("bad", 0) or output.get("unwritten", 0) or output.get("nonfinite", 0)
+    if not wrong and output.get("bad") is None:  # nothing to compare with: not "right"
+        title = f"{name}: {count:,} values, not checked (nothing to compare them with)"
+        return {"title": title, "summary": True, "unchecked": True}
     if not wrong:
         return {"title": f"{name}: all {count:,} values right", "summary": True}
     if classified:

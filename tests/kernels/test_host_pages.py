@@ -118,6 +118,10 @@ class TeachingPageTests(TransactionTestCase):
         self.assertContains(
             page, '<span class="console-tag">page</span> (clicked #run once, as a reader would)'
         )
+        # Its outputs had nothing to be compared with: shown as unchecked, not as right.
+        self.assertContains(page, "out: 256 values, not checked (nothing to compare them with)")
+        self.assertNotContains(page, "values right")
+        self.assertContains(page, "<span>the program ")
 
 
 SCALE_WGSL = """struct Params {
