@@ -376,6 +376,8 @@ def figures(outcome: Outcome) -> list[dict]:
         got, expected = output_list(output, "got"), output_list(output, "expected")
         if got is not None and rows == 1 and cols <= MAX_SIDE:
             title = f"{name}: expected (light) and got (dark)" if expected else f"{name}: values"
+            if output.get("intermediate"):
+                title = f"{name}: values (an intermediate buffer: shown, not checked)"
             result.append({"title": title, "svg": bars(name, expected, got)})
         elif got is not None and expected is not None and rows <= MAX_SIDE and cols <= MAX_SIDE:
             result.append(_heatmaps(output, expected, got, rows, cols))

@@ -226,5 +226,8 @@ class HarnessPageTests(TransactionTestCase):
         ticks = re.findall(r'class="tick">(\d+)<', layout)
         self.assertEqual(ticks, ["0", "4", "8", "16", "28", "32"])
         # The intermediate buffer the report shows, and how it was read back.
-        self.assertIn("<figcaption>hidden: values</figcaption>", page)
+        self.assertIn(
+            "<figcaption>hidden: values (an intermediate buffer: shown, not checked)</figcaption>",
+            page,
+        )
         self.assertIn("read <code>hidden (read)</code> (from <code>hidden</code>)", page)
