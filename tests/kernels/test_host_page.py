@@ -141,6 +141,25 @@ def test_window_onload_starts_the_program(run):
     assert page_lines(result) == [("#gpu: a GPU", None)]
 
 
+def test_dom_content_loaded_handlers_run_on_the_document_and_the_window(run):
+    source = (
+        'document.addEventListener("DOMContentLoaded", () => {\n'
+        '  console.log("document");\n'
+        "});\n"
+        'window.addEventListener("DOMContentLoaded", () => {\n'
+        '  console.log("window");\n'
+        "});\n"
+    )
+
+    result = run(source)
+
+    assert result.error is None
+    assert [(line["text"], line["line"]) for line in result.console] == [
+        ("document", 2),
+        ("window", 5),
+    ]
+
+
 def test_an_error_in_the_click_handler_names_its_line(run):
     source = (
         'document.getElementById("go").onclick = () => {\n'

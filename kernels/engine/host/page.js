@@ -317,6 +317,7 @@
   host.afterProgram(async () => {
     documentTarget.readyState = "interactive";
     await dispatch(documentProxy, "DOMContentLoaded");
+    await dispatch(globalThis, "DOMContentLoaded"); // it bubbles up to the window
     documentTarget.readyState = "complete";
     await dispatch(globalThis, "load");
     const [first, ...others] = wired.filter((e) => handlersOf(e, "click").length || handlersOf(e, "submit").length);
