@@ -236,3 +236,19 @@ def test_alert_and_document_write_are_page_text(run):
 
     assert result.error is None
     assert page_lines(result) == [("alert: sum = 6", 1), ("document: done", 2)]
+
+
+def test_a_page_started_from_an_onclick_attribute_says_why_nothing_ran(run, gpu):
+    # <button onclick="run()"> is HTML: only the script, which declares run, is replayed.
+    source = (
+        "async function run() {\n"
+        "  const adapter = await navigator.gpu.requestAdapter();\n"
+        "  const device = await adapter.requestDevice();\n"
+        "}\n"
+    )
+
+    outcome = program_outcome(run(source), gpu[1])
+
+    assert outcome["status"] == "no_reference"
+    assert "never dispatched" in outcome["message"]
+    assert "starts it from an onclick attribute" in outcome["message"]

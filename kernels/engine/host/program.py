@@ -318,7 +318,7 @@ def program_outcome(
         outcome.update(
             status=str(Status.NO_REFERENCE),
             message=f"The program ran to its end but {what} never read a buffer back "
-            "(mapAsync and getMappedRange), so there is nothing to show.",
+            f"(mapAsync and getMappedRange), so there is nothing to show.{_idle(result)}",
         )
     elif compared:
         status, message = verdict(compared)
@@ -326,6 +326,18 @@ def program_outcome(
     else:
         outcome.update(status=str(Status.NO_REFERENCE), message=no_reference_message(outputs))
     return outcome  # type: ignore[return-value]
+
+
+def _idle(result: ProgramResult) -> str:
+    """Why a program that made no WebGPU object at all may have done nothing."""
+    trace = result.trace or new_trace()
+    if trace["buffers"] or trace["modules"] or result.dispatches:
+        return ""
+    return (
+        " It made no buffer or shader module: if its page starts it from an onclick "
+        "attribute, that is in the page's HTML, which is not replayed (only its scripts "
+        "are); a call at the end of the script, or addEventListener, starts it here."
+    )
 
 
 def needs_diagnosis(outcome: Outcome) -> bool:
