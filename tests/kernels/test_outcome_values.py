@@ -115,3 +115,17 @@ class StoredOutcomeTestCase(BaseTestCase):
         self.assertContains(r, "[9, 9] expected 24.75, got 24.75")
         served = self.client.get("/s/demo/turns/2/replay.json").json()
         self.assertEqual(served["outcome"]["outputs"][0]["got"][34], None)
+
+
+def test_the_replay_command_prints_packed_cells_as_lists() -> None:
+    from kernels.management.commands.replay import readable
+
+    got, expected = cells()
+    output = as_stored(compare_output(buffer(), got, expected, 1e-6, 1e-6))
+    case = {"name": "one", "status": "mismatch", "message": "", "outputs": [output]}
+    shown = readable({"status": "mismatch", "outputs": [output], "cases": [case]})
+    for printed in (shown["outputs"][0], shown["cases"][0]["outputs"][0]):
+        assert printed["got"][34] is None and printed["got"][55] == "NaN"
+        assert printed["got"][66] == "Infinity" and printed["got"][1] == 0.25
+        assert printed["expected"][99] == 24.75
+    json.dumps(shown, allow_nan=False)
