@@ -9,8 +9,9 @@
                   through the same pool: QuickJS runs it, fetch() loads x, w and b from
                   the session's files, the shim's calls replay on wgpu-py, and the
                   reference is computed from the inputs the program wrote
-  cached          GET replay.json for a finished run, through gunicorn (and, for scale,
-                  the cheapest request the same server answers: GET /healthz)
+  cached          GET replay.json for a finished run, through gunicorn, as a reader
+                  without cookies asks (the answer kept in the cache), and for scale the
+                  cheapest request the same server answers: GET /healthz
   cold start      the first replay after the server starts (worker start-up included)
 
 The layer is a 784x128 matmul with bias (y = x @ w + b). The size sweep replays y = 2x
