@@ -197,6 +197,7 @@ def program_job(
         "files": None,
         "session_files": version.kernel.session_id if files else None,
         "deadline_s": max(1.0, settings.REPLAY_DEADLINE - PROGRAM_MARGIN),
+        "fixtures_dir": str(settings.FIXTURES_DIR),
     }
     if check.harness is not None:
         payload["harness"] = check.harness.to_dict()

@@ -20,7 +20,8 @@ if TYPE_CHECKING:
 # environment id, so cached runs from an older runner are not reused.
 # 2: WebGPU's default limits, the checks a browser makes, and the source's analysis.
 # 3: new buffers zeroed as in WebGPU (the NaN sentinel only in a diagnostic second run).
-RUNNER_VERSION = 3
+# 4: a program's checked readbacks take their harness buffer's shape and its report.
+RUNNER_VERSION = 4
 
 BACKEND_ORDER = ("vulkan", "metal", "d3d12", "opengl")
 ADAPTER_TYPE_ORDER = ("discretegpu", "integratedgpu", "virtualgpu", "unknown", "cpu")

@@ -231,3 +231,55 @@ class HarnessPageTests(TransactionTestCase):
             page,
         )
         self.assertIn("read <code>hidden (read)</code> (from <code>hidden</code>)", page)
+
+
+SHOWCASE = "/s/gpu-inference-from-scratch"
+
+
+def pictures_of(page: str) -> list[str]:
+    """The captions of a replay page's pictures and one-line summaries, in order."""
+    outcome = page[page.index('<section class="outcome') :]
+    outcome = outcome[: outcome.index("</section>")]
+    return re.findall(
+        r'<figcaption>([^<]+)</figcaption>|class="figure-summary[^"]*">([^<]+)<', outcome
+    )
+
+
+class ShowcaseProgramPageTests(TransactionTestCase):
+    def setUp(self) -> None:
+        from django.core.management import call_command
+
+        call_command("load_showcase", verbosity=0)
+
+    def test_a_checked_program_readback_is_drawn_as_the_harness_run_draws_it(self) -> None:
+        # Lesson 7's first program: it fetch()es the weights and 100 test digits and
+        # reads back probs, checked against the harness's mlp_forward.
+        program = KernelVersion.objects.get(kernel__name="mnist", number=1)
+        # The same kernel under the same harness, with no host program: the harness run.
+        turn = program.kernel.session.turns.get(number=92)
+        harness_run = KernelVersion.objects.create(
+            kernel=program.kernel,
+            number=99,
+            source=program.source,
+            harness_override=program.harness_override,
+            turn=turn,
+        )
+        turn.kernel_version = harness_run
+        turn.save()
+
+        by_program = finished(self.client, f"{SHOWCASE}/turns/91/replay.json")["outcome"]
+        by_harness = finished(self.client, f"{SHOWCASE}/turns/92/replay.json")["outcome"]
+
+        self.assertEqual(by_program["status"], "mismatch")
+        self.assertEqual(by_program["message"], by_harness["message"])
+        self.assertEqual([o["shape"] for o in by_program["outputs"]], [[100, 10]])
+        self.assertEqual(by_program["report"], by_harness["report"])
+        program_page = self.client.get(f"{SHOWCASE}/turns/91/replay/").content.decode()
+        harness_page = self.client.get(f"{SHOWCASE}/turns/92/replay/").content.decode()
+        self.assertEqual(pictures_of(program_page), pictures_of(harness_page))
+        self.assertIn('aria-label="confusion matrix: rows are true digits', program_page)
+        accuracy = by_harness["report"]["accuracy"]
+        self.assertIn(f"Confusion matrix: {accuracy:.1%} of 100 digits right", program_page)
+        self.assertIn('aria-label="digits and predictions"', program_page)
+        # The first wrong cell is named by row and column, not by its flat index.
+        self.assertIn(f"at [{by_harness['outputs'][0]['worst_index'][0]}, ", by_program["message"])

@@ -9,13 +9,19 @@ against the session's final one). Or nothing: the outputs are shown without a ve
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypedDict
 
 import numpy as np
 
+from kernels.engine.compare import classification_report
 from kernels.engine.harness import Harness, Pass
 from kernels.engine.host.trace import NP_VIEWS, Trace, TracedDispatch
+from kernels.engine.inputs import make_inputs, no_memo
+from kernels.engine.limits import DEFAULT_LIMITS
+from kernels.engine.outcome import Stop
 from kernels.engine.references import REFERENCES
 
 
@@ -51,7 +57,8 @@ class _Dispatch:
 def reference_expected(
     harness: Harness, trace: Trace, written: dict[str, bytes], readbacks: list[Any]
 ) -> list[np.ndarray | None]:
-    """The harness reference's outputs, lined up with the program's readbacks.
+    """The harness reference's outputs, lined up with the program's readbacks, each in
+    the shape of its harness buffer (so a readback is drawn as the harness run draws it).
 
     Raises Unchecked when a reference argument or output has no counterpart in the
     program (an input it never wrote from the host, an output it never read back).
@@ -72,8 +79,62 @@ def reference_expected(
         index = _readback_of(buffers.get(name), readbacks)
         if index is None:
             raise Unchecked(f"the program never read back the buffer the harness calls {name}")
-        expected[index] = np.asarray(value, dtype=np.float64).reshape(-1)
+        array = np.asarray(value, dtype=np.float64)
+        shape = harness.buffer(name).shape
+        expected[index] = array.reshape(shape) if array.size == np.prod(shape) else array
     return expected
+
+
+def program_report(
+    harness: Harness,
+    trace: Trace,
+    written: dict[str, bytes],
+    readbacks: list[Any],
+    fixtures_dir: Path | None,
+) -> dict[str, Any] | None:
+    """The harness's classification report of the program's own readback of the
+    probabilities, or None when there is none to make. The labels are what the program
+    bound where the harness binds them, else the harness's own (a page keeps its labels
+    in JavaScript: they only score the answers)."""
+    report = harness.report
+    if report is None or not report.kind:
+        return None
+    buffers = program_buffers(harness, trace)
+    index = _readback_of(buffers.get(report.probabilities), readbacks)
+    if index is None:
+        return None
+    shape = harness.buffer(report.probabilities).shape
+    probabilities = np.frombuffer(readbacks[index].data, dtype=np.float32)
+    labels = _labels(harness, buffers, written, fixtures_dir)
+    if labels is None or len(shape) != 2 or probabilities.size != np.prod(shape):
+        return None
+    if labels.size != shape[0]:
+        return None
+    return classification_report(probabilities.reshape(shape), labels)
+
+
+def _labels(
+    harness: Harness, buffers: dict[str, str], written: dict[str, bytes], fixtures_dir: Path | None
+) -> np.ndarray | None:
+    assert harness.report is not None
+    spec = harness.buffer(harness.report.labels)
+    data = written.get(buffers.get(spec.name, ""))
+    if data is not None:
+        return np.frombuffer(data, dtype=NP_VIEWS[spec.dtype], count=len(data) // 4)[: spec.count]
+    return harness_values(harness, spec.name, fixtures_dir)
+
+
+def harness_values(harness: Harness, name: str, fixtures_dir: Path | None) -> np.ndarray | None:
+    """A harness buffer's first contents as the harness fills it (its data, a fixture
+    file or a slice of one), or None when they cannot be read."""
+    if fixtures_dir is None:
+        return None
+    alone = dataclasses.replace(harness, buffers=(harness.buffer(name),), reference=None)
+    try:
+        host, _ = make_inputs(alone, {}, fixtures_dir, DEFAULT_LIMITS, no_memo)
+    except Stop:
+        return None
+    return host[name]
 
 
 def program_buffers(harness: Harness, trace: Trace) -> dict[str, str]:

@@ -15,6 +15,7 @@ import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, NotRequired, TypedDict
 
 import numpy as np
@@ -23,7 +24,13 @@ from kernels.engine.analysis import analyse
 from kernels.engine.compare import compare_output, mark_unwritten, no_reference_message, verdict
 from kernels.engine.device import Environment
 from kernels.engine.harness import Buffer, HarnessError, parse_harness
-from kernels.engine.host.check import CheckReport, Unchecked, new_check, reference_expected
+from kernels.engine.host.check import (
+    CheckReport,
+    Unchecked,
+    new_check,
+    program_report,
+    reference_expected,
+)
 from kernels.engine.host.gpu import SENTINEL_WORD, HostError, Readback, Timeline
 from kernels.engine.host.js import Interrupted, OutOfMemory, Script, ScriptError
 from kernels.engine.host.trace import NP_VIEWS, Trace, new_trace
@@ -307,7 +314,8 @@ def program_outcome(
             name=readback.source or readback.buffer,
             usage="read_write",
             dtype=readback.dtype,
-            shape=(values.size,),
+            # A reference's values come in its harness buffer's shape: drawn as it is drawn.
+            shape=(values.size,) if want is None else want.shape,
             fill="zeros",
         )
         outputs.append(compare_output(buf, values, want, atol, rtol))
@@ -391,7 +399,8 @@ def run_program_job(device: Any, env: Environment, job: Mapping[str, Any]) -> Ou
          "reference_program": {"source": str, "wgsl": {name: str} | null} | null
                      (another version, whose readbacks are the expected values),
          "tolerance": {"atol": float, "rtol": float} | null, "limits": {...} | null,
-         "deadline_s": float | null}
+         "deadline_s": float | null,
+         "fixtures_dir": str | null  (where a harness's files are: its report's labels)}
 
     The first of expected, harness (with a reference) and reference_program that the job
     gives is what the readbacks are checked against; outcome["check"] says which, and
@@ -404,7 +413,10 @@ def run_program_job(device: Any, env: Environment, job: Mapping[str, Any]) -> Ou
     files = {name: base64.b64decode(data, validate=True) for name, data in attached.items()}
     deadline = time.monotonic() + float(job.get("deadline_s") or JOB_SECONDS)
     tolerance = job.get("tolerance") or {}
-    check, expected, harness_tolerance = _expectation(device, env, job, files, limits, deadline)
+    report: dict[str, Any] = {}
+    check, expected, harness_tolerance = _expectation(
+        device, env, job, files, limits, deadline, report
+    )
     atol, rtol = harness_tolerance or (1e-5, 1e-5)
     outcome = replay_program(
         device,
@@ -420,6 +432,8 @@ def run_program_job(device: Any, env: Environment, job: Mapping[str, Any]) -> Ou
     if check["problem"] and outcome["status"] == Status.NO_REFERENCE:
         outcome["message"] += f" No verdict: {check['problem']}."
     outcome["check"] = check  # type: ignore[typeddict-unknown-key]
+    if report and outcome["outputs"]:
+        outcome["report"] = report
     # What the reviewer reads of the version's kernel, as after a harness run.
     if kernel := (job.get("wgsl") or {}).get("kernel.wgsl"):
         outcome["analysis"] = analyse({"self": kernel})
@@ -437,12 +451,14 @@ def _expectation(
     files: Mapping[str, bytes],
     limits: Limits,
     deadline: float,
+    report: dict[str, Any],
 ) -> tuple[
     CheckReport,
     Expected | Callable[[ProgramResult], Expected | None] | None,
     tuple[float, float] | None,
 ]:
-    """What the job's readbacks are checked against, and the harness's tolerance."""
+    """What the job's readbacks are checked against, and the harness's tolerance; a
+    harness's classification report of the run goes into report."""
     if job.get("expected") is not None:
         values = [None if v is None else np.array(v, dtype=np.float64) for v in job["expected"]]
         return new_check("values"), values, None
@@ -457,6 +473,9 @@ def _expectation(
 
             def by_reference(result: ProgramResult) -> Expected | None:
                 trace = result.trace if result.trace is not None else new_trace()
+                fixtures = Path(job["fixtures_dir"]) if job.get("fixtures_dir") else None
+                made = program_report(harness, trace, result.written, result.readbacks, fixtures)
+                report.update(made or {})
                 try:
                     return reference_expected(harness, trace, result.written, result.readbacks)
                 except Unchecked as e:
