@@ -84,6 +84,32 @@ class HostVersionTests(TransactionTestCase):
         bug = self.client.get("/s/host/turns/2/replay/")
         self.assertContains(bug, "960 invocations for the 1,000 elements of out")
 
+    def test_a_host_only_fix_shows_the_host_diff_first_and_says_the_kernel_did_not_change(
+        self,
+    ) -> None:
+        add_program(self.session, [FLOOR, VECTOR_ADD], HARNESS)
+        finished(self.client, "/s/host/turns/4/replay.json")
+
+        page = self.client.get("/s/host/turns/4/replay/").content.decode()
+
+        self.assertIn(
+            "The kernel did not change since v1; the host program did: "
+            '<a href="#host-changes">the host changes</a>.',
+            page,
+        )
+        # Next to the WGSL, the host diff; the whole program after it, folded away.
+        source, host_diff = page.index("<h2>Source"), page.index('id="host-changes"')
+        whole = page.index('<details class="host-whole">')
+        self.assertLess(source, host_diff)
+        self.assertLess(host_diff, whole)
+        self.assertIn('<span class="changed">ceil</span>', page[host_diff:whole])
+        self.assertIn("<summary>The whole program of v2</summary>", page[whole:])
+        # The first version has no diff: its program is shown whole, open.
+        first = self.client.get("/s/host/turns/2/replay/").content.decode()
+        self.assertNotIn("host-whole", first)
+        self.assertNotIn("did not change", first)
+        self.assertIn("<h2>Host program</h2>", first)
+
     def test_an_earlier_version_is_compared_with_the_final_one(self) -> None:
         add_program(self.session, [FLOOR, VECTOR_ADD])
         first = finished(self.client, "/s/host/turns/2/replay.json")["outcome"]
