@@ -89,7 +89,9 @@ def host_context(version: KernelVersion, outcome: dict | None) -> dict[str, Any]
         return {}
     program = (outcome or {}).get("program") or {}
     error = program.get("error") or None
-    picture = trace_pictures.host_picture(host.trace, host.module_sources) if host.trace else None
+    picture = (
+        trace_pictures.host_picture(host.trace, host.module_sources, error) if host.trace else None
+    )
     marked = [f["line"] for f in (picture or {}).get("findings", []) if f.get("line")]
     if error and error.get("line"):
         marked.append(error["line"])
@@ -103,7 +105,9 @@ def host_context(version: KernelVersion, outcome: dict | None) -> dict[str, Any]
         "console_dropped": program.get("console_dropped", 0),
         "error": error,
     }
-    if host.is_program:
+    # What readbacks are compared with means nothing to a run that read none back.
+    read_back = outcome is None or bool((host.trace or {}).get("readbacks"))
+    if host.is_program and read_back:
         context["check"] = check_text(version)
     return context
 

@@ -5,9 +5,10 @@ modules and says, for templates/kernels/_host_trace.html to draw: every buffer w
 size in bytes and usage, a uniform's bytes laid out field by field against the WGSL
 struct it is bound to (kernels/engine/layout.py), each pass with its bindings and its
 dispatch (invocations against the elements of the buffer it writes), the copies and the
-readbacks; and the findings, the host mistakes a reader should see first: a uniform
-smaller than its struct, a dispatch that leaves elements without an invocation, one
-uniform buffer feeding several dispatches of the same kernel in one submit.
+readbacks, the bind groups no dispatch used (one WebGPU refused among them); and the
+findings, the host mistakes a reader should see first: a uniform smaller than its struct,
+a dispatch that leaves elements without an invocation, one uniform buffer feeding several
+dispatches of the same kernel in one submit.
 """
 
 from __future__ import annotations
@@ -59,9 +60,12 @@ class _Reading:
     findings: list[dict[str, Any]] = field(default_factory=list)
 
 
-def host_picture(trace: Mapping[str, Any], sources: Mapping[str, str]) -> dict[str, Any]:
+def host_picture(
+    trace: Mapping[str, Any], sources: Mapping[str, str], error: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """What _host_trace.html draws. sources maps shader module names to their WGSL; a
-    module it lacks is drawn without layouts."""
+    module it lacks is drawn without layouts. error is the program's error (ProgramError),
+    when it stopped at one: a bind group WebGPU refused is drawn with it."""
     reading = _Reading(trace, sources)
     reading.buffers = {b["name"]: b for b in trace.get("buffers", [])}
     reading.dispatches = _dispatches(reading)
@@ -73,6 +77,7 @@ def host_picture(trace: Mapping[str, Any], sources: Mapping[str, str]) -> dict[s
         "buffers": buffers,
         "more_buffers": max(0, len(reading.buffers) - MAX_SHOWN_BUFFERS),
         "passes": passes,
+        "unbound": _unbound_groups(reading, error),
         "copies": list(trace.get("copies", [])),
         "readbacks": [_readback(r) for r in trace.get("readbacks", [])],
         "submits": trace.get("submits", 0),
@@ -291,6 +296,34 @@ def _binding(reading: _Reading, b: _Binding) -> dict[str, Any]:
         "size": b.size if b.size is not None else buffer.get("size"),
         "kind": _kind(list(buffer.get("usage", []))),
     }
+
+
+def _unbound_groups(reading: _Reading, error: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """The bind groups no dispatch bound, with their entries. When the program stopped at
+    device.createBindGroup, the last of them is the one WebGPU refused: it carries the
+    error's message (the trace records a bind group before it is made)."""
+    groups = list(reading.trace.get("bind_groups", []))
+    bound = {
+        name
+        for traced in reading.trace.get("passes", [])
+        for dispatch in traced["dispatches"]
+        for name in dispatch["bind_groups"].values()
+    }
+    refused = (error or {}).get("call") == "device.createBindGroup" and groups
+    shown = []
+    for index, group in enumerate(groups):
+        failed = bool(refused) and index == len(groups) - 1
+        if group["name"] in bound and not failed:
+            continue
+        entries = [
+            _binding(reading, _Binding(-1, e["binding"], e["buffer"], e.get("size")))
+            for e in group["entries"]
+        ]
+        message = str((error or {}).get("message", "")) if failed else ""
+        shown.append(
+            {"name": group["name"], "line": group.get("line"), "entries": entries, "error": message}
+        )
+    return shown
 
 
 def _written_buffer(reading: _Reading, dispatch: _Dispatch) -> tuple[str, int] | None:

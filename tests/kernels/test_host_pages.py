@@ -172,6 +172,33 @@ SCALE_HARNESS = {
 }
 
 
+class RefusedBindGroupPageTests(TransactionTestCase):
+    def setUp(self) -> None:
+        self.session = make_session("refused", turns=2)
+
+    def test_a_bind_group_webgpu_refuses_is_drawn_and_nothing_is_said_of_readbacks(self) -> None:
+        entry = "{ binding: 2, resource: { buffer: out } },"
+        program = VECTOR_ADD.replace(entry, entry + " { binding: 3, resource: { buffer: out } },")
+        program_version(self.session, ADD_WGSL, program)
+        line = line_of(program, "device.createBindGroup")
+
+        outcome = finished(self.client, "/s/refused/turns/2/replay.json")["outcome"]
+
+        self.assertEqual(outcome["status"], "pipeline_error")
+        self.assertTrue(outcome["message"].startswith(f"Line {line} (device.createBindGroup)"))
+        page = self.client.get("/s/refused/turns/2/replay/").content.decode()
+        self.assertIn("<h3>The bind group WebGPU refused</h3>", page)
+        drawn = page[page.index('<li class="trace-group refused">') :]
+        drawn = drawn[: drawn.index("</li>\n    \n  </ul>")]
+        self.assertIn(f'<span class="muted small">line {line}</span>', drawn)
+        bindings = re.findall(r"<code>@binding\((\d)\)</code> → <code>(\w+)</code>", drawn)
+        self.assertEqual(bindings, [("0", "a"), ("1", "b"), ("2", "out"), ("3", "out")])
+        self.assertIn(f'<p class="group-error">{outcome["message"]}</p>', drawn)
+        # Nothing was read back, so nothing is said of what readbacks are compared with.
+        self.assertNotIn("readbacks are compared", page)
+        self.assertNotIn("Its readbacks", page)
+
+
 class HarnessPageTests(TransactionTestCase):
     def setUp(self) -> None:
         self.session = make_session("harness", turns=2)

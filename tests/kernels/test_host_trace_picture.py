@@ -52,3 +52,38 @@ def test_enough_invocations_is_neither():
 
     assert not dispatch["elements"]["short"] and not dispatch["elements"]["several"]
     assert findings == []
+
+
+def test_a_bind_group_webgpu_refused_is_drawn_with_the_error_and_a_used_one_is_not_listed():
+    harness = parse_harness(
+        {
+            "buffers": {
+                "a": {"usage": "read", "dtype": "f32", "shape": [8], "zeros": True},
+                "b": {"usage": "read", "dtype": "f32", "shape": [8], "zeros": True},
+                "out": {"usage": "read_write", "dtype": "f32", "shape": [8], "output": True},
+            },
+            "passes": [{"bind": {"0": "a", "1": "b", "2": "out"}, "dispatch": [1]}],
+        }
+    )
+    trace = harness_host(harness, {"self": ADD_WGSL}, "add").trace
+    assert host_picture(trace, {})["unbound"] == []
+    # A program that stopped at its second createBindGroup: the trace holds it, undispatched.
+    refused = {
+        "name": "bind group 2",
+        "entries": [{"binding": 3, "buffer": "out", "offset": 0, "size": None}],
+        "line": 40,
+    }
+    trace = {**trace, "bind_groups": [*trace["bind_groups"], refused]}
+    error = {"call": "device.createBindGroup", "line": 40, "message": "Line 40: too many"}
+
+    [shown] = host_picture(trace, {}, error)["unbound"]
+
+    assert (shown["name"], shown["line"], shown["error"]) == (
+        "bind group 2",
+        40,
+        "Line 40: too many",
+    )
+    assert [(e["binding"], e["buffer"], e["size"]) for e in shown["entries"]] == [(3, "out", 32)]
+    # Without the error it is a bind group no dispatch used, not a refused one.
+    [unused] = host_picture(trace, {})["unbound"]
+    assert unused["error"] == ""

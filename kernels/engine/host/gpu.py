@@ -438,17 +438,7 @@ class Timeline:
         self.names[entry["id"]] = name
 
     def op_createBindGroup(self, entry: Entry, blob: Blob) -> None:
-        entries = []
-        for e in entry["entries"]:
-            resource = {"buffer": self.objects[e["buffer"]], "offset": e["offset"]}
-            if e["size"] is not None:
-                resource["size"] = e["size"]
-            entries.append({"binding": e["binding"], "resource": resource})
         name = self.name(entry, "bind group")
-        self.objects[entry["id"]] = self.device.create_bind_group(
-            label=name, layout=self.objects[entry["layout"]], entries=entries
-        )
-        self.names[entry["id"]] = name
         traced = [
             {
                 "binding": e["binding"],
@@ -458,9 +448,20 @@ class Timeline:
             }
             for e in entry["entries"]
         ]
+        # Traced before it is made: one WebGPU refuses is the last, drawn with the error.
         traces.append(
             self.trace, "bind_groups", {"name": name, "entries": traced, "line": entry["line"]}
         )
+        entries = []
+        for e in entry["entries"]:
+            resource = {"buffer": self.objects[e["buffer"]], "offset": e["offset"]}
+            if e["size"] is not None:
+                resource["size"] = e["size"]
+            entries.append({"binding": e["binding"], "resource": resource})
+        self.objects[entry["id"]] = self.device.create_bind_group(
+            label=name, layout=self.objects[entry["layout"]], entries=entries
+        )
+        self.names[entry["id"]] = name
 
     # -- command encoders -------------------------------------------------------------------
 
