@@ -74,7 +74,7 @@ def call_start(lines: list[str], line: int | None, method: str) -> int | None:
 
 
 # What precedes a call whose result is assigned: `const bufA = `, `out: await device.`.
-ASSIGNED = re.compile(r"([A-Za-z_$][\w$]*)[ \t]*[=:][ \t]*(?:await[ \t]+)?(?:[\w$]+\.)*$")
+ASSIGNED = re.compile(r"(?<![\w$])([A-Za-z_$][\w$]*)[ \t]*[=:][ \t]*(?:await[ \t]+)?[\w$.]*$")
 # How much of the line before the call is looked at, so a long line costs no more.
 ASSIGNED_CHARS = 200
 
