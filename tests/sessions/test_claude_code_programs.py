@@ -4,10 +4,13 @@ program imports with it and replays as a program, with no harness written by any
 from __future__ import annotations
 
 import io
+import json
+import tempfile
+from pathlib import Path
 
 import pytest
 from django.core.management import call_command
-from django.test import TransactionTestCase
+from django.test import TestCase, TransactionTestCase
 
 from kernels.models import Kernel
 from sessions.importers.claude_code.scripts import html_scripts, read_program
@@ -16,11 +19,15 @@ from tests.kernels.test_replay_views import finished
 from tests.sessions.importing import TRANSCRIPTS, ImportingTestCase
 from tests.sessions.transcripts.build import (
     CEIL,
+    CWD,
     FLOOR,
     INDEXED,
     MATMUL_HTML,
     MATMUL_HTML_V3,
     SWAPPED,
+    Transcript,
+    text,
+    tool_use,
 )
 
 MATMUL_HTML_TRANSCRIPT = TRANSCRIPTS / "matmul-html.jsonl"
@@ -140,3 +147,108 @@ class ProgramReplayTestCase(TransactionTestCase):
 def _script_of(page: str) -> str:
     (script,) = [text for kind, text in html_scripts(page) if kind == "js"]
     return script
+
+
+# The page starts its program from the button's onclick attribute, not from its script.
+ONCLICK_HTML = (
+    MATMUL_HTML.replace('<script type="module">', "<script>")
+    .replace("main();\n</script>", "</script>")
+    .replace("<h1>C = A B</h1>", '<h1>C = A B</h1>\n<button onclick="main()">Multiply</button>')
+)
+
+
+def onclick_transcript(folder: Path) -> Path:
+    """A transcript shaped like matmul-html.jsonl: one Write of a page whose button starts
+    the program from its onclick attribute."""
+    t = Transcript("onclick-html")
+    path = f"{CWD}/index.html"
+    t.user("Write me a page that multiplies two matrices when I press a button.", parent=None)
+    t.assistant(
+        "msg_41Write",
+        [
+            text("Here is the page: press Multiply."),
+            tool_use("toolu_41Write", "Write", file_path=path, content=ONCLICK_HTML),
+        ],
+        stop_reason="tool_use",
+    )
+    t.result(
+        "toolu_41Write",
+        f"File created successfully at: {path}",
+        {"type": "create", "filePath": path, "content": ONCLICK_HTML, "structuredPatch": []},
+    )
+    t.assistant("msg_42Done", [text("Open it and press the button.")])
+    written = folder / "onclick-html.jsonl"
+    lines = (json.dumps(line, separators=(",", ":")) for line in t.lines)
+    written.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return written
+
+
+class AttributeHandlerTestCase(TestCase):
+    def test_a_pages_attribute_handlers_follow_its_scripts_as_code_that_sets_them(self) -> None:
+        page = (
+            '<body onload="setup()">\n'
+            '<button id="go" onclick="run(&quot;all&quot;); return false">Go</button>\n'
+            "<button onclick='other()'>Other</button>\n"
+            "<script>\n"
+            "const note = '<button onclick=\"notMarkup()\">';\n"
+            "const device = await (await navigator.gpu.requestAdapter()).requestDevice();\n"
+            "</script>\n"
+        )
+
+        host = read_program("index.html", page).host
+
+        script = _script_of(page)
+        self.assertTrue(host.startswith(script))
+        added = host[len(script) :]
+        self.assertIn(
+            "globalThis.onload = function (event) {\n  setup()\n};\n"
+            'document.getElementById("go").onclick = function (event) {\n'
+            '  run("all"); return false\n};\n'
+            'document.querySelector("button[onclick=\\"other()\\"]").onclick = '
+            "function (event) {\n  other()\n};\n",
+            added,
+        )
+        # Text inside a script is code, not markup.
+        self.assertNotIn("notMarkup", added)
+        # A page without such attributes keeps its scripts as they are.
+        self.assertEqual(read_program("index.html", MATMUL_HTML).host, _script_of(MATMUL_HTML))
+
+    def test_long_tags_and_names_are_read_without_backtracking(self) -> None:
+        # An attribute name is tried only where one can start, and a tag's scan stops at
+        # the next "<": a quadratic scan of these would not finish.
+        page = (
+            "<script>requestDevice()</script>"
+            + "<b "
+            + "a" * 200_000
+            + ">"
+            + "<i onclick" * 20_000
+            + "x" * 200_000
+        )
+
+        self.assertEqual(read_program("index.html", page).host, "requestDevice()")
+
+
+@pytest.mark.usefixtures("fresh_replay_backend")
+class OnclickReplayTestCase(TransactionTestCase):
+    def test_a_program_started_by_an_onclick_attribute_runs_as_on_a_click(self) -> None:
+        with tempfile.TemporaryDirectory() as folder:
+            path = onclick_transcript(Path(folder))
+            call_command(
+                "import_transcript", str(path), "--visibility", "public", stdout=io.StringIO()
+            )
+        version = Kernel.objects.get().versions.get()
+        self.assertIn(
+            'document.querySelector("button[onclick=\\"main()\\"]").onclick', version.host_program
+        )
+        slug = Session.objects.get().slug
+
+        outcome = finished(self.client, f"/s/{slug}/turns/{version.turn.number}/replay.json")[
+            "outcome"
+        ]
+
+        # It ran: one dispatch, the readback shown, the click named in the page text.
+        self.assertEqual(outcome["status"], "no_reference")
+        self.assertEqual(outcome["outputs"][0]["count"], 240)
+        console = [line["text"] for line in outcome["program"]["console"]]
+        self.assertIn('(clicked button[onclick="main()"] once, as a reader would)', console)
+        self.assertTrue(any(text.startswith("c[0][0] =") for text in console))

@@ -7,13 +7,18 @@
   ("script_tag"). Scripts with a `src` are not in the file, so not read.
 - Host code: a `.js` file, or an HTML file's inline scripts joined in page order, that
   asks for a device (`requestDevice`) is a whole WebGPU program: it can be replayed
-  (kernels/engine/host/). TypeScript and JSX are shown, never run.
+  (kernels/engine/host/). TypeScript and JSX are shown, never run. The handlers an HTML
+  file gives in attributes (`<button onclick="run()">`, `<body onload="main()">`) follow
+  its scripts as JavaScript that sets them (attribute_handlers()), so the program starts
+  on the server as the page starts on a click.
 
 Every scan is one pass over the text.
 """
 
 from __future__ import annotations
 
+import html as markup
+import json
 import re
 from dataclasses import dataclass
 
@@ -33,6 +38,13 @@ _TYPE = re.compile(r"""\btype\s*=\s*["']?([^"'\s>]*)""", re.I)
 _SRC = re.compile(r"\bsrc\s*=", re.I)
 JS_TYPES = ("", "module", "text/javascript", "application/javascript", "text/ecmascript")
 _HOST = re.compile(r"\brequestDevice\b")
+# A start tag and its attributes. [^<>]* stops at the next "<", and an attribute name
+# starts only after a character that cannot be in one, so each scan is linear.
+_START_TAG = re.compile(r"<([a-zA-Z][\w-]*)(\s[^<>]*)?>")
+_ATTRIBUTE = re.compile(r"""(?<![\w-])([\w-]+)\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s"'>]+))""")
+# The attributes that start a page's program, and where the script sets each: an element's
+# onclick or onsubmit, the body's onload (the window's load event).
+HANDLER_ATTRIBUTES = ("onclick", "onsubmit")
 
 
 @dataclass(frozen=True)
@@ -58,6 +70,7 @@ def read_program(path: str, content: str) -> Program:
     if lower.endswith(HTML_SUFFIXES):
         scripts = html_scripts(content)
         code = "\n".join(text for kind, text in scripts if kind == "js")
+        code += attribute_handlers(content)
         shaders: list[Shader] = []
         for kind, text in scripts:
             if kind == "js":
@@ -91,6 +104,53 @@ def html_scripts(html: str) -> list[tuple[str, str]]:
         else:
             found.append(("wgsl" if "wgsl" in script_type else "other", html[start:end]))
     return found
+
+
+def attribute_handlers(html: str) -> str:
+    """The handlers the page's HTML gives in attributes, as JavaScript that sets them as
+    properties (what the attribute does in a browser, so a page that kept both would not
+    run a handler twice); "" when it gives none. An element is found by its id, else by
+    its tag and the attribute itself."""
+    lines = []
+    pos = 0
+    lower = html.lower()
+    while tag := _START_TAG.search(html, pos):
+        pos = tag.end()
+        name = tag[1].lower()
+        if name == "script":  # its text is code, not markup
+            end = lower.find("</script", pos)
+            pos = len(html) if end == -1 else end
+            continue
+        attributes = {
+            m[1].lower(): markup.unescape(next(v for v in m.groups()[1:] if v is not None))
+            for m in _ATTRIBUTE.finditer(tag[2] or "")
+        }
+        for attribute in HANDLER_ATTRIBUTES:
+            if code := attributes.get(attribute, "").strip():
+                found = _element(name, attributes.get("id", ""), attribute, code)
+                lines.append(f"{found}.{attribute} = {_handler(code)}")
+        if name == "body" and (code := attributes.get("onload", "").strip()):
+            lines.append(f"globalThis.onload = {_handler(code)}")
+    if not lines:
+        return ""
+    head = (
+        "\n// Set on import: the handlers this page's HTML gives in attributes, which are not"
+        "\n// in its scripts.\n"
+    )
+    return head + "\n".join(lines) + "\n"
+
+
+def _element(tag: str, element_id: str, attribute: str, code: str) -> str:
+    if element_id:
+        return f"document.getElementById({json.dumps(element_id)})"
+    value = code.replace("\\", "\\\\").replace('"', '\\"')
+    selector = tag + "[" + attribute + '="' + value + '"]'
+    return f"document.querySelector({json.dumps(selector)})"
+
+
+def _handler(code: str) -> str:
+    # On lines of its own, so a // comment at its end cannot swallow the closing brace.
+    return f"function (event) {{\n  {code}\n}};"
 
 
 def _skip_string(code: str, i: int, quote: str) -> int:
