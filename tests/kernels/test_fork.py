@@ -270,6 +270,10 @@ class HostForkTestCase(TransactionTestCase):
         self.assertContains(page, "Host changes from v1")
         self.assertContains(page, 'Math</span><span class="p">.</span><span class="nx">ceil')
         self.assertContains(page, "The kernel is the same as v1")
+        # The diff shows the change; the whole program is folded below it.
+        text = page.content.decode()
+        self.assertLess(text.index("Host changes from v1"), text.index("Host program"))
+        self.assertContains(page, "<summary>The whole program of this edit</summary>")
 
     def test_without_a_host_field_the_archived_program_runs_and_an_empty_one_is_refused(
         self,
