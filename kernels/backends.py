@@ -11,6 +11,7 @@ import atexit
 import threading
 import time
 from concurrent.futures import Future
+from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.db import close_old_connections
@@ -20,17 +21,29 @@ from kernels.engine.pool import Busy, Pool
 from kernels.models import Run
 
 
+@dataclass
+class InFlight:
+    """A run this process holds: its job's key in the pool, the job's future, and an event
+    set once its outcome is stored (or its run dropped), with the values stored."""
+
+    key: str
+    future: Future
+    stored: threading.Event = field(default_factory=threading.Event)
+    # What replay.finish stored; None while unstored, or when the run was dropped or
+    # finished elsewhere first.
+    values: dict | None = None
+
+
 class LocalBackend:
     # Waiting costs a thread only, so replay.json may hold a request until the run ends.
     long_poll = True
+    # Runs are taken by this process as they are created (replay._new_run).
+    claims_on_start = True
 
     def __init__(self) -> None:
         self._pool: Pool | None = None
         self._lock = threading.Lock()
-        # Run id -> the pool's key for its job, and the job's future.
-        # Per run in flight: its job's key, its future, and an event set once its outcome
-        # is stored (or its run dropped).
-        self._futures: dict[int, tuple[str, Future, threading.Event]] = {}
+        self._in_flight: dict[int, InFlight] = {}
 
     def pool(self) -> Pool:
         with self._lock:
@@ -66,39 +79,41 @@ class LocalBackend:
             raise replay.ReplayUnavailable(
                 "Every replay worker is busy. Try again in a few seconds.", busy.retry_after
             ) from None
-        replay.claim(run.pk, replay.worker_name())
-        stored = threading.Event()
-        self._futures[run.pk] = (key, future, stored)
-        future.add_done_callback(lambda done: self._store(run.pk, done, stored))
+        held = InFlight(key, future)
+        self._in_flight[run.pk] = held
+        future.add_done_callback(lambda done: self._store(run.pk, held))
 
-    def _store(self, run_id: int, future: Future, stored: threading.Event) -> None:
+    def _store(self, run_id: int, held: InFlight) -> None:
         # Runs on a pool thread, which keeps its own connection between stores as a web
         # thread does between requests (CONN_MAX_AGE): opening one costs more than the
         # UPDATE (1.1 against 0.15 ms on SQLite).
         close_old_connections()
         try:
-            if future.cancelled():
+            if held.future.cancelled():
                 replay.drop(run_id)
             else:
-                replay.finish(run_id, future.result())
+                held.values = replay.finish(run_id, held.future.result())
         finally:
-            self._futures.pop(run_id, None)
+            self._in_flight.pop(run_id, None)
             close_old_connections()
-            stored.set()
+            held.stored.set()
 
     def want(self, run: Run, seconds: float) -> None:
         """Someone wants this run for seconds more: its job is kept if still queued."""
-        if held := self._futures.get(run.pk):
-            self.pool().want(held[0], seconds)
+        if held := self._in_flight.get(run.pk):
+            self.pool().want(held.key, seconds)
 
-    def wait(self, run: Run, timeout: float) -> None:
-        held = self._futures.get(run.pk)
+    def wait(self, run: Run, timeout: float) -> dict | None:
+        """Wait for a run this process holds; the values stored on it, if it was stored
+        in time from here (None: the caller reads it from the database)."""
+        held = self._in_flight.get(run.pk)
         if held is None:
-            return
+            return None
         self.want(run, timeout)
         # The outcome is encoded and stored once, by the done-callback (_store): wait for
         # that rather than storing it a second time from here.
-        held[2].wait(timeout)
+        held.stored.wait(timeout)
+        return held.values
 
     def health(self) -> dict:
         if self._pool is None:
@@ -117,6 +132,8 @@ class LocalBackend:
 class CeleryBackend:
     # Web workers never wait on the queue; readers' pages ask again instead.
     long_poll = False
+    # A Celery worker takes a run when its task starts (kernels.tasks).
+    claims_on_start = False
 
     def environment_id(self, wait: bool) -> str:
         # Workers report where they run with each result; until the first one has, runs
@@ -140,7 +157,8 @@ class CeleryBackend:
         pass  # queued tasks all run
 
     def wait(self, run: Run, timeout: float) -> None:
-        # For callers that must have the result (the tutor, the replay command).
+        # For callers that must have the result (the tutor, the replay command); they
+        # read it from the database.
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if Run.objects.filter(pk=run.pk, state=Run.State.DONE).exists():

@@ -213,9 +213,9 @@ class RunQuerySet(models.QuerySet):
         return done.order_by("-finished").values_list("environment_id", flat=True).first()
 
     def cached(self, source_sha256: str, harness_digest: str, environment_id: str):
-        """The newest finished run that may stand in for a new one, or None."""
+        """The finished runs that may stand in for a new one, newest first."""
         runs = self.for_key(source_sha256, harness_digest, environment_id)
-        return runs.filter(state=Run.State.DONE, cacheable=True).order_by("-finished").first()
+        return runs.filter(state=Run.State.DONE, cacheable=True).order_by("-finished")
 
 
 class Run(models.Model):

@@ -14,6 +14,7 @@ import base64
 import hashlib
 import json
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import cast
@@ -240,17 +241,6 @@ def lost() -> Q:
     )
 
 
-def expire_lost_runs(job: Job) -> None:
-    runs = Run.objects.filter(source_sha256=job.source_sha256, harness_digest=job.harness_digest)
-    # One query: whether each unfinished run is lost rides along as a column.
-    unfinished = runs.exclude(state=Run.State.DONE).annotate(
-        timed_out=ExpressionWrapper(lost(), output_field=BooleanField())
-    )
-    for run in unfinished.only("pk", "worker"):
-        if run.timed_out or processes.is_gone(run.worker):
-            finish(run.pk, failed_outcome("This replay was lost: the worker running it stopped."))
-
-
 def failed_outcome(message: str) -> Outcome:
     return failure(Status.CRASHED, f"{message} Run it again.", message)
 
@@ -290,26 +280,17 @@ def start_run(job: Job, fresh: bool = False, wanted_for: float | None = None) ->
     wanted_for: how long the caller waits for it (None: until it ends). A local queue
     drops a job that nobody waits for any more before it runs (LocalBackend.start).
     """
-    expire_lost_runs(job)
     try:
         environment_id = backend().environment_id(wait=True)
     except ReplayUnavailable:
         raise
     except Exception as error:  # no adapter: say so, and cache nothing
         return _record_infra_error(job, str(error))
-    if not fresh:
-        cached = Run.objects.cached(job.source_sha256, job.harness_digest, environment_id)
-        if cached:
-            return cached
-    try:
-        with transaction.atomic():
-            run = Run.objects.create(
-                source_sha256=job.source_sha256,
-                harness_digest=job.harness_digest,
-                environment_id=environment_id,
-                state=Run.State.QUEUED,
-            )
-    except IntegrityError:
+    shared = _shared_run(job, environment_id, fresh)
+    if shared is not None:
+        return shared
+    run = _new_run(job, environment_id)
+    if run is None:
         # Someone asked for the same run a moment ago: share it.
         joined = Run.objects.for_key(job.source_sha256, job.harness_digest, environment_id)
         joined = joined.exclude(state=Run.State.DONE).first()
@@ -322,6 +303,56 @@ def start_run(job: Job, fresh: bool = False, wanted_for: float | None = None) ->
         run.delete()
         raise
     return run
+
+
+def _shared_run(job: Job, environment_id: str, fresh: bool) -> Run | None:
+    """The newest cached run (unless fresh), else the one in flight on this environment;
+    the job's lost runs are finished on the way. One query reads them all: the job's
+    unfinished runs, whether each is lost riding along as a column, and its cached run."""
+    wanted = ~Q(state=Run.State.DONE)
+    if not fresh:
+        newest = Run.objects.cached(job.source_sha256, job.harness_digest, environment_id)
+        wanted |= Q(pk=Subquery(newest.values("pk")[:1]))
+    runs = Run.objects.filter(source_sha256=job.source_sha256, harness_digest=job.harness_digest)
+    runs = runs.filter(wanted).annotate(
+        timed_out=ExpressionWrapper(lost(), output_field=BooleanField())
+    )
+    cached = in_flight = None
+    for run in runs:
+        if run.state == Run.State.DONE:
+            cached = run
+        elif run.timed_out or processes.is_gone(run.worker):
+            finish(run.pk, failed_outcome("This replay was lost: the worker running it stopped."))
+        elif run.environment_id == environment_id:
+            in_flight = run
+    return cached or in_flight
+
+
+def _new_run(job: Job, environment_id: str) -> Run | None:
+    """A new unfinished run of the job; None when one is in flight already (at most one
+    is, by the constraint run_one_in_flight_per_key)."""
+    fields = {"state": Run.State.QUEUED}
+    if backend().claims_on_start:
+        # This process runs it: the run is created taken, as claim() would leave it.
+        fields = {
+            "state": Run.State.RUNNING,
+            "started": timezone.now(),
+            "worker": worker_name(),
+            "attempts": 1,
+        }
+    # Inside a caller's transaction a savepoint keeps a clash from spoiling it; outside
+    # one the INSERT is a transaction of its own, without a BEGIN and a COMMIT around it.
+    in_transaction = transaction.get_connection().in_atomic_block
+    try:
+        with transaction.atomic() if in_transaction else nullcontext():
+            return Run.objects.create(
+                source_sha256=job.source_sha256,
+                harness_digest=job.harness_digest,
+                environment_id=environment_id,
+                **fields,
+            )
+    except IntegrityError:
+        return None
 
 
 def _record_infra_error(job: Job, message: str) -> Run:
@@ -358,8 +389,9 @@ def claim(run_id: int, worker: str) -> bool:
     return False
 
 
-def finish(run_id: int, outcome: Outcome) -> bool:
-    """Store a finished outcome on its run. Returns False if the run was already finished.
+def finish(run_id: int, outcome: Outcome) -> dict | None:
+    """Store a finished outcome on its run, in one UPDATE. Returns the values stored
+    (_settle() puts them on a Run in memory), or None if the run was already finished.
 
     What is for staff only (dead workers' ids and stderr) goes to Run.detail, apart from
     the outcome that readers see.
@@ -367,7 +399,7 @@ def finish(run_id: int, outcome: Outcome) -> bool:
     shown = cast(Outcome, {key: value for key, value in outcome.items() if key != "detail"})
     shown.setdefault("status", Status.CRASHED.value)
     environment = outcome.get("environment") or {}
-    fields = {
+    values = {
         "state": Run.State.DONE,
         "status": Status(shown["status"]).value,
         "cacheable": cacheable(shown),
@@ -376,13 +408,22 @@ def finish(run_id: int, outcome: Outcome) -> bool:
         "adapter": environment.get("label", "")[:200],
         "finished": timezone.now(),
     }
+    fields: dict = dict(values)
     if environment.get("id"):
-        # A run queued before any worker had said where it runs learns it now.
+        # A run queued before any worker had said where it runs learns it now (_settle()).
         fields["environment_id"] = Case(
             When(environment_id="", then=Value(environment["id"])), default=F("environment_id")
         )
     unfinished = Run.objects.filter(pk=run_id).exclude(state=Run.State.DONE)
-    return bool(unfinished.update(**fields))
+    return values if unfinished.update(**fields) else None
+
+
+def _settle(run: Run, stored: dict) -> None:
+    """Put what finish() stored on the run in memory, rather than reading it back."""
+    for name, value in stored.items():
+        setattr(run, name, value)
+    if not run.environment_id:
+        run.environment_id = (stored["outcome"].get("environment") or {}).get("id") or ""
 
 
 def drop(run_id: int) -> None:
@@ -397,7 +438,10 @@ def wait(run: Run, timeout: float) -> Run:
     if run.state == Run.State.DONE:
         return run
     deadline = time.monotonic() + timeout
-    backend().wait(run, timeout)
+    stored = backend().wait(run, timeout)
+    if stored is not None:
+        _settle(run, stored)
+        return run
     # A run this process does not hold (a task queue's, or one another web process
     # started) is stored from elsewhere: poll it.
     while _refreshed(run) and run.state != Run.State.DONE and time.monotonic() < deadline:

@@ -1,0 +1,131 @@
+"""What a fresh replay costs the database: the queries from a request to its stored outcome.
+
+Counted on the caller's connection; the outcome is stored by a pool thread, on its own
+connection, and counted apart (finish).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.conf import settings
+from django.db import connection, transaction
+from django.test import TransactionTestCase, override_settings
+
+from kernels import replay
+from kernels.models import KernelVersion, Run
+from tests.base import add_kernel, make_session
+
+pytestmark = [
+    pytest.mark.usefixtures("fresh_replay_backend"),
+    pytest.mark.skipif(settings.REPLAY_BACKEND != "local", reason="counts the local pool's work"),
+]
+
+STORED = ("state", "status", "cacheable", "outcome", "detail", "adapter", "finished")
+TAKEN = ("environment_id", "started", "worker", "attempts")
+
+
+class FreshReplayQueriesTestCase(TransactionTestCase):
+    def setUp(self) -> None:
+        add_kernel(make_session("queries", turns=1))
+        # As a page holds it: the version with its kernel.
+        self.version = KernelVersion.objects.select_related("kernel").get()
+        self.environment_id = replay.backend().environment_id(wait=True)
+
+    def test_a_fresh_replay_is_one_lookup_and_one_insert_and_is_not_read_back(self) -> None:
+        with self.assertNumQueries(2):
+            shown = replay.run_now(self.version)
+
+        self.assertEqual(shown.outcome["status"], "passed")
+        # What the caller holds is what was stored, though nothing was read back.
+        stored = Run.objects.get()
+        self.assertEqual(shown.run.pk, stored.pk)
+        for name in STORED + TAKEN:
+            self.assertEqual(getattr(shown.run, name), getattr(stored, name), name)
+        self.assertEqual((stored.attempts, stored.worker), (1, replay.worker_name()))
+
+    def test_the_outcome_is_stored_in_one_update(self) -> None:
+        job = replay.job_for(self.version)
+        run = replay._new_run(job, self.environment_id)
+        outcome = replay.failed_outcome("The worker running it stopped.")
+
+        with self.assertNumQueries(1):
+            stored = replay.finish(run.pk, outcome)
+
+        self.assertEqual(stored["status"], "crashed")
+        with self.assertNumQueries(1):
+            self.assertIsNone(replay.finish(run.pk, outcome))  # finished already
+
+    def test_a_cached_outcome_takes_one_query(self) -> None:
+        first = replay.run_now(self.version).run
+
+        with self.assertNumQueries(1):
+            again = replay.run_now(self.version)
+
+        self.assertEqual(again.run.pk, first.pk)
+        self.assertEqual(Run.objects.count(), 1)
+
+    def test_a_page_that_starts_a_run_looks_twice_and_inserts_once(self) -> None:
+        # What the reader sees now (for_reader), then the run started (start_run).
+        with self.assertNumQueries(3):
+            shown = replay.for_reader(self.version, start=True)
+
+        self.assertEqual(replay.wait(shown.run, 10).status, "passed")
+
+    def test_a_run_in_flight_is_joined_without_an_insert(self) -> None:
+        job = replay.job_for(self.version)
+        in_flight = replay._new_run(job, self.environment_id)
+
+        with self.assertNumQueries(1):
+            joined = replay.start_run(job)
+        with self.assertNumQueries(1):
+            joined_fresh = replay.start_run(job, fresh=True)
+
+        self.assertEqual((joined.pk, joined_fresh.pk), (in_flight.pk, in_flight.pk))
+        self.assertEqual(Run.objects.count(), 1)
+
+    def test_a_clash_on_the_insert_is_shared_and_spoils_no_transaction(self) -> None:
+        job = replay.job_for(self.version)
+        first = replay._new_run(job, self.environment_id)
+
+        self.assertIsNone(replay._new_run(job, self.environment_id))
+        with transaction.atomic():
+            self.assertIsNone(replay._new_run(job, self.environment_id))
+            # The caller's transaction goes on.
+            self.assertEqual(Run.objects.get().pk, first.pk)
+
+    def test_concurrent_requests_for_one_job_share_one_run(self) -> None:
+        job = replay.job_for(self.version)
+        together = threading.Barrier(2)
+        runs: list[Run] = []
+
+        def request() -> None:
+            together.wait()
+            runs.append(replay.start_run(job))
+            connection.close()
+
+        threads = [threading.Thread(target=request) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+
+        self.assertEqual(len({run.pk for run in runs}), 1)
+        self.assertEqual(replay.wait(runs[0], 10).status, "passed")
+        self.assertEqual(Run.objects.count(), 1)
+
+
+@override_settings(REPLAY_BACKEND="celery")
+class QueuedForCeleryTestCase(TransactionTestCase):
+    def test_a_run_for_the_queue_is_created_untaken_for_a_worker_to_claim(self) -> None:
+        job = replay.job_for(add_kernel(make_session("queued", turns=1)))
+
+        run = replay._new_run(job, "")
+
+        self.assertEqual(
+            (run.state, run.attempts, run.worker, run.started), ("queued", 0, "", None)
+        )
+        self.assertTrue(replay.claim(run.pk, "host:1:2"))
+        run.refresh_from_db()
+        self.assertEqual((run.state, run.attempts, run.worker), ("running", 1, "host:1:2"))
