@@ -141,7 +141,8 @@ class Outcome(TypedDict):
     outputs      per output buffer, compare_output's verdict: name, dtype, shape, count,
                  bad, unwritten, nonfinite, max_abs_err, max_rel_err, worst_index,
                  first_bad, grid, and got/expected for small buffers (pack_values; read
-                 them with output_values)
+                 them with output_values); compared "device" on a passing output that
+                 was checked on the device, whose errors are float32's (gpu_compare.py)
     compile      on compile_error: where and what, as CompileError
     analysis     kernel name -> SourceFacts: what the reviewer needs from each source,
                  read in the worker (absent from outcomes of older runners)

@@ -11,6 +11,10 @@ kept buffer holding what the harness says:
   at; a kernel that may write into it gets a fresh upload of its own, every run;
 - a kept buffer without an input (an output, a zeroed scratch buffer) is cleared at the
   start of every run that uses it, so it starts zeroed, as WebGPU's new buffers do.
+
+The reference's expected values of large outputs are kept too (kernels/engine/gpu_compare.py
+checks outputs against them on the device), in an LRU of their own, so that they never
+push a harness's inputs out.
 """
 
 from __future__ import annotations
@@ -37,11 +41,13 @@ WRITABLE_ACCESS = ("read_write", "write")
 
 class DeviceBuffers:
     """The buffers a worker keeps on its device between runs, least recently used first
-    out past budget bytes (destroyed as they go). budget 0 keeps nothing."""
+    out past budget bytes (destroyed as they go). budget 0 keeps nothing. references
+    holds the expected values of outputs checked on the device, under the same budget."""
 
-    def __init__(self, budget: int = RESIDENT_BYTES) -> None:
+    def __init__(self, budget: int = RESIDENT_BYTES, *, references: bool = True) -> None:
         self.budget = budget
         self.kept: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+        self.references = DeviceBuffers(budget, references=False) if references else None
 
     def get(self, key: tuple[Any, ...], nbytes: int, make: Callable[[], Any]) -> tuple[Any, bool]:
         """The buffer kept under key, or a new one from make(); and whether it is kept
@@ -145,6 +151,15 @@ class RunBuffers:
             self.by_name[buf.name] = gpu
             if not kept:
                 self.own.append(gpu)
+
+    def keep_reference(self, key: tuple[Any, ...], nbytes: int, make: Callable[[], Any]) -> Any:
+        """The expected values kept under key on the device, or new ones from make()
+        (destroyed by release() when they cannot be kept)."""
+        references = self.kept.references or DeviceBuffers(budget=0, references=False)
+        gpu, kept = references.get(("expected", *key), nbytes, make)
+        if not kept:
+            self.own.append(gpu)
+        return gpu
 
     def clear(self, encoder: Any) -> None:
         """Zero the kept buffers that hold no input, first thing in the run's commands."""

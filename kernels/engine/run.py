@@ -14,7 +14,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,6 +32,7 @@ from kernels.engine.compare import (
     verdict,
 )
 from kernels.engine.device import Environment, import_wgpu
+from kernels.engine.gpu_compare import BY_ADAPTER, CHECK_FROM, DeviceCheck
 from kernels.engine.harness import Binding, Harness, HarnessError, canonical_digest, parse_harness
 from kernels.engine.inputs import (
     NP_DTYPES,
@@ -108,17 +110,23 @@ def execute(
     *,
     memo: Memo = no_memo,
     kept: DeviceBuffers | None = None,
+    device_check_from: int | None = BY_ADAPTER,
 ) -> Outcome:
     """Run the harness's passes and return a JSON-serialisable outcome dict.
 
     sources maps kernel names to WGSL; "self" is the kernel being replayed. With no
     harness (None or {}) the sources are only compiled. memo and kept are what a worker
     keeps between runs: host arrays and compiled pipelines, and buffers on the device
-    (kernels/engine/resident.py). Never raises for anything a kernel or harness can do
+    (kernels/engine/resident.py). device_check_from: outputs of more cells than this are
+    checked on the device first (kernels/engine/gpu_compare.py); None never; BY_ADAPTER
+    the adapter's CHECK_FROM. Never raises for anything a kernel or harness can do
     wrong; a bug in the runner itself does raise.
     """
     buffers = RunBuffers(device, kept if kept is not None else DeviceBuffers(budget=0))
+    if device_check_from == BY_ADAPTER:
+        device_check_from = CHECK_FROM["software" if env.software else "hardware"]
     run = _Run(device, env, sources, Path(fixtures_dir), limits, memo, buffers)
+    run.device_check_from = device_check_from
     try:
         outcome = run.execute(harness)
     except Stop as stop:
@@ -150,6 +158,7 @@ class _Run:
         self.timings = no_timings()
         self.warnings: list[str] = []
         self.buffers = buffers
+        self.device_check_from: int | None = None
 
     def outcome(
         self,
@@ -247,12 +256,16 @@ class _Run:
         inputs = inputs or self.inputs(harness, layouts)
         host, expected = inputs.host, inputs.expected
         readback = readback_names(harness)
-        got = self.dispatch(harness, inputs, pipelines, readback)
-        result = self.compare(harness, host, got, expected, None)
+        check = DeviceCheck(self.device, self.buffers, harness)
+        got = self.dispatch(harness, inputs, pipelines, readback, check=check)
+        # What the device passed needs no readback; what it flagged is compared here.
+        passed = check.passed()
+        got |= {name: self.read(harness, name) for name in check.names if name not in passed}
+        result = self.compare(harness, host, got, expected, None, passed)
         fresh = any(b.fill == "fresh" for b in harness.bound_buffers())
         if result.status in (Status.MISMATCH, Status.NONFINITE) and fresh:
             diagnostic = self.dispatch(harness, inputs, pipelines, readback, sentinel=True)
-            result = self.compare(harness, host, got, expected, diagnostic)
+            result = self.compare(harness, host, got, expected, diagnostic, passed)
         if case is not None:
             result.name, result.description = case.name, case.description
         result.layout = [
@@ -375,12 +388,13 @@ class _Run:
         pipelines: dict[tuple[str, str], Any],
         readback: list[str],
         sentinel: bool = False,
+        check: DeviceCheck | None = None,
     ) -> dict[str, np.ndarray]:
-        """Run the passes on the run's buffers; sentinel=True is the diagnostic run, whose
-        fresh buffers start with the never-written sentinel instead of zeros."""
-        wgpu = import_wgpu()
-
+        """Run the passes and read back what the check does not take; sentinel=True is the
+        diagnostic run, whose fresh buffers start with the sentinel instead of zeros."""
         self.buffers.make(harness, inputs.host, inputs.key, self.writable, sentinel)
+        if check is not None:
+            check.plan(inputs.key, inputs.expected, readback, self.device_check_from, self.memo)
         encoder = self.device.create_command_encoder()
         self.buffers.clear(encoder)
         for number, p in enumerate(harness.passes, start=1):
@@ -396,20 +410,18 @@ class _Run:
                     compute.set_bind_group(g, group)
             compute.dispatch_workgroups(*p.dispatch)
             compute.end()
-        try:
+        if check is not None:
+            check.encode(encoder)
+        skipped = check.names if check is not None else []
+        with _dispatch_errors():
             self.device.queue.submit([encoder.finish()])
-            return {
-                name: np.frombuffer(
-                    self.device.queue.read_buffer(self.buffers.by_name[name]),
-                    dtype=NP_DTYPES[harness.buffer(name).dtype],
-                )
-                .reshape(harness.buffer(name).shape)
-                .copy()
-                for name in readback
-            }
-        except wgpu.GPUValidationError as e:
-            text = clean_wgpu_error(str(e))
-            raise Stop(Status.PIPELINE_ERROR, f"The dispatch failed: {text}", text) from None
+        return {name: self.read(harness, name) for name in readback if name not in skipped}
+
+    def read(self, harness: Harness, name: str) -> np.ndarray:
+        buf = harness.buffer(name)
+        with _dispatch_errors():
+            data = self.device.queue.read_buffer(self.buffers.by_name[name])
+        return np.frombuffer(data, dtype=NP_DTYPES[buf.dtype]).reshape(buf.shape).copy()
 
     def bind_group(
         self, number: int, kernel: str, pipeline: Any, group: int, bindings: list[Binding]
@@ -506,13 +518,18 @@ class _Run:
         got: dict[str, np.ndarray],
         expected: dict[str, np.ndarray],
         diagnostic: dict[str, np.ndarray] | None,
+        passed: dict[str, dict[str, Any]],
     ) -> CaseResult:
         """Each output against the reference (cells wrong here and never written in the
-        diagnostic run marked so), then the buffers the report asks to see."""
+        diagnostic run marked so; passed holds those the device passed), then the buffers
+        the report asks to see."""
         atol, rtol = harness.tolerance.atol, harness.tolerance.rtol
         names = list(harness.reference.outputs) if harness.reference else self.shown(harness, got)
         outputs = []
         for name in names:
+            if name in passed:
+                outputs.append(passed[name])
+                continue
             buf = harness.buffer(name)
             # An output no pass binds was never written: it still holds its start value.
             values = got[name] if name in got else host[name]
@@ -564,6 +581,18 @@ def refuse_as_a_browser(kernel: str, source: str) -> None:
     info = module_refusal(kernel, source)
     if info is not None:
         raise Stop(Status.COMPILE_ERROR, compile_message(info), info["text"], compile=info)
+
+
+@contextmanager
+def _dispatch_errors() -> Iterator[None]:
+    """wgpu's validation errors of the passes, which surface at submit or readback."""
+    wgpu = import_wgpu()
+
+    try:
+        yield
+    except wgpu.GPUValidationError as e:
+        text = clean_wgpu_error(str(e))
+        raise Stop(Status.PIPELINE_ERROR, f"The dispatch failed: {text}", text) from None
 
 
 def _ms(started: float) -> float:
