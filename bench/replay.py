@@ -21,6 +21,10 @@ JSON lists, 9x9 the first packed as bytes (LIST_UP_TO), 64x64 the last that carr
 cells at all and 65x65 the first that does not (SHOW_VALUES_UP_TO).
 
     .venv/bin/python bench/replay.py [--runs 20] [--batch 1000] [--sizes 64,65,256,...]
+    .venv/bin/python bench/replay.py --crossover [--runs 20] [--sizes 256,1024,...]
+
+--crossover times only the runner, with large outputs checked on the device and read
+back for the CPU, to place gpu_compare.CHECK_FROM.
 
 Every floor and replay of a round runs in one loop, one of each per round, so that the
 machine's state weighs on all alike. Prints medians, ratios to the floor, and where a
@@ -33,12 +37,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 import time
 import urllib.request
 from pathlib import Path
 
-from common import gunicorn, median_ms, setup_django, timed_gets
+from common import ROOT, gunicorn, median_ms, setup_django, timed_gets
 
 SOURCE = """@group(0) @binding(0) var<storage, read> x: array<f32>;
 @group(0) @binding(1) var<storage, read> w: array<f32>;
@@ -352,6 +357,39 @@ def layer(device, spec: dict, runs: int) -> dict[str, list]:
     return times
 
 
+def crossover(sides: list[int], runs: int) -> None:
+    """The runner alone (execute() with a worker's memo and kept buffers, warm) on y = 2x,
+    with the check on the device forced on and off, interleaved: where checking outputs on
+    the device (kernels/engine/gpu_compare.py, CHECK_FROM) starts to pay."""
+    sys.path.insert(0, str(ROOT))
+    from kernels.engine.device import open_device
+    from kernels.engine.resident import DeviceBuffers
+    from kernels.engine.run import execute
+    from kernels.engine.worker import Memo
+
+    device, env = open_device(os.environ.get("REPLAY_WGPU_BACKEND", ""))
+    print(f"runner on {env.label}: outputs checked on the device against read back (median ms)")
+    print(f"{'output':>11} {'cells':>10} {'on device':>10} {'read back':>10} {'ratio':>7}")
+    with tempfile.TemporaryDirectory() as fixtures:
+        for side in sides:
+            spec, memo, kept = double_harness(side), Memo(), DeviceBuffers()
+            times: dict[int | None, list[float]] = {0: [], None: []}
+            rounds = max(3, min(runs, (runs * 512 * 512) // (side * side)))
+            for round in range(rounds + 1):
+                for check_from, elapsed in times.items():
+                    started = time.perf_counter()
+                    outcome = execute(
+                        device, env, {"self": DOUBLE}, spec, Path(fixtures),
+                        memo=memo, kept=kept, device_check_from=check_from,
+                    )  # fmt: skip
+                    assert outcome["status"] == "passed", outcome["message"]
+                    if round:  # the first round warms the memo, the kept buffers, the JIT
+                        elapsed.append(time.perf_counter() - started)
+            on, off = median_ms(times[0]), median_ms(times[None])
+            size = f"{side}x{side}"
+            print(f"{size:>11} {side * side:>10,} {on:>10.2f} {off:>10.2f} {on / off:>6.2f}x")
+
+
 def served(database: Path, spec: dict) -> tuple[float, float, float]:
     """Cold start, cached replay.json and /healthz through gunicorn, in ms."""
     cold_slug = make_version(spec, "cold")
@@ -375,7 +413,14 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--batch", type=int, default=1000, help="rows of x (digits)")
     parser.add_argument("--sizes", default="8,9,64,65,256,1024,2048,4096", help="output sides")
+    parser.add_argument(
+        "--crossover", action="store_true", help="only the runner on --sizes, checked on the "
+        "device and read back (where gpu_compare.CHECK_FROM should be)",
+    )  # fmt: skip
     args = parser.parse_args()
+    if args.crossover:
+        crossover([int(side) for side in args.sizes.split(",") if side], args.runs)
+        return
     spec = harness(args.batch)
 
     with tempfile.TemporaryDirectory() as scratch:

@@ -38,9 +38,12 @@ from kernels.engine.inputs import Memo
 from kernels.engine.outcome import json_number
 from kernels.engine.resident import RunBuffers
 
-# Cells from which an output is checked on the device, by adapter: a GPU, a CPU adapter
-# (llvmpipe). Measured with bench/replay.py: see the README's size sweep.
-CHECK_FROM: dict[str, int | None] = {"hardware": 1 << 20, "software": None}
+# Outputs of more cells than this are checked on the device, by adapter. Measured with
+# bench/replay.py --crossover (the runner alone, y = 2x): on an H100 the check cost
+# 0.11 ms more than reading back 16,384 cells and saved 0.23 ms at 65,536 (9.2 against
+# 1.8 ms at 1M cells); on llvmpipe, where the device is the same CPU, it never paid
+# (1.5x slower at 1M cells, even at 16M), so there it is off.
+CHECK_FROM: dict[str, int | None] = {"hardware": 1 << 15, "software": None}
 # execute()'s device_check_from for "the adapter's CHECK_FROM".
 BY_ADAPTER = -1
 WORKGROUP = 256
