@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from kernels.engine.device import Environment, open_device
+from kernels.engine.references import REFERENCES
 from kernels.engine.resident import DeviceBuffers
 from kernels.engine.run import execute
 
@@ -238,3 +239,72 @@ def test_kept_expected_values_are_reused_and_bounded(gpu, tmp_path: Path) -> Non
     for atol in (1e-6, 2e-6):
         execute(device, env, sources, harness(atol=atol), tmp_path, kept=small, device_check_from=0)
     assert small.references is not None and len(small.references.kept) == 1
+
+
+PAIR = """@group(0) @binding(0) var<storage, read> d: array<f32>;
+@group(0) @binding(1) var<storage, read> d2: array<f32>;
+@group(0) @binding(2) var<storage, read_write> c: array<f32>;
+@group(0) @binding(3) var<storage, read_write> e: array<f32>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = gid.x;
+    if (i < arrayLength(&c)) {
+        c[i] = d[i];
+        if (i != 777u) {
+            e[i] = d2[i];
+        }
+    }
+}
+"""
+
+
+def test_an_output_the_device_passes_stands_beside_one_it_flags(
+    gpu, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def add_twice(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return a + b, a + b
+
+    monkeypatch.setitem(REFERENCES, "add_twice", add_twice)
+    device, env = gpu
+    a, b = inputs()
+    right = expected().astype(np.float32)
+    for name, array in (("a", a), ("b", b), ("d", right), ("d2", right)):
+        np.save(tmp_path / f"{name}.npy", array.reshape(ROWS, COLS))
+    spec = harness()
+    spec["buffers"]["d2"] = {**spec["buffers"]["d"], "file": "d2.npy"}
+    spec["buffers"]["e"] = spec["buffers"]["c"]
+    spec["passes"][0]["bind"] = {"0": "d", "1": "d2", "2": "c", "3": "e"}
+    spec["reference"] = {"name": "add_twice", "args": ["a", "b"], "outputs": ["c", "e"]}
+    on_device, on_cpu = (
+        execute(device, env, {"self": PAIR}, spec, tmp_path, device_check_from=check_from)
+        for check_from in (0, None)
+    )
+    assert on_cpu["status"] == "mismatch"
+    assert on_device["message"] == on_cpu["message"]
+    assert on_cpu["message"].startswith(f"1 of {2 * CELLS:,} cells wrong (1 never written)")
+    assert on_device["outputs"][0]["compared"] == "device"
+    assert on_device["outputs"][1] == on_cpu["outputs"][1]
+
+
+def test_an_output_the_report_shows_stays_on_the_cpu(gpu, tmp_path: Path) -> None:
+    device, env = gpu
+    a, b = inputs()
+    for name, array in (("a", a), ("b", b), ("d", expected().astype(np.float32))):
+        np.save(tmp_path / f"{name}.npy", array.reshape(ROWS, COLS))
+    spec = {**harness(), "report": {"show": ["c"]}}
+    sources = {"self": COPY.replace("SKIP", str(NOWHERE))}
+    outcome = execute(device, env, sources, spec, tmp_path, device_check_from=0)
+    assert outcome["status"] == "passed"
+    assert "compared" not in outcome["outputs"][0]
+
+
+def test_it_is_off_on_llvmpipe_unless_asked(gpu, tmp_path: Path) -> None:
+    device, env = gpu
+    a, b = inputs()
+    for name, array in (("a", a), ("b", b), ("d", expected().astype(np.float32))):
+        np.save(tmp_path / f"{name}.npy", array.reshape(ROWS, COLS))
+    sources = {"self": COPY.replace("SKIP", str(NOWHERE))}
+    outcome = execute(device, env, sources, harness(), tmp_path)
+    assert outcome["status"] == "passed"
+    assert ("compared" in outcome["outputs"][0]) == (not env.software)
