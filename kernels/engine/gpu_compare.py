@@ -40,9 +40,9 @@ from kernels.engine.resident import RunBuffers
 
 # Outputs of more cells than this are checked on the device, by adapter. Measured with
 # bench/replay.py --crossover (the runner alone, y = 2x): on an H100 the check cost
-# 0.11 ms more than reading back 16,384 cells and saved 0.23 ms at 65,536 (9.2 against
-# 1.8 ms at 1M cells); on llvmpipe, where the device is the same CPU, it never paid
-# (1.5x slower at 1M cells, even at 16M), so there it is off.
+# 0.11 ms more than reading back 16,384 cells and saved 0.23 ms at 65,536 (1.8 against
+# 9.2 ms at 1M cells); on llvmpipe, where the device is the same CPU, it never paid
+# (1.5x slower at 1M cells, no faster at 16M), so there it is off.
 CHECK_FROM: dict[str, int | None] = {"hardware": 1 << 15, "software": None}
 # execute()'s device_check_from for "the adapter's CHECK_FROM".
 BY_ADAPTER = -1
@@ -63,6 +63,9 @@ BLOCK_CELLS = WORKGROUP * PER_THREAD
 #   atol + rtol |x| even after numpy's float64 rounding of it.
 # - bound <= limit is false for NaN, and infinities and NaN are caught by their bits
 #   first (a compiler may assume finite floats), so a non-finite cell is never passed.
+# The bound needs (g - hi) - lo evaluated in that order: SPIR-V without fast-math flags,
+# which is what naga emits, lets a driver fuse a multiply and an add (only more exact)
+# but not reassociate.
 SHADER = """
 struct Params { count: u32, atol: f32, rtol: f32, limit_cap: f32 }
 
