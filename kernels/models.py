@@ -264,6 +264,10 @@ class Run(models.Model):
             ),
         ]
         indexes = [
+            # A job's runs, for the run a reader sees (replay._find_run) and the newest run
+            # a stored answer is checked against (replay.newest_run): without it both read
+            # the whole table.
+            models.Index(fields=["source_sha256", "harness_digest"], name="run_by_job"),
             # The fleet's environment under REPLAY_BACKEND=celery (fleet_environment_id).
             models.Index(fields=["-finished"], name="run_newest_finished"),
             # The cache lookup on every replay (RunQuerySet.cached).

@@ -309,12 +309,14 @@ def _shared_run(job: Job, environment_id: str, fresh: bool) -> Run | None:
     """The newest cached run (unless fresh), else the one in flight on this environment;
     the job's lost runs are finished on the way. One query reads them all: the job's
     unfinished runs, whether each is lost riding along as a column, and its cached run."""
-    wanted = ~Q(state=Run.State.DONE)
+    key = {"source_sha256": job.source_sha256, "harness_digest": job.harness_digest}
+    # Each side of the OR carries its whole condition, so that each finds its rows by an
+    # index (run_one_in_flight_per_key, the primary key) rather than by reading the table.
+    wanted = Q(**key) & ~Q(state=Run.State.DONE)
     if not fresh:
         newest = Run.objects.cached(job.source_sha256, job.harness_digest, environment_id)
         wanted |= Q(pk=Subquery(newest.values("pk")[:1]))
-    runs = Run.objects.filter(source_sha256=job.source_sha256, harness_digest=job.harness_digest)
-    runs = runs.filter(wanted).annotate(
+    runs = Run.objects.filter(wanted).annotate(
         timed_out=ExpressionWrapper(lost(), output_field=BooleanField())
     )
     cached = in_flight = None

@@ -16,6 +16,7 @@ from django.test import TransactionTestCase, override_settings
 from kernels import replay
 from kernels.models import KernelVersion, Run
 from tests.base import add_kernel, make_session
+from tests.kernels.test_replay_views import finished
 
 pytestmark = [
     pytest.mark.usefixtures("fresh_replay_backend"),
@@ -114,6 +115,31 @@ class FreshReplayQueriesTestCase(TransactionTestCase):
         self.assertEqual(len({run.pk for run in runs}), 1)
         self.assertEqual(replay.wait(runs[0], 10).status, "passed")
         self.assertEqual(Run.objects.count(), 1)
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="reads SQLite's query plans")
+class RunsFoundByIndexTestCase(TransactionTestCase):
+    def test_no_query_of_a_replay_reads_the_whole_table_of_runs(self) -> None:
+        add_kernel(make_session("indexed", turns=1))
+        statements: list[tuple[str, tuple]] = []
+
+        def record(execute, sql, params, many, context):  # type: ignore[no-untyped-def]
+            statements.append((sql, params))
+            return execute(sql, params, many, context)
+
+        with connection.execute_wrapper(record):
+            finished(self.client, "/s/indexed/turns/1/replay.json")  # started, waited for
+            self.client.get("/s/indexed/turns/1/replay.json")  # the stored answer
+            self.client.post("/s/indexed/turns/1/replay/")  # "Run again"
+            replay.run_now(KernelVersion.objects.get(), fresh=True)
+
+        reads = [(sql, params) for sql, params in statements if "kernels_run" in sql]
+        self.assertGreaterEqual(len(reads), 6)
+        with connection.cursor() as cursor:
+            for sql, params in reads:
+                cursor.execute(f"EXPLAIN QUERY PLAN {sql}", params)
+                steps = [row[-1] for row in cursor.fetchall()]
+                self.assertEqual([step for step in steps if step.startswith("SCAN")], [], sql)
 
 
 @override_settings(REPLAY_BACKEND="celery")
