@@ -23,6 +23,13 @@ MAX_CASES = 64
 CASE_FIELDS = ("description", "buffers")
 # Kernel and case names: what a URL or a file name can hold as it is.
 KERNEL_NAME = re.compile(r"[A-Za-z0-9_-]{1,60}")
+DIGITS = re.compile(r"(\d+)")
+
+
+def name_order(name: object) -> list[int | str]:
+    """Cases run and show in the order of their names, numbers by value (digit-2 before
+    digit-10): a harness is stored as JSON, and PostgreSQL's jsonb keeps no key order."""
+    return [int(part) if part.isdigit() else part for part in DIGITS.split(str(name))]
 
 
 @dataclass(frozen=True)
@@ -42,7 +49,7 @@ def parse_cases(
     if len(value) > MAX_CASES:
         raise HarnessError("cases", f"must hold at most {MAX_CASES} cases (got {len(value)})")
     cases = []
-    for name, case in value.items():
+    for name, case in sorted(value.items(), key=lambda item: name_order(item[0])):
         path = join("cases", str(name))
         if not isinstance(name, str) or not KERNEL_NAME.fullmatch(name):
             raise HarnessError(path, "case names are letters, digits, - and _ (up to 60)")

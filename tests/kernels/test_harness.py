@@ -317,13 +317,25 @@ def test_it_parses_structs_file_slices_cases_and_shown_buffers() -> None:
     assert (r.file, r.slice.dtype, r.slice.offset, r.slice.count) == ("digits.bin", "u8", 16, 2)
     assert harness.buffer("h").fill == "fresh"
     assert harness.report.show == ("h",) and harness.report.kind == ""
-    seven, scaled = harness.cases
+    scaled, seven = harness.cases  # in the order of their names
     assert (seven.name, seven.description, seven.buffers[0].data) == ("seven", "a 7", (7,) * 4)
     assert scaled.buffers[0].fields["scale"] == 2
     refilled = harness.for_case(seven)
     assert refilled.buffer("a").data == (7.0,) * 4 and refilled.buffer("b") == harness.buffer("b")
     assert refilled.cases == ()
     assert parse_harness(harness.to_dict()) == harness
+
+
+def test_cases_run_in_the_order_of_their_names_numbers_by_value() -> None:
+    # A harness stored in PostgreSQL comes back with its keys in jsonb's order, not the
+    # author's: the order must not depend on it.
+    spec = completed_spec()
+    fill = {"buffers": {"a": {"data": [1, 2, 3, 4]}}}
+    spec["cases"] = {name: fill for name in ("digit-10", "digit-2", "b", "digit-1", "a")}
+    names = [case.name for case in parse_harness(spec).cases]
+    assert names == ["a", "b", "digit-1", "digit-2", "digit-10"]
+    spec["cases"] = dict(reversed(list(spec["cases"].items())))
+    assert [case.name for case in parse_harness(spec).cases] == names
 
 
 def test_cases_and_fields_are_part_of_the_digest() -> None:

@@ -225,7 +225,7 @@ class HarnessPageTests(TransactionTestCase):
             page,
         )
         self.assertEqual(
-            rows, [("ramp", "passed"), ("negative", "passed"), ("tripled", "wrong results")]
+            rows, [("negative", "passed"), ("ramp", "passed"), ("tripled", "wrong results")]
         )
         self.assertIn("the pictures below are of case <strong>tripled</strong>", page)
         self.assertIn("with the inputs of case tripled", page)
