@@ -30,7 +30,7 @@ from kernels import replay
 from kernels.models import Kernel, KernelVersion, text_diff
 from sessions.models import Session, Turn
 from tutor import guardrail, llm, prompts
-from tutor.free_form import FREE_FORM_HOST, Template
+from tutor.free_form import FREE_FORM_HOST, FREE_FORM_KERNEL_STARTER, Template
 from tutor.lessons import FREE_FORM_KERNEL, Lesson, LessonError, parse_lesson
 from tutor.models import GuardrailEvent, GuidedSession
 from tutor.replies import Event, budget_problem, tutor_reply
@@ -138,7 +138,7 @@ def _new_guided(user, lesson: Lesson | None, title: str, summary: str, slug: str
 @transaction.atomic
 def start_session(user, lesson: Lesson | None, template: Template | None = None) -> GuidedSession:
     """A lesson's session, or a free-form one (from a template: its buffers, dispatch and
-    reference; without one, submissions are only compiled)."""
+    reference; without one, the learner's host program defines them)."""
     title = lesson.title if lesson else "Free-form WGSL session"
     summary = lesson.summary if lesson else "A free-form guided session."
     if template is not None:
@@ -151,8 +151,8 @@ def start_session(user, lesson: Lesson | None, template: Template | None = None)
         guided.save(update_fields=["starter"])
     elif lesson is None:
         # Nothing defines the kernel's inputs: the learner's host program does.
-        guided.host_starter = FREE_FORM_HOST
-        guided.save(update_fields=["host_starter"])
+        guided.starter, guided.host_starter = FREE_FORM_KERNEL_STARTER, FREE_FORM_HOST
+        guided.save(update_fields=["starter", "host_starter"])
     guided.add_turn(
         Turn.Role.TUTOR,
         _welcome(lesson, llm.configured(), template),

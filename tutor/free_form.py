@@ -165,8 +165,17 @@ TEMPLATES = {
     )
 }
 
-# The host program a free-form session without a template starts from: the learner
-# defines the kernel's buffers, inputs, dispatch and readback.
+# What a free-form session without a template starts from: the entry point its host
+# program names, and the host program's scaffold. The learner declares the bindings and
+# writes the body, and defines the buffers, inputs, dispatch and readback.
+FREE_FORM_KERNEL_STARTER = """// Your kernel: declare its bindings
+// (@group(0) @binding(n) var<storage, ...>) to match the bind group your
+// host program makes, then write the body.
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+}
+"""
 FREE_FORM_HOST = """// Your host program: it runs on the server against WebGPU, as in a browser.
 // Your kernel (the editor above) is loaded below as kernel.wgsl. What you read
 // back is shown under the run.

@@ -7,7 +7,7 @@ from django.urls import reverse
 
 from sessions.models import Turn
 from tests.tutor.helpers import TutorRunTestCase, read_events
-from tutor.free_form import FREE_FORM_HOST, TEMPLATES
+from tutor.free_form import FREE_FORM_HOST, FREE_FORM_KERNEL_STARTER, TEMPLATES
 from tutor.models import GuidedSession
 
 TRANSPOSE = """@group(0) @binding(0) var<storage, read> x: array<f32>;
@@ -50,6 +50,7 @@ class FreeFormTemplateTestCase(TutorRunTestCase):
         page = self.client.get(guided.get_absolute_url())
         self.assertContains(page, "var&lt;storage, read&gt; x: array&lt;f32&gt;;")
         self.assertContains(page, "Runs and is checked against the template's reference")
+        self.assertContains(page, "compared with the template's reference, cell by cell")
         status, review = self.run_source(guided, TRANSPOSE.replace("INDEX", "row * 32u + col"))
         self.assertEqual(status, "mismatch")
         self.assertIn("It runs, but the results are wrong", review.content)
@@ -67,12 +68,16 @@ class FreeFormTemplateTestCase(TutorRunTestCase):
         guided = self.start_from("")
         self.assertEqual(guided.kernel.harness, {})
         self.assertEqual(guided.host_starter, FREE_FORM_HOST)
+        self.assertEqual(guided.starter, FREE_FORM_KERNEL_STARTER)
         welcome = guided.session.turns.first().content
         self.assertIn("in the host program its buffers, their inputs, the dispatch", welcome)
         self.assertIn("there is no pass or fail", welcome)
         page = self.client.get(guided.get_absolute_url())
         self.assertContains(page, 'name="host_program"')
         self.assertContains(page, "what it reads back is shown")
+        # The reviewer's note promises no reference that is not there.
+        self.assertContains(page, "compared cell by cell with an earlier version you choose")
+        self.assertNotContains(page, "reference, cell by cell")
 
 
 MAIN = "\n@compute @workgroup_size({size})\nfn main(@builtin(global_invocation_id) id: vec3<u32>) {{\n{body}\n}}\n"
