@@ -127,6 +127,9 @@ def _run_context(guided: GuidedSession, execution: replay.Replay | None) -> dict
 
 
 def _render_turn(request: HttpRequest, guided: GuidedSession, turn) -> str:
+    if turn.kernel_version_id:
+        # Its badge says how the version ran, as the page's turns do (_turns_with_runs).
+        turn.replayed = stored_runs([turn.kernel_version])[0].get(turn.kernel_version_id)
     return render_to_string(
         "tutor/_turn.html",
         {"turn": turn, "session": guided.session, "can_embed": False},

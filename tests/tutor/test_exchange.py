@@ -53,6 +53,8 @@ class LessonExchangeTestCase(TutorRunTestCase):
         self.assertEqual(streamed_text(first), REVIEW)
         reply = first[-2][1]
         self.assertEqual(reply["role"], "tutor")
+        # The review's badge, drawn after the run, says how it ran.
+        self.assertIn('<span class="badge-status">wrong results</span>', reply["html"])
         self.assertTrue(reply["replaces_live"])
         self.assertIn("<code>@workgroup_size(32)</code>", reply["html"])
         self.assertIn("in 120 · out 42 · cache read 2000 · cache write 300", reply["html"])
