@@ -10,6 +10,7 @@ import threading
 
 import pytest
 from django.conf import settings
+from django.core.cache import cache
 from django.db import connection, transaction
 from django.test import TransactionTestCase, override_settings
 
@@ -121,6 +122,7 @@ class FreshReplayQueriesTestCase(TransactionTestCase):
 class RunsFoundByIndexTestCase(TransactionTestCase):
     def test_no_query_of_a_replay_reads_the_whole_table_of_runs(self) -> None:
         add_kernel(make_session("indexed", turns=1))
+        self.addCleanup(cache.clear)  # the "Run again" rate limit counts in the cache
         statements: list[tuple[str, tuple]] = []
 
         def record(execute, sql, params, many, context):  # type: ignore[no-untyped-def]
