@@ -134,13 +134,15 @@ def _whole_lines(unwritten: list[bool], shape: list[int]) -> str:
     empty_rows = [r for r in range(rows) if all(unwritten[r * cols : (r + 1) * cols])]
     empty_cols = [c for c in range(cols) if all(unwritten[c::cols])]
     total = sum(unwritten)
-    for name, empty, length in (("row", empty_rows, cols), ("column", empty_cols, rows)):
-        if (
-            empty
-            and len(empty) * length == total
-            and len(empty) < (rows if name == "row" else cols)
-        ):
-            ranges = runs([i in set(empty) for i in range(rows if name == "row" else cols)])
+    for name, empty, length, count in (
+        ("row", empty_rows, cols, rows),
+        ("column", empty_cols, rows, cols),
+    ):
+        if empty and len(empty) * length == total and len(empty) < count:
+            flags = [False] * count
+            for index in empty:
+                flags[index] = True
+            ranges = runs(flags)
             words = ", ".join(f"{a}" if a == b else f"{a}–{b}" for a, b in ranges[:3])
             return (
                 f"Whole {name}s of the {rows}×{cols} result were never written: "
