@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 
 from kernels.engine.outcome import Outcome
+from tutor.quoting import quote, source_line
 
 # Entries of each trace list told to Claude; the rest are counted.
 SHOWN = 12
@@ -120,15 +121,6 @@ def first_dispatch(outcome: Outcome) -> tuple[str, int, int | None] | None:
     return None
 
 
-def host_line(host: str, number: int | None) -> str:
-    """The host program's line, quoted as inline code; "" when it cannot be."""
-    lines = host.splitlines()
-    if not number or not 1 <= number <= len(lines):
-        return ""
-    line = lines[number - 1].strip()
-    return f"`{line}`" if line and "`" not in line and len(line) <= 120 else ""
-
-
 def _quoted_buffer(message: str) -> str:
     """The buffer a wgpu message names: Buffer 'name'."""
     start = message.find("Buffer '")
@@ -164,7 +156,7 @@ def error_review(outcome: Outcome, host: str) -> list[str]:
     if not message.endswith((".", "!", "?")):
         message += "."
     parts = [f"**Your host program stopped {where}:** {message}"]
-    if quoted := host_line(host, line):
+    if quoted := quote(source_line(host, line)):
         parts[0] += f" Line {line} reads {quoted}."
     parts.append(_error_cause(error, outcome))
     return [part for part in parts if part]
@@ -214,7 +206,7 @@ def dispatch_shortfall(outcome: Outcome, host: str, count: int, name: str) -> st
     total = groups * size
     if total >= count:
         return ""
-    quoted = host_line(host, line)
+    quoted = quote(source_line(host, line))
     at = f"line {line}" + (f", {quoted}" if quoted else "") if line else "your host program"
     return (
         f" Your host program dispatches {groups} workgroup{'s' if groups != 1 else ''} "

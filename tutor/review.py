@@ -17,6 +17,7 @@ import math
 from kernels.engine.harness import HarnessError, parse_harness
 from kernels.engine.outcome import EntryPointFacts, Outcome, Status, output_list
 from tutor import evidence, host_review
+from tutor.quoting import quote, source_line
 
 FIRST_CELLS = 6
 
@@ -89,18 +90,6 @@ def outcome_for_model(outcome: Outcome) -> str:
 
 
 # -- the offline reviewer --------------------------------------------------------------
-
-
-def _source_line(source: str, number: int | None) -> str:
-    lines = source.splitlines()
-    if number is None or not 1 <= number <= len(lines):
-        return ""
-    return lines[number - 1].strip()
-
-
-def _quote(line: str) -> str:
-    # Inline code cannot hold a backtick run safely; such a line is described instead.
-    return f"`{line}`" if line and "`" not in line and len(line) <= 120 else ""
 
 
 # Phrases looked for in the error, case-insensitively; "a … b" is a, then b on one line.
@@ -176,9 +165,9 @@ def _compile_review(outcome: Outcome, source: str) -> list[str]:
         )
         + "."
     ]
-    if quoted := _quote(_source_line(source, line)):
+    if quoted := quote(source_line(source, line)):
         parts.append(f"Line {line} reads {quoted}.")
-    if line and column == 1 and line > 1 and (quoted := _quote(_source_line(source, line - 1))):
+    if line and column == 1 and line > 1 and (quoted := quote(source_line(source, line - 1))):
         parts.append(f"The line before it reads {quoted}.")
     for note in info.get("notes") or []:
         parts.append(f"{compiler} adds: {note}.")
@@ -280,7 +269,7 @@ def _threads(outcome: Outcome, harness: dict) -> tuple[int, int, int] | None:
 def _store_places(entry: EntryPointFacts | None, name: str) -> str:
     """Where the kernel stores into the output: `out[i]` (line 9), or ""."""
     writes = [w for w in (entry["writes"] if entry else []) if w["buffer"] == name][:3]
-    places = [(_quote(f"{name}[{w['index']}]"), w["line"]) for w in writes]
+    places = [(quote(f"{name}[{w['index']}]"), w["line"]) for w in writes]
     if not places or not all(quoted for quoted, _ in places):
         return ""
     return ", ".join(f"{quoted} (line {line})" for quoted, line in places)
