@@ -39,7 +39,6 @@ from django.views.decorators.http import require_GET, require_POST
 
 from config.ratelimit import client_key, hit
 from kernels import replay
-from kernels.engine.outcome import Status
 from kernels.host_context import host_context
 from kernels.outcome_context import outcome_context
 from sessions.access import get_session_for_user
@@ -50,6 +49,7 @@ from tutor.free_form import TEMPLATES
 from tutor.lessons import get_lesson, load_lessons
 from tutor.models import ApiCall, GuidedSession
 from tutor.replies import budget_problem
+from tutor.review import status_label
 
 log = logging.getLogger(__name__)
 
@@ -217,7 +217,7 @@ class EventStream:
                 "status": status or "not_run",
                 # The submission's badge in the conversation follows the run.
                 "version_id": execution.version.pk,
-                "status_label": next((s.label for s in Status if s == status), "not run"),
+                "status_label": status_label(execution.outcome) if status else "not run",
                 "html": render_to_string("tutor/_run.html", context, request=request),
             }
         if name == "done":
