@@ -20,6 +20,7 @@ from re import _parser as sre_parse
 from sessions import ansi
 from sessions.diffs import to_html as diff_html
 from sessions.importers import redact
+from sessions.importers.claude_code.scripts import html_scripts
 from sessions.importers.redact import Scrubber
 from sessions.markdown import render_typed
 from tests.base import BaseTestCase
@@ -188,6 +189,7 @@ class GrowthTestCase(BaseTestCase):
             "asterisks": (render_typed, lambda n: "*a " * (n // 3)),
             "fence lines": (render_typed, lambda n: "~" * n + "`"),
             "long changed lines": (diff_html, lambda n: f"-{'a ' * n}\n+{'b ' * n}"),
+            "unclosed script tags": (html_scripts, lambda n: "<script " * (n // 8)),
         }
         for name, (work, make) in cases.items():
             with self.subTest(input=name):

@@ -33,7 +33,9 @@ _JS_CONST = re.compile(
     r"\b(?:const|let|var)\s+([A-Za-z_$][\w$]*)\s*=\s*(-?\d+(?:\.\d+)?|\"[^\"\n]*\"|'[^'\n]*')\s*[;\n]"
 )
 _PLACEHOLDER = re.compile(r"\$\{\s*([A-Za-z_$][\w$]*)\s*\}")
-_SCRIPT_TAG = re.compile(r"<script\b([^>]*)>", re.I)
+# [^<>]* stops at the next "<": a "<script" never closed by ">" is not scanned to the end
+# of the file from every one of them (quadratic).
+_SCRIPT_TAG = re.compile(r"<script\b([^<>]*)>", re.I)
 _TYPE = re.compile(r"""\btype\s*=\s*["']?([^"'\s>]*)""", re.I)
 _SRC = re.compile(r"\bsrc\s*=", re.I)
 JS_TYPES = ("", "module", "text/javascript", "application/javascript", "text/ecmascript")
