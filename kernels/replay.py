@@ -476,11 +476,14 @@ class Replay:
     retry_after: int | None = None
 
     @property
+    def finished(self) -> bool:
+        """Whether there is a finished run, without loading its outcome."""
+        return self.run is not None and self.run.state == Run.State.DONE
+
+    @property
     def outcome(self) -> Outcome | None:
         """The finished run's outcome; None until there is one."""
-        if self.run is not None and self.run.state == Run.State.DONE:
-            return self.run.outcome
-        return None
+        return self.run.outcome if self.finished else None  # type: ignore[union-attr]
 
     def summary(self) -> dict:
         """What a turn records about its run."""

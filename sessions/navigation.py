@@ -92,11 +92,12 @@ def stored_runs(versions: Iterable[KernelVersion]) -> tuple[dict[int, Run], bool
     runs, complete = {}, True
     for version in {version.pk: version for version in versions}.values():
         shown = replay.for_reader(version)
-        if shown.outcome is not None:
+        # Badges need the run's status, not its outcome (a deferred field: not loaded).
+        if shown.finished:
             runs[version.pk] = shown.run
         # A kernel that cannot be replayed shows no outcome, now or later; a run cut short
         # (a timeout) is run again when somebody asks.
-        if not shown.problem and (shown.outcome is None or not shown.run.cacheable):
+        if not shown.problem and (version.pk not in runs or not runs[version.pk].cacheable):
             complete = False
     return runs, complete
 

@@ -2,6 +2,9 @@
 
 import re
 
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
 from sessions.models import Turn
 from sessions.navigation import page_size
 from tests.base import BaseTestCase, add_kernel, make_session, store_run
@@ -89,9 +92,12 @@ class BadgeTestCase(BaseTestCase):
     def test_a_badge_shows_the_stored_run_not_the_curators_intent(self) -> None:
         store_run(self.version, "passed")
         self.session.touch()
-        badge = self.badge()
+        with CaptureQueriesContext(connection) as queries:
+            badge = self.badge()
         self.assertIn("status-passed", badge)
         self.assertIn('<span class="badge-status">passed</span>', badge)
+        # A badge needs the run's status: its outcome (cells and all) is never loaded.
+        self.assertFalse([q for q in queries if '"kernels_run"."outcome"' in q["sql"]])
 
     def test_jumps_list_each_version_where_it_first_appears_and_the_failures(self) -> None:
         turn = self.session.turns.get(number=3)
