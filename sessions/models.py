@@ -183,10 +183,15 @@ class Turn(models.Model):
         return f"{self.session.slug} #{self.number} ({self.role})"
 
     def save(self, *args, **kwargs) -> None:
-        self.clean()
-        self.html = self.rendered()
-        if "update_fields" in kwargs and "content" in kwargs["update_fields"]:
-            kwargs["update_fields"] = {*kwargs["update_fields"], "html"}
+        fields = kwargs.get("update_fields")
+        # A partial save checks and renders only what it writes: hiding a turn or
+        # recording its run neither renumbers it nor changes its HTML.
+        if fields is None or "number" in fields:
+            self.clean()
+        if fields is None or {"content", "meta"} & set(fields):
+            self.html = self.rendered()
+            if fields is not None:
+                kwargs["update_fields"] = {*fields, "html"}
         super().save(*args, **kwargs)
         self.session.touch()
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
 from sessions.models import Session, Turn
 from tests.sessions.importing import MATMUL, ImportingTestCase
 from tests.sessions.test_claude_code_layout import session_with_agent
@@ -86,6 +89,17 @@ class CuratorTestCase(ImportingTestCase):
             "/admin/tutoring_sessions/turn/", {"action": action, "_selected_action": pks}
         )
         self.assertEqual(r.status_code, 302)
+
+    def test_hiding_many_turns_costs_what_hiding_one_does(self) -> None:
+        already = set(self.session.turns.filter(hidden=True).values_list("number", flat=True))
+        counts = []
+        for numbers in ((2,), (3, 4, 5, 6, 7, 8)):
+            with CaptureQueriesContext(connection) as queries:
+                self.act("hide", *numbers)
+            counts.append(len(queries))
+        self.assertEqual(counts[0], counts[1])
+        hidden = self.session.turns.filter(hidden=True).values_list("number", flat=True)
+        self.assertEqual(set(hidden) - already, {2, 3, 4, 5, 6, 7, 8})
 
     def test_a_published_turn_is_hidden_without_renumbering_and_stays_so_on_reimport(self) -> None:
         numbers = list(self.session.turns.values_list("number", flat=True))
