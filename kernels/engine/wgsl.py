@@ -448,6 +448,17 @@ class _Evaluator:
         return None, len(self.tokens)
 
 
+# WGSL's integers are at most 64 bits wide (AbstractInt is i64, u32 fits below): a value
+# outside this range is not a valid constant, and keeping it would let a chain of
+# constants that square each other grow Python integers without bound.
+INT_RANGE = range(-(2**63), 2**64)
+MAX_LITERAL_DIGITS = 20
+
+
+def _in_range(value: int) -> int | None:
+    return value if value in INT_RANGE else None
+
+
 def _apply(operator: str, left: int | None, right: int | None) -> int | None:
     if left is None or right is None:
         return None
@@ -457,16 +468,20 @@ def _apply(operator: str, left: int | None, right: int | None) -> int | None:
         return abs(left) // abs(right) * (1 if (left < 0) == (right < 0) else -1)
     if operator == "%":
         return left - right * _apply("/", left, right)  # type: ignore[operator]
-    return {"+": left + right, "-": left - right, "*": left * right}[operator]
+    return _in_range({"+": left + right, "-": left - right, "*": left * right}[operator])
 
 
 def int_literal(text: str) -> int | None:
-    """An integer literal's value ("64", "64u", "0x40i"), or None for anything else."""
+    """An integer literal's value ("64", "64u", "0x40i"), or None for anything else
+    (including one too wide for 64 bits)."""
     digits = text[:-1] if text[-1:] in ("i", "u") else text
+    hexadecimal = digits[:2] in ("0x", "0X")
+    if hexadecimal:
+        digits = digits[2:]
+    if not digits.isascii() or not digits.isalnum() or len(digits) > MAX_LITERAL_DIGITS:
+        return None
     try:
-        if digits[:2] in ("0x", "0X"):
-            return int(digits[2:], 16) if digits[2:].isalnum() else None
-        return int(digits) if digits.isdigit() and digits.isascii() else None
+        return _in_range(int(digits, 16) if hexadecimal else int(digits))
     except ValueError:
         return None
 

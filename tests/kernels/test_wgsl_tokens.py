@@ -125,6 +125,19 @@ def test_the_backtracking_pattern_of_old_is_a_few_steps_a_character() -> None:
     assert importer_entry_points("@compute" + " @x()" * 18 + " fm main") == []
 
 
+def test_constants_stay_within_64_bits() -> None:
+    # Each constant squares the one before: without a bound, the 40th would have about
+    # 2**40 digits (the 20th took 27 s to compute).
+    chain = "const a0 = 0xffffffffffffffffu;\n" + "".join(
+        f"const a{i} = a{i - 1} * a{i - 1};\n" for i in range(1, 40)
+    )
+    assert wgsl.workgroup_size(chain + "@compute @workgroup_size(a39) fn main() {}", "main") == 1
+    assert wgsl.int_literal("0x" + "f" * 20_000) is None
+    assert wgsl.int_literal("18446744073709551615u") == 2**64 - 1
+    source = "const n = 8u * 8u;\n@compute @workgroup_size(n, 0x2) fn main() {}"
+    assert wgsl.workgroup_size(source, "main") == 128
+
+
 # -- the tokens --------------------------------------------------------------------------------
 
 
