@@ -380,6 +380,9 @@ class _Types:
 
     def __init__(self, module: Module) -> None:
         self.module = module
+        # Each struct is laid out once: a struct used by many members of another, nested a
+        # few levels deep, would otherwise be laid out exponentially many times.
+        self.structs: dict[str, WgslType] = {}
 
     def resolve(self, name: str, args: list[list[Token]], depth: int) -> WgslType:
         """The laid-out type a name and its template arguments stand for (raises
@@ -401,7 +404,9 @@ class _Types:
         if name == "array":
             return self._array(args, depth)
         if name in self.module.structs:
-            return self._struct(name, depth)
+            if name not in self.structs:
+                self.structs[name] = self._struct(name, depth)
+            return self.structs[name]
         if name in ("bool", "f16", "i64", "u64", "f64"):
             raise LayoutError(f"{name} cannot be shared with the host here")
         raise LayoutError(f"no struct or type named {name} is declared")

@@ -6,6 +6,7 @@ import struct
 
 import pytest
 
+from kernels.engine import layout
 from kernels.engine.layout import LayoutError, binding_type, struct_layout
 
 PARAMS = """
@@ -144,3 +145,23 @@ def test_it_says_what_it_cannot_lay_out(source: str, fragment: str) -> None:
         struct_layout(source, "P")
 
     assert fragment in str(caught.value)
+
+
+def test_each_struct_is_laid_out_once_however_often_it_is_used(monkeypatch) -> None:
+    # Five levels of sixteen members each, used forty times: laid out per use, a few
+    # million struct layouts before the size check could refuse it (64 s).
+    source = "struct S0 { a: f32 }\n" + "".join(
+        f"struct S{i} {{ {', '.join(f'm{j}: S{i - 1}' for j in range(16))} }}\n"
+        for i in range(1, 5)
+    )
+    source += f"struct P {{ {', '.join(f'p{j}: S4' for j in range(40))} }}\n"
+    laid_out = []
+    real = layout._Types._struct
+    monkeypatch.setattr(
+        layout._Types,
+        "_struct",
+        lambda self, name, depth: laid_out.append(name) or real(self, name, depth),
+    )
+    with pytest.raises(LayoutError, match="struct P is too large"):
+        struct_layout(source, "P")
+    assert sorted(laid_out) == ["P", "S0", "S1", "S2", "S3", "S4"]
