@@ -40,6 +40,7 @@ from django.views.decorators.http import require_GET, require_POST
 from config.ratelimit import client_key, hit
 from kernels import replay
 from kernels.host_context import host_context
+from kernels.models import Run
 from kernels.outcome_context import outcome_context
 from sessions.access import get_session_for_user
 from sessions.models import Session
@@ -126,10 +127,27 @@ def _run_context(guided: GuidedSession, execution: replay.Replay | None) -> dict
     return context
 
 
+def _badge_runs(turns: list) -> dict[int, Run]:
+    """The run each version's badge shows, by version id: the one its latest submission
+    recorded (run with the comparison the learner chose, which the run a reader would
+    see does not take), else the run a reader would see."""
+    recorded = {
+        turn.kernel_version_id: turn.meta["run"]["id"]
+        for turn in turns
+        if turn.kernel_version_id and (turn.meta.get("run") or {}).get("id")
+    }
+    found = Run.objects.defer("outcome").in_bulk(recorded.values())
+    runs = {version: found[run] for version, run in recorded.items() if run in found}
+    others = [turn.kernel_version for turn in turns if turn.kernel_version_id not in runs]
+    runs.update(stored_runs([version for version in others if version])[0])
+    return runs
+
+
 def _render_turn(request: HttpRequest, guided: GuidedSession, turn) -> str:
     if turn.kernel_version_id:
         # Its badge says how the version ran, as the page's turns do (_turns_with_runs).
-        turn.replayed = stored_runs([turn.kernel_version])[0].get(turn.kernel_version_id)
+        same = list(guided.session.turns.filter(kernel_version=turn.kernel_version_id))
+        turn.replayed = _badge_runs(same).get(turn.kernel_version_id)
     return render_to_string(
         "tutor/_turn.html",
         {"turn": turn, "session": guided.session, "can_embed": False},
@@ -368,7 +386,7 @@ def _origin_link(request: HttpRequest, guided: GuidedSession) -> str:
 def _turns_with_runs(session: Session) -> list:
     """The session's turns, each that reviewed a kernel with its stored run for its badge."""
     turns = list(session.turns.select_related("kernel_version__kernel").order_by("number"))
-    runs, _ = stored_runs([turn.kernel_version for turn in turns if turn.kernel_version])
+    runs = _badge_runs(turns)
     for turn in turns:
         turn.replayed = runs.get(turn.kernel_version_id)
     return turns

@@ -410,6 +410,10 @@ class FreeFormProgramTestCase(TutorRunTestCase):
         self.assertIn("**It runs, but the results are wrong:**", review)
         page = self.client.get(guided.get_absolute_url())
         self.assertContains(page, "the earlier version you chose")
+        # After a reload, v2's badges show the run made with that comparison.
+        self.assertContains(
+            page, 'replay kernel v2 <span class="badge-status">wrong results</span>', count=2
+        )
         # The run key covers the choice: without it, v2 has a run of its own.
         chosen = replay.job_for(two, compare_with=guided.kernel.versions.get(number=1))
         self.assertNotEqual(chosen.harness_digest, replay.job_for(two).harness_digest)
