@@ -223,6 +223,8 @@ class EventStream:
             version = data["version"]
             return {
                 "version": version.number if version else None,
+                # Only a version with a host program can be compared with (its readbacks).
+                "comparable": bool(version and version.host_program),
                 "html": render_to_string(
                     "tutor/_running.html", {"version": version, "kernel": guided.kernel}
                 ),

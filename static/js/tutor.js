@@ -77,7 +77,7 @@
       runPanel.innerHTML = data.html;
       // A new version becomes one to compare later submissions with.
       var compare = document.getElementById("compare-with");
-      if (compare && hostEditor && data.version &&
+      if (compare && hostEditor && data.version && data.comparable &&
           !compare.querySelector('option[value="' + data.version + '"]')) {
         var option = document.createElement("option");
         option.value = String(data.version);

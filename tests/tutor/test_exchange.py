@@ -46,6 +46,7 @@ class LessonExchangeTestCase(TutorRunTestCase):
         )
         self.assertEqual(names(first)[-2:], ["turn", "done"])
         self.assertEqual(first[2][1]["status"], "mismatch")
+        self.assertFalse(first[1][1]["comparable"])  # no host program: nothing to compare
         self.assertIn("never written", first[2][1]["html"])
         # The submission's badge, shown "not run yet" a moment ago, is told the outcome.
         self.assertIn(f'data-version="{first[2][1]["version_id"]}"', first[0][1]["html"])
