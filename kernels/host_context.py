@@ -82,8 +82,17 @@ def case_rows(outcome: dict | None) -> list[dict[str, Any]]:
     ]
 
 
-def host_context(version: KernelVersion, outcome: dict | None) -> dict[str, Any]:
-    """What _host.html shows of this version; {} when it has no host side to show."""
+def host_context(
+    version: KernelVersion,
+    outcome: dict | None,
+    findings: bool = True,
+    compare_with: KernelVersion | None = None,
+) -> dict[str, Any]:
+    """What _host.html shows of this version; {} when it has no host side to show.
+
+    findings: the picture's findings and their marked lines (they name the fix: a lesson
+    leaves them out and asks instead). compare_with: the version the run was compared
+    with, when the reader chose one."""
     host = host_of(version, outcome)
     if not host.code:
         return {}
@@ -92,6 +101,8 @@ def host_context(version: KernelVersion, outcome: dict | None) -> dict[str, Any]
     picture = (
         trace_pictures.host_picture(host.trace, host.module_sources, error) if host.trace else None
     )
+    if picture is not None and not findings:
+        picture = {**picture, "findings": []}
     marked = [f["line"] for f in (picture or {}).get("findings", []) if f.get("line")]
     if error and error.get("line"):
         marked.append(error["line"])
@@ -108,7 +119,7 @@ def host_context(version: KernelVersion, outcome: dict | None) -> dict[str, Any]
     # What readbacks are compared with means nothing to a run that read none back.
     read_back = outcome is None or bool((host.trace or {}).get("readbacks"))
     if host.is_program and read_back:
-        context["check"] = check_text(version)
+        context["check"] = check_text(version, compare_with)
     return context
 
 
@@ -122,8 +133,13 @@ def host_diff_html(version: KernelVersion, previous: KernelVersion | None) -> st
     return render_code(version_diff(before, after, previous.number, version.number), "diff")
 
 
-def check_text(version: KernelVersion) -> str:
+def check_text(version: KernelVersion, compare_with: KernelVersion | None = None) -> str:
     """What a program's readbacks were compared with, in words."""
+    if compare_with is not None and compare_with.host_program:
+        return (
+            f"Its readbacks are compared with those of v{compare_with.number}, the earlier "
+            "version you chose."
+        )
     try:
         check = replay.program_check(version, replay.parsed_harness(version))
     except replay.ReplayProblem:

@@ -113,17 +113,12 @@ def _run_context(guided: GuidedSession, execution: replay.Replay | None) -> dict
     program did and what its readbacks were compared with."""
     context = {**outcome_context(execution), "execution": execution}
     if execution is not None and execution.version.host_program:
-        host = host_context(execution.version, execution.outcome)
-        if host.get("picture"):
-            # The archive's findings name the fix ("round the workgroup count up"); in a
-            # lesson the review leads the learner there with a question instead.
-            host["picture"] = {**host["picture"], "findings": []}
-        if chosen := guided.compared_with(execution.version):
-            host["check"] = (
-                f"Its readbacks are compared with those of v{chosen.number}, the earlier "
-                "version you chose."
-            )
-        context["host"] = host
+        # The archive's findings name the fix ("round the workgroup count up"); in a
+        # lesson the review leads the learner there with a question instead.
+        chosen = guided.compared_with(execution.version)
+        context["host"] = host_context(
+            execution.version, execution.outcome, findings=False, compare_with=chosen
+        )
     return context
 
 

@@ -197,6 +197,8 @@ class HostSubmissionTestCase(TutorRunTestCase):
         page = self.client.get(guided.get_absolute_url())
         self.assertContains(page, "What the host did")
         self.assertNotContains(page, "Math.ceil")
+        # Nor is the line a finding would point at marked in the host code.
+        self.assertNotContains(page, f'<span class="hll"><span class="linenos">{dispatch}<')
 
     def test_the_scaffold_as_given_never_dispatches_and_the_review_says_so(self) -> None:
         guided = self.start("first-compute-shader")
