@@ -177,14 +177,16 @@ class LostCompactionParentTestCase(ImportingTestCase):
 
 
 class ProgressLinesTestCase(ImportingTestCase):
-    def test_a_sub_agent_known_only_from_progress_lines_is_nested_whole(self) -> None:
-        """Claude Code 2.1 echoes a sub-agent's messages into the main file as progress
-        lines (agent_progress) under the call's id: without its own file, they are it."""
+    def with_progress(self, echo_the_call: bool = False):
+        """The session with its sub-agent's messages as progress lines of the Task call;
+        echo_the_call: the Task call itself among them too (a call inside its own
+        conversation)."""
         main, agent = session_with_agent()
         task_result = next(i for i, line in enumerate(main.lines) if line.get("toolUseResult"))
         parent = main.lines[task_result - 1]["uuid"]
+        echoed = [main.lines[task_result - 1]] if echo_the_call else []
         progress = []
-        for k, line in enumerate(agent.lines):
+        for k, line in enumerate([*agent.lines, *echoed]):
             message = {key: line[key] for key in ("type", "message", "uuid", "timestamp")}
             if "toolUseResult" in line:
                 message["toolUseResult"] = line["toolUseResult"]
@@ -201,6 +203,21 @@ class ProgressLinesTestCase(ImportingTestCase):
             )
             parent = f"progress-{k}"
         main.lines[task_result:task_result] = progress
+        return main
+
+    def test_a_call_inside_its_own_progress_is_shown_once(self) -> None:
+        out = self.run_import(self.write("with-agent.jsonl", self.with_progress(True)))
+        self.assertIn("1 rebuilt from progress lines", out)
+        turns = self.turns()
+        # The call, and its echo inside the conversation, which is not nested again.
+        tasks = [t.meta.get("depth") for t in turns if t.meta.get("tool") == "Task"]
+        self.assertEqual(tasks, [None, 1])
+        self.assertEqual([t.number for t in turns if (t.meta.get("depth") or 0) > 1], [])
+
+    def test_a_sub_agent_known_only_from_progress_lines_is_nested_whole(self) -> None:
+        """Claude Code 2.1 echoes a sub-agent's messages into the main file as progress
+        lines (agent_progress) under the call's id: without its own file, they are it."""
+        main = self.with_progress()
         out = self.run_import(self.write("with-agent.jsonl", main))
         turns = self.turns()
         self.assertEqual(

@@ -55,6 +55,10 @@ class Subagents:
         self.index = index
         self.plan = plan
         self.linked: set[int] = set()  # agents (by key) shown under their calls
+        # Calls whose conversation was rebuilt from progress lines: a call that appears
+        # again (a duplicated id, or one inside its own progress) is shown once, not
+        # nested in itself until the recursion limit.
+        self.rebuilt: set[str] = set()
         self.from_progress = 0  # conversations rebuilt from progress lines
 
     def conversation(
@@ -71,8 +75,9 @@ class Subagents:
             with self.turns.nested(agent, tool_id):
                 return self._turns(messages, prompt)
         progress = self.index.agent_progress.get(key_of(tool_id), []) if tool_id else []
-        if not progress:
+        if not progress or tool_id in self.rebuilt:
             return []
+        self.rebuilt.add(tool_id)
         self.from_progress += 1
         held = [dict_at(dict_at(self.source.load(i), "data"), "message") for i in progress]
         kept = [(kind_of(m, m.get("type")), m) for m in held if m]
