@@ -109,7 +109,9 @@ def detail(request: HttpRequest, slug: str) -> HttpResponse:
 
     session = get_session_for_user(request, slug)
     turns = session.turns.shown().select_related("kernel_version__kernel")
-    paginator = Paginator(turns, navigation.page_size(turns.count(), settings.TURNS_PER_PAGE))
+    count = turns.count()
+    paginator = Paginator(turns, navigation.page_size(count, settings.TURNS_PER_PAGE))
+    paginator.count = count  # counted once: the page size needed it before the paginator
     page_number = _asked_page(request, paginator, session)
     # The body depends only on the session, the page and our origin, never on the reader.
     body_key = session.cache_key("body", page_number, paginator.per_page, origin)

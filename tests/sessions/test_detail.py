@@ -1,4 +1,6 @@
+from django.db import connection
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 
 from tests.base import BaseTestCase, add_kernel, make_session
 
@@ -91,3 +93,14 @@ class DetailTestCase(BaseTestCase):
         r = self.client.get("/s/demo/")
         self.assertContains(r, '<details class="turn-body collapsible">')
         self.assertContains(r, "<summary>ran the tests</summary>", html=False)
+
+
+class DetailQueriesTestCase(BaseTestCase):
+    def test_a_signed_in_readers_page_counts_the_turns_once(self) -> None:
+        make_session("demo", turns=12)
+        self.client.force_login(self.alice)
+        with CaptureQueriesContext(connection) as queries:
+            response = self.client.get("/s/demo/?page=1")
+        self.assertEqual(response.status_code, 200)
+        counts = [q["sql"] for q in queries if q["sql"].startswith("SELECT COUNT(*)")]
+        self.assertEqual(len(counts), 1, counts)
