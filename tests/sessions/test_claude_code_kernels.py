@@ -120,6 +120,13 @@ class TemplateStringTestCase(ImportingTestCase):
         self.assertEqual(template_strings(code), ["one ${`nested ${x}`} ` two", "nested ${x}"])
         self.assertEqual(shaders_in_script(code), [])
 
+    def test_templates_nested_past_the_limit_are_not_read(self) -> None:
+        # Two thousand levels reached Python's recursion limit: the import failed with an
+        # "unexpected problem". Past the limit the rest of the file is not read.
+        self.assertEqual(template_strings("`a${" * 2000 + "x" + "}`" * 2000), [])
+        nested = "`a${" * 8 + "x" + "}`" * 8
+        self.assertEqual(len(template_strings(nested)), 8)
+
 
 class NamingTestCase(ImportingTestCase):
     def history(self) -> KernelHistory:

@@ -169,7 +169,12 @@ def _skip_string(code: str, i: int, quote: str) -> int:
     return i
 
 
-def _skip_code(code: str, i: int, found: list[tuple[str, int]]) -> int:
+# Template strings nest through ${...}: deeper than this, nothing past is read (a hostile
+# file would otherwise reach Python's recursion limit, and copy its text once a level).
+MAX_TEMPLATE_NESTING = 32
+
+
+def _skip_code(code: str, i: int, found: list[tuple[str, int]], nesting: int = 0) -> int:
     """Scan JS code from i up to an unmatched "}" (returns its index) or the end."""
     depth = 0
     while i < len(code):
@@ -183,7 +188,7 @@ def _skip_code(code: str, i: int, found: list[tuple[str, int]]) -> int:
         elif char in "\"'":
             i = _skip_string(code, i, char)
         elif char == "`":
-            i = _template(code, i, found)
+            i = _template(code, i, found, nesting + 1)
         elif char == "{":
             depth += 1
             i += 1
@@ -200,8 +205,10 @@ def _skip_code(code: str, i: int, found: list[tuple[str, int]]) -> int:
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "`": "`", "\\": "\\", "$": "$"}
 
 
-def _template(code: str, i: int, found: list[tuple[str, int]]) -> int:
+def _template(code: str, i: int, found: list[tuple[str, int]], nesting: int) -> int:
     """Read the template string opening at i; record its text; return the index past it."""
+    if nesting > MAX_TEMPLATE_NESTING:
+        return len(code)
     start = i
     i += 1
     text: list[str] = []
@@ -214,7 +221,7 @@ def _template(code: str, i: int, found: list[tuple[str, int]]) -> int:
             found.append(("".join(text), start))
             return i + 1
         elif char == "$" and code.startswith("${", i):
-            end = _skip_code(code, i + 2, found)
+            end = _skip_code(code, i + 2, found, nesting)
             text.append(code[i : end + 1])  # kept as written: "${WORKGROUP}"
             i = end + 1
         else:
