@@ -75,7 +75,7 @@ def start_fork(version: KernelVersion, source: str, host_program: str) -> Fork:
     except replay.ReplayProblem as problem:
         raise ForkRefused(str(problem), status=422) from None
     draft.id = Fork.address(version.pk, source, host_program, job.harness_digest)
-    shown = replay.for_reader(draft.as_version(), start=True)
+    shown = replay.for_reader(draft.as_version(), start=True, job=job)
     if shown.busy:
         raise ForkRefused(shown.busy, status=503, retry_after=shown.retry_after)
     fork, _ = Fork.objects.get_or_create(

@@ -524,17 +524,20 @@ def for_reader(
     fresh: bool = False,
     run_id: int | None = None,
     compare_with: KernelVersion | None = None,
+    job: Job | None = None,
 ) -> Replay:
     """The run a reader sees of this version now (_find_run says which); nothing waits.
 
     With start, a run is started when there is none; with fresh, a new one whatever is
     stored (the reader's "Run again"). With run_id, that run of this version or none: a
-    page polling the run it shows never starts another by asking.
+    page polling the run it shows never starts another by asking. job: the version's job,
+    when the caller has built it already.
     """
-    try:
-        job = job_for(version, compare_with=compare_with)
-    except ReplayProblem as error:
-        return Replay(version, problem=str(error))
+    if job is None:
+        try:
+            job = job_for(version, compare_with=compare_with)
+        except ReplayProblem as error:
+            return Replay(version, problem=str(error))
     if run_id is not None:
         runs = Run.objects.filter(
             pk=run_id, source_sha256=job.source_sha256, harness_digest=job.harness_digest
