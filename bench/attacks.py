@@ -1,27 +1,51 @@
 """Hostile input against a production-like server, with /healthz probed all the while.
 
-    .venv/bin/python bench/attacks.py [--web-workers N] [--root DIR] [--budget S] [--log FILE]
+    .venv/bin/python bench/attacks.py [--only A,B] [--web-workers N] [--root DIR]
+                                      [--budget S] [--log FILE]
 
 Starts gunicorn as the README runs it (2 processes x 4 threads) on a loopback port, with
 KERNELBIN_PRODUCTION=True behind a TLS proxy that this script plays (it sets
 X-Forwarded-Proto and X-Forwarded-For; TRUSTED_PROXY_HOPS=1), a scratch SQLite database,
-the local replay pool and no API key (the offline tutor). Then, one after another:
+the local replay pool, and a Messages API of our own on loopback (it answers at once,
+except while the tutor-trickle attack has it send nothing but pings). Everything stays
+on 127.0.0.1. Then, one after another (each is a function marked @attack below, run in
+the order written; --only picks some by name):
 
+  idle           no attack, first: how slow /healthz is on this machine anyway
   redos-tutor    the attribute-run kernel family (a nested block comment holding a run of
-                 attributes that no `fn` follows) submitted to the offline tutor
+                 attributes that no `fn` follows) submitted to the tutor
   redos-import   the same family in fenced wgsl blocks of a Claude Code transcript that
                  staff upload at /import/
   naga-crash     three kernels of nested parentheses that crash the shader compiler, each
                  replay page visited as a reader would (and again after REPLAY_RETRY_AFTER)
+  fork-40-buffers, fork-200x200
+                 a reader forks a host program that creates and destroys 40 uniform
+                 buffers of 128 MiB (or records 200 passes of 200 dispatches); once its run
+                 is done, one view of the fork page is timed alone (its page cost), then 16
+                 anonymous views are made at once
+  tutor-trickle  8 learners send a message each while the API sends only a ping every
+                 TRICKLE_PING_S for TRICKLE_S, then cuts the stream
+  big-import     staff upload a 200,000-line transcript while alice signs in every 2 s;
+                 the front page is timed before and after
   sign-in        30 wrong passwords for alice from one address, then hers from another
-  bad-urls       /oembed/?url=http://[::1 and requests with Host headers we do not serve
+  bad-urls       /?q=a%00b, ?turn= of 4,301 digits (gunicorn refuses the line) and of
+                 4,000, turn numbers past 64 bits, ?wait=nan,
+                 /oembed/?url=http://[::1 and requests with Host headers we do not serve
   tag-oracle     /?tag= for a tag that only a private session has, and for no tag at all
+  embed-link     Chromium opens a blog page on another loopback origin that loads
+                 embed.js over a `javascript:` link with the embed class and a foreign
+                 iframe that asks to be 19,999 px tall
+  idle-after     no attack, last: whether the site came back
 
-First it sits idle for 5 s, to show how slow /healthz is on the machine anyway. All the
-while a probe (a process of its own) GETs /healthz every 50 ms, and the web and replay
-worker processes under gunicorn are counted every 100 ms. Per attack it prints the
-probes, those slower than 200 ms, the slowest, the replay and web workers that died, and
-the statuses seen. It stops by itself: each request has a timeout, the run a budget.
+All the while a probe (a process of its own) GETs /healthz every 50 ms, and the web and
+replay worker processes under gunicorn are counted every 100 ms. Per attack it prints
+the probes, their p95 and slowest beside the idle baseline's, those slower than 200 ms,
+the replay and web workers that died, the statuses seen, and notes (page costs). It
+stops by itself: each request has a timeout, each loop a bound, the run a budget.
+
+To add an attack: write a function of a Context that returns a Result, mark it
+@attack("name"), and put it where it should run; what it needs in the database comes
+from a function marked @preparing, run by `--prepare` with Django set up.
 
 --root runs the same attacks against another checkout (a worktree of an older commit), so
 the figures before and after a change come from one script.
@@ -35,20 +59,26 @@ import http.client
 import json
 import multiprocessing
 import os
+import re
 import secrets
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from multiprocessing.connection import Connection
 from multiprocessing.synchronize import Event
 from pathlib import Path
+from urllib.parse import urlencode
 
 HERE = Path(__file__).resolve()
 HOST = "kernelbin.test"
@@ -58,6 +88,7 @@ PROBE_EVERY_S = 0.05
 REQUEST_TIMEOUT_S = 40.0
 CSRF = secrets.token_hex(16)  # a CSRF secret we choose, sent as cookie and header alike
 PASSWORD = "correct horse battery staple"  # noqa: S105 (a scratch account)
+LEARNERS = 8
 
 VECTOR_ADD = """@group(0) @binding(0) var<storage, read> a: array<f32>;
 @group(0) @binding(1) var<storage, read> b: array<f32>;
@@ -65,7 +96,54 @@ VECTOR_ADD = """@group(0) @binding(0) var<storage, read> a: array<f32>;
 
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) id: vec3<u32>) {
-    if (id.x < 1000u) { out[id.x] = a[id.x] + b[id.x]; }
+    if (id.x < arrayLength(&out)) { out[id.x] = a[id.x] + b[id.x]; }
+}
+"""
+
+# The host program a hostile fork starts from: the vector add, written out.
+HOST_PROGRAM = (
+    """const adapter = await navigator.gpu.requestAdapter();
+const device = await adapter.requestDevice();
+const n = 1000;
+const usage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST;
+const a = device.createBuffer({ label: "a", size: 4 * n, usage });
+const b = device.createBuffer({ label: "b", size: 4 * n, usage });
+const written = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC;
+const out = device.createBuffer({ label: "out", size: 4 * n, usage: written });
+device.queue.writeBuffer(a, 0, new Float32Array(n).map((_, i) => i));
+device.queue.writeBuffer(b, 0, new Float32Array(n).map((_, i) => 2 * i));
+const module = device.createShaderModule({ code: `"""
+    + VECTOR_ADD
+    + """` });
+const compute = { module, entryPoint: "main" };
+const pipeline = device.createComputePipeline({ layout: "auto", compute });
+const group = device.createBindGroup({
+  layout: pipeline.getBindGroupLayout(0),
+  entries: [a, b, out].map((buffer, binding) => ({ binding, resource: { buffer } })),
+});
+"""
+)
+SUBMIT = """const encoder = device.createCommandEncoder();
+const pass = encoder.beginComputePass();
+pass.setPipeline(pipeline);
+pass.setBindGroup(0, group);
+pass.dispatchWorkgroups(16);
+pass.end();
+device.queue.submit([encoder.finish()]);
+"""
+FORTY_BUFFERS = """for (let i = 0; i < 40; i++) {
+  const usage = GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST;
+  const big = device.createBuffer({ label: `uniform ${i}`, size: 128 * 1024 * 1024, usage });
+  big.destroy();
+}
+"""
+PASSES_200X200 = """const encoder = device.createCommandEncoder();
+for (let p = 0; p < 200; p++) {
+  const pass = encoder.beginComputePass();
+  pass.setPipeline(pipeline);
+  pass.setBindGroup(0, group);
+  for (let d = 0; d < 200; d++) pass.dispatchWorkgroups(1);
+  pass.end();
 }
 """
 
@@ -88,22 +166,59 @@ def naga_crash(depth: int) -> str:
 
 # -- the scratch database, prepared with the checked-out code's own models -------------------
 
+PREPARERS: list[Callable[[], dict]] = []
+
+
+def preparing(function: Callable[[], dict]) -> Callable[[], dict]:
+    """Mark a function that writes what an attack needs and returns what it must know
+    (merged into Context.setup); run in order by `--prepare`, Django set up."""
+    PREPARERS.append(function)
+    return function
+
 
 def prepare() -> None:
     """Run as `attacks.py --prepare` from the root under test; prints what the attacks need."""
     import django
 
     django.setup()
-    from django.contrib.auth.models import User
     from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    setup: dict = {}
+    for function in PREPARERS:
+        setup |= function()
+    print(json.dumps(setup))
+
+
+def signed_in(user) -> str:
+    """A session cookie for this user."""
     from django.test import Client
+
+    client = Client()
+    client.force_login(user)
+    return client.cookies["sessionid"].value
+
+
+@preparing
+def accounts() -> dict:
+    from django.contrib.auth.models import User
+
+    alice = User.objects.create_user("alice", "alice@example.org", PASSWORD)
+    curator = User.objects.create_superuser("curator", "curator@example.org", PASSWORD)
+    learners = [User.objects.create_user(f"learner{n}", password=PASSWORD) for n in range(LEARNERS)]
+    return {
+        "cookies": {"alice": signed_in(alice), "curator": signed_in(curator)},
+        "learners": [signed_in(learner) for learner in learners],
+    }
+
+
+@preparing
+def sessions() -> dict:
+    from django.contrib.auth.models import User
 
     from kernels.models import Kernel, KernelVersion
     from sessions.models import Session, Tag, Turn
 
-    call_command("migrate", verbosity=0)
-    alice = User.objects.create_user("alice", "alice@example.org", PASSWORD)
-    curator = User.objects.create_superuser("curator", "curator@example.org", PASSWORD)
     crash = Session.objects.create(slug="crash", title="Crash", visibility="public")
     for number, depth in enumerate((9000, 9500, 10000), start=1):
         turn = Turn.objects.create(session=crash, number=number, role="learner", content="x")
@@ -114,15 +229,19 @@ def prepare() -> None:
         turn.kernel_version = version
         turn.save()
     hidden = Session.objects.create(slug="hidden", title="Hidden", visibility="private")
-    hidden.owner = alice
+    hidden.owner = User.objects.get(username="alice")
     hidden.save()
     hidden.tags.add(Tag.objects.create(name="Secret Tag", slug="secret-tag"))
-    cookies = {}
-    for user in (alice, curator):
-        client = Client()
-        client.force_login(user)
-        cookies[user.username] = client.cookies["sessionid"].value
-    print(json.dumps({"cookies": cookies, "crash_turns": [1, 2, 3]}))
+    # The version readers fork: the vector add as a host program.
+    host = Session.objects.create(slug="host", title="Host", visibility="public")
+    turn = Turn.objects.create(session=host, number=1, role="learner", content="My program.")
+    kernel = Kernel.objects.create(session=host, name="add")
+    version = KernelVersion.objects.create(
+        kernel=kernel, number=1, source=VECTOR_ADD, host_program=HOST_PROGRAM + SUBMIT, turn=turn
+    )
+    turn.kernel_version = version
+    turn.save()
+    return {"crash_turns": [1, 2, 3], "fork_from": "/s/host/turns/1/fork/"}
 
 
 # -- talking to the server as a TLS proxy would -------------------------------------------------
@@ -173,8 +292,6 @@ def cookie_header(session: str = "") -> dict[str, str]:
 
 
 def form(fields: dict[str, str]) -> tuple[bytes, dict[str, str]]:
-    from urllib.parse import urlencode
-
     return urlencode(fields).encode(), {"Content-Type": "application/x-www-form-urlencoded"}
 
 
@@ -191,6 +308,12 @@ def multipart(fields: dict[str, str], name: str, content: bytes) -> tuple[bytes,
         + f"\r\n--{boundary}--\r\n".encode()
     )
     return b"".join(parts), {"Content-Type": f"multipart/form-data; boundary={boundary}"}
+
+
+def at_once(count: int, call: Callable[[], Answer]) -> list[Answer]:
+    """The same request made count times at once (one thread each)."""
+    with ThreadPoolExecutor(max_workers=count) as pool:
+        return list(pool.map(lambda _: call(), range(count)))
 
 
 # -- watching: the probe and the census of worker processes ------------------------------------
@@ -273,6 +396,21 @@ class Watch:
 
 
 @dataclass
+class Context:
+    """What an attack works with: the watch (its port), what --prepare wrote, the
+    server's environment, and the fake Messages API."""
+
+    watch: Watch
+    setup: dict
+    env: dict[str, str]
+    api: FakeAPI
+
+    @property
+    def port(self) -> int:
+        return self.watch.port
+
+
+@dataclass
 class Result:
     attack: str
     statuses: Counter[str] = field(default_factory=Counter)
@@ -280,14 +418,29 @@ class Result:
     kernels: int = 0
 
 
+ATTACKS: list[tuple[str, Callable[[Context], Result]]] = []
+
+
+def attack(name: str) -> Callable[[Callable[[Context], Result]], Callable[[Context], Result]]:
+    """Mark a function as an attack, run in the order the attacks are written."""
+
+    def mark(function: Callable[[Context], Result]) -> Callable[[Context], Result]:
+        ATTACKS.append((name, function))
+        return function
+
+    return mark
+
+
 @contextmanager
-def phase(watch: Watch, result: Result):
-    watch.mark(result.attack)
+def phase(context: Context, name: str, kernels: int = 0) -> Iterator[Result]:
+    """The probes taken while the block runs count for this attack."""
+    result = Result(name, kernels=kernels)
+    context.watch.mark(name)
     try:
         yield result
     finally:
         time.sleep(0.5)  # let the census see the processes that died at the end
-        watch.mark("between")
+        context.watch.mark("between")
 
 
 # -- the attacks ---------------------------------------------------------------------------------
@@ -298,29 +451,36 @@ TUTOR_SIZES = (8, 11, 14)
 IMPORT_SIZES = (8, 11, 13)
 
 
-def idle(watch: Watch, seconds: float = 5.0) -> Result:
+@attack("idle")
+def idle(context: Context) -> Result:
     """No attack: how slow /healthz is on this machine anyway (other work on its cores)."""
-    result = Result("idle")
-    with phase(watch, result):
-        time.sleep(seconds)
+    with phase(context, "idle") as result:
+        time.sleep(5.0)
     return result
 
 
-def redos_tutor(watch: Watch, alice: str) -> Result:
-    result = Result("redos-tutor", kernels=len(TUTOR_SIZES))
-    with phase(watch, result):
-        body, headers = form({"lesson": "first-compute-shader"})
-        started = request(watch.port, "POST", "/tutor/start/", body, headers | cookie_header(alice))
-        result.statuses[f"start {started.status}"] += 1
-        page = started.headers.get("Location", "")
-        if not page.startswith("/tutor/"):
-            result.notes.append(f"no guided session: {started.status}")
-            return result
-        for count in (0, *TUTOR_SIZES):  # the first starts the replay workers
+def start_guided(context: Context, cookie: str, result: Result) -> str:
+    """A new guided session of this learner; its page's path, or "" (noted)."""
+    body, headers = form({"lesson": "first-compute-shader"})
+    started = request(context.port, "POST", "/tutor/start/", body, headers | cookie_header(cookie))
+    result.statuses[f"start {started.status}"] += 1
+    page = started.headers.get("Location", "")
+    if not page.startswith("/tutor/"):
+        result.notes.append(f"no guided session: {started.status}")
+        return ""
+    return page
+
+
+@attack("redos-tutor")
+def redos_tutor(context: Context) -> Result:
+    alice = context.setup["cookies"]["alice"]
+    with phase(context, "redos-tutor", kernels=len(TUTOR_SIZES)) as result:
+        page = start_guided(context, alice, result)
+        for count in (0, *TUTOR_SIZES) if page else ():  # the first starts the replay workers
             source = f"{VECTOR_ADD}\n{attribute_run(count) if count else ''}\n"
             body, headers = form({"source": source, "note": ""})
             answer = request(
-                watch.port, "POST", f"{page}submit/", body, headers | cookie_header(alice)
+                context.port, "POST", f"{page}submit/", body, headers | cookie_header(alice)
             )
             result.statuses[f"submit {answer.status}"] += 1
             what = f"{count} attributes" if count else "the plain kernel"
@@ -328,87 +488,326 @@ def redos_tutor(watch: Watch, alice: str) -> Result:
     return result
 
 
-def transcript(count: int) -> bytes:
-    """A Claude Code transcript whose learner pastes the attribute run as a wgsl block."""
-    session = f"00000000-0000-4000-8000-{count:012d}"
+def transcript_line(number: int, kind: str, text: str, parent: str | None, key: str) -> dict:
+    """One line of a Claude Code transcript: a message of the learner or of the assistant."""
+    uuid = f"00000000-0000-4000-9000-{number:012d}"
+    message: dict = {"role": kind, "content": text}
+    if kind == "assistant":
+        message |= {"id": f"msg_{key}_{number}", "type": "message", "model": "claude-opus-4-6"}
+        message["content"] = [{"type": "text", "text": text}]
+    envelope = {"type": kind, "uuid": uuid, "parentUuid": parent, "sessionId": key}
+    envelope |= {"timestamp": "2026-01-01T00:00:00.000Z", "cwd": "/w", "version": "2.1.76"}
+    return envelope | {"userType": "external", "message": message}
+
+
+def transcript(texts: list[tuple[str, str]], key: str) -> bytes:
     lines, parent = [], None
+    for number, (kind, text) in enumerate(texts, start=1):
+        line = transcript_line(number, kind, text, parent, key)
+        lines.append(json.dumps(line) + "\n")
+        parent = line["uuid"]
+    return "".join(lines).encode()
+
+
+def redos_transcript(count: int) -> bytes:
+    """A transcript whose learner pastes the attribute run as a wgsl block."""
     texts = [
         ("user", f"Why does this not compile?\n\n```wgsl\n@compute  {'@a  ' * count}\n```\n"),
         ("assistant", "There is no function after the attributes."),
     ]
-    for index, (kind, text) in enumerate(texts, start=1):
-        uuid = f"00000000-0000-4000-9000-{count:06d}{index:06d}"
-        message: dict = {"role": kind, "content": text}
-        if kind == "assistant":
-            message |= {"id": f"msg_{count}", "type": "message", "model": "claude-opus-4-6"}
-            message["content"] = [{"type": "text", "text": text}]
-        envelope = {"type": kind, "uuid": uuid, "parentUuid": parent, "sessionId": session}
-        envelope |= {"timestamp": f"2026-01-01T00:00:0{index}.000Z", "cwd": "/w"}
-        lines.append(envelope | {"version": "2.1.76", "userType": "external", "message": message})
-        parent = uuid
-    return "".join(json.dumps(line) + "\n" for line in lines).encode()
+    return transcript(texts, f"00000000-0000-4000-8000-{count:012d}")
 
 
-def redos_import(watch: Watch, curator: str) -> Result:
-    result = Result("redos-import", kernels=len(IMPORT_SIZES))
-    with phase(watch, result):
+@attack("redos-import")
+def redos_import(context: Context) -> Result:
+    curator = context.setup["cookies"]["curator"]
+    with phase(context, "redos-import", kernels=len(IMPORT_SIZES)) as result:
         for count in IMPORT_SIZES:
             fields = {"title": "", "slug": f"redos-{count}", "visibility": "private"}
-            body, headers = multipart(fields, f"redos-{count}.jsonl", transcript(count))
-            answer = request(watch.port, "POST", "/import/", body, headers | cookie_header(curator))
+            body, headers = multipart(fields, f"redos-{count}.jsonl", redos_transcript(count))
+            answer = request(
+                context.port, "POST", "/import/", body, headers | cookie_header(curator)
+            )
             result.statuses[f"import {answer.status}"] += 1
             result.notes.append(f"{count} attributes: answered in {answer.seconds:.2f} s")
     return result
 
 
-def replay_until_done(port: int, turn: int, give_up_s: float = 60.0) -> dict:
-    """Open the replay page, then ask replay.json about its run as the page's script does."""
-    page = request(port, "GET", f"/s/crash/turns/{turn}/replay/")
-    path = f"/s/crash/turns/{turn}/replay.json"
+def run_until_done(port: int, page: str, give_up_s: float = 60.0) -> dict:
+    """Ask the page's replay.json about its run as the page's script does, until it ends."""
+    path = f"{page}replay.json"
     answer = request(port, "GET", f"{path}?wait=3")
     end = time.monotonic() + give_up_s
     while answer.status in (202, 503) and time.monotonic() < end:
         run = json.loads(answer.body).get("run", {}).get("id")
         answer = request(port, "GET", f"{path}?wait=3" + (f"&run={run}" if run else ""))
     body = json.loads(answer.body) if answer.status == 200 else {}
-    return {"page": page, "status": (body.get("outcome") or {}).get("status", answer.status)}
+    return {"status": (body.get("outcome") or {}).get("status", answer.status)}
 
 
 def shows_internals(page: Answer) -> bool:
-    import re
-
     return bool(re.search(rb"Worker \d+|stderr|Fatal Python error", page.body))
 
 
-def naga_crashes(watch: Watch, turns: list[int], retry_after_s: int) -> Result:
-    result = Result("naga-crash", kernels=len(turns))
-    with phase(watch, result):
+@attack("naga-crash")
+def naga_crashes(context: Context) -> Result:
+    turns = context.setup["crash_turns"]
+    with phase(context, "naga-crash", kernels=len(turns)) as result:
         pages = []
         for visit in range(3):
-            if visit == 2:
-                time.sleep(retry_after_s + 1)  # past the time an uncached outcome is shown
+            if visit == 2:  # past the time an uncached outcome is shown
+                time.sleep(int(context.env["REPLAY_RETRY_AFTER"]) + 1)
             for turn in turns:
-                seen = replay_until_done(watch.port, turn)
+                page = f"/s/crash/turns/{turn}/replay/"
+                request(context.port, "GET", page)
+                seen = run_until_done(context.port, page.removesuffix("replay/"))
                 result.statuses[f"outcome {seen['status']}"] += 1
-                pages.append(request(watch.port, "GET", f"/s/crash/turns/{turn}/replay/"))
+                pages.append(request(context.port, "GET", page))
         shown = sum(shows_internals(page) for page in pages)
         result.notes.append(f"{len(turns)} kernels x 3 visits; pages showing internals: {shown}")
         result.statuses.update(f"page {page.status}" for page in pages)
     return result
 
 
-def sign_in(watch: Watch) -> Result:
-    result = Result("sign-in")
-    with phase(watch, result):
+def hostile_fork(context: Context, name: str, program: str, views: int = 16) -> Result:
+    """A reader forks this host program; its page is timed alone once its run is done (the
+    page cost), then viewed `views` times at once by readers without cookies."""
+    with phase(context, name, kernels=1) as result:
+        body, headers = form({"source": VECTOR_ADD, "host": program})
+        made = request(
+            context.port, "POST", context.setup["fork_from"], body, headers | cookie_header()
+        )
+        result.statuses[f"fork {made.status}"] += 1
+        page = made.headers.get("Location", "")
+        if made.status != 303 or not page.startswith("/f/"):
+            result.notes.append(f"no fork: {made.status} {made.body[:200]!r}")
+            return result
+        seen = run_until_done(context.port, page)
+        result.statuses[f"outcome {seen['status']}"] += 1
+        alone = request(context.port, "GET", page)
+        result.notes.append(
+            f"page cost: {alone.seconds:.2f} s, {len(alone.body) / 1e6:.2f} MB ({alone.status})"
+        )
+        answers = at_once(views, lambda: request(context.port, "GET", page))
+        result.statuses.update(f"view {answer.status}" for answer in answers)
+        slowest = max(answer.seconds for answer in answers)
+        result.notes.append(f"{views} views at once: the slowest took {slowest:.2f} s")
+    return result
+
+
+@attack("fork-40-buffers")
+def fork_40_buffers(context: Context) -> Result:
+    return hostile_fork(context, "fork-40-buffers", HOST_PROGRAM + FORTY_BUFFERS + SUBMIT)
+
+
+@attack("fork-200x200")
+def fork_200x200(context: Context) -> Result:
+    return hostile_fork(context, "fork-200x200", HOST_PROGRAM + PASSES_200X200)
+
+
+# The Messages API our tutor talks to in this run ---------------------------------------------
+
+TRICKLE_PING_S = 5.0
+TRICKLE_S = 90.0  # then the stream is cut: the attack ends by itself
+
+
+def _sse(event: dict) -> bytes:
+    return f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode()
+
+
+class MessagesAPI(BaseHTTPRequestHandler):
+    """POST /v1/messages with stream=true: a short reply at once, or, while `trickle` is
+    set, message_start and then only pings until TRICKLE_S has passed."""
+
+    api: FakeAPI
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.api.requests += 1
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        usage = {"input_tokens": 10, "output_tokens": 1}
+        start = {"type": "message_start", "message": {"id": "msg_bench", "type": "message"}}
+        start["message"] |= {"role": "assistant", "model": "claude-sonnet-5-5", "content": []}
+        start["message"] |= {"stop_reason": None, "stop_sequence": None, "usage": usage}
+        with suppress(OSError):
+            self.wfile.write(_sse(start))
+            self.wfile.flush()
+            if self.api.trickle:
+                end = time.monotonic() + TRICKLE_S
+                while time.monotonic() < end:
+                    self.wfile.write(_sse({"type": "ping"}))
+                    self.wfile.flush()
+                    time.sleep(TRICKLE_PING_S)
+            else:
+                block = {"type": "content_block_start", "index": 0}
+                self.wfile.write(_sse(block | {"content_block": {"type": "text", "text": ""}}))
+                delta = {"type": "text_delta", "text": "Which element does this invocation own?"}
+                self.wfile.write(_sse({"type": "content_block_delta", "index": 0, "delta": delta}))
+                self.wfile.write(_sse({"type": "content_block_stop", "index": 0}))
+                stop = {"stop_reason": "end_turn", "stop_sequence": None}
+                message_delta = {"type": "message_delta", "delta": stop}
+                self.wfile.write(_sse(message_delta | {"usage": {"output_tokens": 9}}))
+                self.wfile.write(_sse({"type": "message_stop"}))
+        self.close_connection = True
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@dataclass
+class FakeAPI:
+    url: str = ""
+    trickle: bool = False
+    requests: int = 0
+
+
+@contextmanager
+def messages_api() -> Iterator[FakeAPI]:
+    api = FakeAPI()
+    handler = type("Handler", (MessagesAPI,), {"api": api})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    api.url = f"http://127.0.0.1:{server.server_port}"
+    try:
+        yield api
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def events_of(body: bytes) -> list[str]:
+    return re.findall(r"^event: (\S+)", body.decode(errors="replace"), re.MULTILINE)
+
+
+@attack("tutor-trickle")
+def tutor_trickle(context: Context) -> Result:
+    learners = context.setup["learners"]
+    with phase(context, "tutor-trickle") as result:
+        pages = [start_guided(context, cookie, result) for cookie in learners]
+
+        def say(index: int) -> Answer:
+            if not pages[index]:
+                return Answer(0, {}, b"", 0.0)
+            body, headers = form({"text": "How do I pick my element?"})
+            headers |= cookie_header(learners[index])
+            return request(
+                context.port,
+                "POST",
+                f"{pages[index]}say/",
+                body,
+                headers,
+                timeout=TRICKLE_S + 30,
+            )
+
+        context.api.trickle = True
+        try:
+            with ThreadPoolExecutor(max_workers=len(learners)) as pool:
+                answers = list(pool.map(say, range(len(learners))))
+        finally:
+            context.api.trickle = False
+        result.statuses.update(f"say {answer.status}" for answer in answers)
+        for answer in answers:
+            events = events_of(answer.body)
+            retry = b"Retry" in answer.body or b"retry" in answer.body
+            result.notes.append(
+                f"{answer.seconds:.1f} s, last events {events[-2:]}, "
+                f"{'offers Retry' if retry else 'no Retry offered'}"
+            )
+    return result
+
+
+# Staff import a large transcript ---------------------------------------------------------------
+
+BIG_IMPORT_LINES = 200_000
+SIGN_IN_EVERY_S = 2.0
+
+
+def big_transcript(lines: int) -> bytes:
+    """A learner and the assistant taking turns, one short message a line."""
+    key = "00000000-0000-4000-8000-000000200000"
+    texts = [
+        ("user", f"Question {n}?") if n % 2 else ("assistant", f"Answer {n}.") for n in range(lines)
+    ]
+    return transcript(texts, key)
+
+
+def front_page_ms(port: int, times: int = 5) -> float:
+    return 1000 * statistics.median(request(port, "GET", "/").seconds for _ in range(times))
+
+
+@attack("big-import")
+def big_import(context: Context) -> Result:
+    curator = context.setup["cookies"]["curator"]
+    content = big_transcript(BIG_IMPORT_LINES)
+    fields = {"title": "A long session", "slug": "long", "visibility": "public"}
+    body, headers = multipart(fields, "long.jsonl", content)
+    with phase(context, "big-import") as result:
+        before = front_page_ms(context.port)
+        imported: list[Answer] = []
+        upload = threading.Thread(
+            target=lambda: imported.append(
+                request(
+                    context.port,
+                    "POST",
+                    "/import/",
+                    body,
+                    headers | cookie_header(curator),
+                    timeout=600,
+                )
+            )
+        )
+        upload.start()
+        signins: list[Answer] = []
+        while upload.is_alive() and len(signins) < 300:
+            login, login_headers = form({"username": "alice", "password": PASSWORD})
+            signins.append(
+                request(
+                    context.port,
+                    "POST",
+                    "/accounts/login/",
+                    login,
+                    login_headers | cookie_header(),
+                    "10.0.0.8",
+                )
+            )
+            upload.join(SIGN_IN_EVERY_S)
+        upload.join()
+        [answer] = imported
+        after = front_page_ms(context.port)
+        result.statuses[f"import {answer.status}"] += 1
+        result.statuses.update(f"sign-in {signin.status}" for signin in signins)
+        slowest = max((signin.seconds for signin in signins), default=0.0)
+        result.notes.append(
+            f"{BIG_IMPORT_LINES:,} lines ({len(content) / 1e6:.0f} MB) imported in "
+            f"{answer.seconds:.1f} s; {len(signins)} sign-ins meanwhile, the slowest "
+            f"{slowest:.2f} s"
+        )
+        result.notes.append(
+            f"front page: {before:.0f} ms before, {after:.0f} ms after ({after / before:.1f}x)"
+        )
+    return result
+
+
+@attack("sign-in")
+def sign_in(context: Context) -> Result:
+    with phase(context, "sign-in") as result:
         for _ in range(30):
             body, headers = form({"username": "alice", "password": "guess"})
             answer = request(
-                watch.port, "POST", "/accounts/login/", body, headers | cookie_header(), "10.6.6.6"
+                context.port,
+                "POST",
+                "/accounts/login/",
+                body,
+                headers | cookie_header(),
+                "10.6.6.6",
             )
             result.statuses[f"guess {answer.status}"] += 1
         body, headers = form({"username": "alice", "password": PASSWORD})
         answer = request(
-            watch.port, "POST", "/accounts/login/", body, headers | cookie_header(), "10.0.0.7"
+            context.port, "POST", "/accounts/login/", body, headers | cookie_header(), "10.0.0.7"
         )
         result.statuses[f"alice {answer.status}"] += 1
         result.notes.append(
@@ -417,39 +816,132 @@ def sign_in(watch: Watch) -> Result:
     return result
 
 
-def bad_urls(watch: Watch) -> Result:
-    result = Result("bad-urls")
+@attack("bad-urls")
+def bad_urls(context: Context) -> Result:
     cases = [
+        ("q NUL", "/?q=a%00b", {}),
+        ("turn 4301 digits", "/s/crash/?turn=" + "9" * 4301, {}),
+        ("turn 4000 digits", "/s/crash/?turn=" + "9" * 4000, {}),
+        ("turn 20 digits", "/s/crash/?turn=" + "9" * 20, {}),
+        ("replay 20 digits", "/s/crash/turns/" + "9" * 20 + "/replay/", {}),
+        ("wait nan", "/s/host/turns/1/replay.json?wait=nan", {}),
         ("oembed [::1", "/oembed/?url=http://[::1", {}),
         ("oembed port", "/oembed/?url=http://kernelbin.test:99999/s/x/", {}),
         ("Host evil", "/", {"Host": "evil.example"}),
         ("Host [::1", "/", {"Host": "[::1"}),
         ("Host 404 evil", "/no-such-page/", {"Host": "evil.example"}),
     ]
-    with phase(watch, result):
+    with phase(context, "bad-urls") as result:
         for label, path, headers in cases:
-            answer = request(watch.port, "GET", path, headers=headers)
+            answer = request(context.port, "GET", path, headers=headers)
             result.statuses[f"{label} {answer.status}"] += 1
+            if label.startswith("Host") and "X-Frame-Options" not in answer.headers:
+                result.notes.append(f"{label}: no X-Frame-Options")
     return result
 
 
-def tag_oracle(watch: Watch) -> Result:
-    result = Result("tag-oracle")
-    with phase(watch, result):
+@attack("tag-oracle")
+def tag_oracle(context: Context) -> Result:
+    with phase(context, "tag-oracle") as result:
         for label, slug in (("private tag", "secret-tag"), ("no tag", "no-such-tag")):
-            answer = request(watch.port, "GET", f"/?tag={slug}")
+            answer = request(context.port, "GET", f"/?tag={slug}")
             result.statuses[f"{label} {answer.status}"] += 1
             if b"Secret Tag" in answer.body:
                 result.notes.append(f"{label}: the private tag's name is on the page")
     return result
 
 
+BLOG = """<!doctype html>
+<html><body>
+<p><a class="kernelbin-embed" id="js" href="javascript:window.ran = true">A session</a></p>
+<iframe class="kernelbin-embed" id="foreign" src="/tall.html" height="150"></iframe>
+<script async src="{origin}/static/js/embed.js"></script>
+</body></html>
+"""
+TALL = """<!doctype html><script>
+parent.postMessage({ type: "kernelbin:embed-height", height: 19999 }, "*");
+</script>"""
+
+
+@attack("embed-link")
+def embed_link(context: Context) -> Result:
+    """A blog (another loopback origin) loads embed.js from us through Chromium."""
+    with phase(context, "embed-link") as result:
+        try:
+            from playwright.sync_api import sync_playwright
+        except ImportError:
+            result.notes.append("skipped: playwright is not installed")
+            return result
+        with tempfile.TemporaryDirectory() as folder, static_site(Path(folder)) as blog:
+            # Chromium reaches us by our host name, through the proxy we play.
+            ours = f"http://{HOST}:{context.port}"
+            (Path(folder) / "post.html").write_text(BLOG.format(origin=ours))
+            (Path(folder) / "tall.html").write_text(TALL)
+            with sync_playwright() as playwright:
+                browser = playwright.chromium.launch(
+                    executable_path="/usr/bin/chromium",
+                    args=["--no-sandbox", f"--host-resolver-rules=MAP {HOST} 127.0.0.1"],
+                )
+                try:
+                    page = browser.new_page(extra_http_headers={"X-Forwarded-Proto": "https"})
+                    page.goto(f"{blog}/post.html")
+                    page.wait_for_function("window.kernelbinEmbed !== undefined", timeout=10_000)
+                    page.wait_for_timeout(1500)
+                    ran = page.evaluate("window.ran === true")
+                    link = page.evaluate("document.getElementById('js') ? 'a' : 'iframe'")
+                    height = page.evaluate(
+                        "document.getElementById('foreign').getBoundingClientRect().height"
+                    )
+                finally:
+                    browser.close()
+        result.statuses[f"javascript: link {'ran' if ran else 'did not run'}"] += 1
+        result.notes.append(
+            f"the javascript: link is now an <{link}>; the foreign frame is "
+            f"{height:.0f} px tall (it asked for 19,999)"
+        )
+    return result
+
+
+@contextmanager
+def static_site(folder: Path) -> Iterator[str]:
+    from functools import partial
+    from http.server import SimpleHTTPRequestHandler
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(Quiet, directory=str(folder)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@attack("idle-after")
+def idle_after(context: Context) -> Result:
+    with phase(context, "idle-after") as result:
+        time.sleep(5.0)
+    return result
+
+
+def run_attack(context: Context, name: str, function: Callable[[Context], Result]) -> Result:
+    """The attack's result; one that failed is noted with its error and the run goes on."""
+    try:
+        return function(context)
+    except Exception as error:
+        context.watch.mark("between")
+        return Result(name, notes=[f"the attack failed: {type(error).__name__}: {error}"])
+
+
 # -- the server ----------------------------------------------------------------------------------
 
 
-def server_env(root: Path, database: Path) -> dict[str, str]:
+def server_env(root: Path, database: Path, api: str) -> dict[str, str]:
     env = {key: value for key, value in os.environ.items() if not key.startswith("DJANGO")}
-    env.pop("ANTHROPIC_API_KEY", None)
+    env.pop("ANTHROPIC_BASE_URL", None)
     return env | {
         "DJANGO_SETTINGS_MODULE": "config.settings",
         "PYTHONPATH": str(root),
@@ -461,6 +953,8 @@ def server_env(root: Path, database: Path) -> dict[str, str]:
         "TRUSTED_PROXY_HOPS": "1",
         "SQLITE_PATH": str(database),
         "REPLAY_RETRY_AFTER": "5",
+        "ANTHROPIC_API_KEY": "sk-ant-bench-not-a-key",
+        "TUTOR_BASE_URL": api,
         "LOG_LEVEL": "ERROR",
     }
 
@@ -517,24 +1011,32 @@ def manage(root: Path, env: dict[str, str], *args: str) -> str:
 # -- the report ----------------------------------------------------------------------------------
 
 
+def p95(times: list[float]) -> float:
+    return statistics.quantiles(times, n=20)[-1] if len(times) > 1 else max(times, default=0.0)
+
+
 def report(watch: Watch, results: list[Result]) -> None:
+    def during(name: str) -> list[float]:
+        return [seconds for at, seconds, _ in watch.probes if watch.phase_at(at) == name]
+
+    quiet = during("idle")
     print(
-        f"{'attack':13} {'probes':>6} {'>200ms':>6} {'slowest':>8} {'replay died':>11} "
-        f"{'per kernel':>10} {'web died':>8}  statuses"
+        f"{'attack':15} {'probes':>6} {'p95':>7} {'x idle':>6} {'max':>7} {'>200ms':>6} "
+        f"{'replay died':>11} {'web died':>8}  statuses"
     )
     for result in results:
-        times = [s for at, s, _ in watch.probes if watch.phase_at(at) == result.attack]
+        times = during(result.attack)
         stalled = sum(seconds > STALL_S for seconds in times)
         died = Counter(kind for at, kind in watch.deaths if watch.phase_at(at) == result.attack)
-        per_kernel = f"{died['replay'] / result.kernels:.1f}" if result.kernels else "-"
+        ratio = f"{p95(times) / p95(quiet):.1f}" if quiet and times and p95(quiet) else "-"
         statuses = ", ".join(f"{key}: {count}" for key, count in sorted(result.statuses.items()))
         print(
-            f"{result.attack:13} {len(times):>6} {stalled:>6} "
-            f"{1000 * max(times, default=0):>6.0f}ms {died['replay']:>11} {per_kernel:>10} "
+            f"{result.attack:15} {len(times):>6} {1000 * p95(times):>5.0f}ms {ratio:>6} "
+            f"{1000 * max(times, default=0):>5.0f}ms {stalled:>6} {died['replay']:>11} "
             f"{died['web']:>8}  {statuses}"
         )
         for note in result.notes:
-            print(f"{'':15}{note}")
+            print(f"{'':17}{note}")
     probe_statuses = Counter(status for _, _, status in watch.probes)
     print(f"/healthz answers: {dict(sorted(probe_statuses.items()))}")
 
@@ -542,8 +1044,13 @@ def report(watch: Watch, results: list[Result]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--root", type=Path, default=HERE.parent.parent)
-    parser.add_argument("--budget", type=int, default=600, help="seconds for the whole run")
+    parser.add_argument("--budget", type=int, default=1500, help="seconds for the whole run")
     parser.add_argument("--log", type=Path, help="keep gunicorn's log in this file")
+    parser.add_argument(
+        "--only",
+        help="comma-separated attacks to run (idle always runs first): "
+        + ", ".join(name for name, _ in ATTACKS),
+    )
     parser.add_argument(
         "--web-workers",
         type=int,
@@ -555,30 +1062,31 @@ def main() -> None:
     if args.prepare:
         prepare()
         return
+    chosen = ATTACKS
+    if args.only:
+        names = {"idle", *args.only.split(",")}
+        unknown = names - {name for name, _ in ATTACKS}
+        if unknown:
+            parser.error(f"no attack named {', '.join(sorted(unknown))}")
+        chosen = [(name, function) for name, function in ATTACKS if name in names]
     signal.signal(signal.SIGALRM, lambda *_: sys.exit("the run went over its budget"))
     signal.alarm(args.budget)
     root = args.root.resolve()
-    with tempfile.TemporaryDirectory(prefix="kernelbin-attacks-") as scratch:
-        env = server_env(root, Path(scratch) / "attacks.sqlite3")
+    with tempfile.TemporaryDirectory(prefix="kernelbin-attacks-") as scratch, messages_api() as api:
+        env = server_env(root, Path(scratch) / "attacks.sqlite3", api.url)
         setup = json.loads(manage(root, env, str(HERE), "--prepare"))
         manage(root, env, "manage.py", "collectstatic", "--noinput", "-v0")
         log = args.log or Path(scratch) / "gunicorn.log"
         with gunicorn(root, env, log, args.web_workers) as (port, master):
             watch = Watch(port, master).start()
             time.sleep(2)
-            results = [
-                idle(watch),
-                redos_tutor(watch, setup["cookies"]["alice"]),
-                redos_import(watch, setup["cookies"]["curator"]),
-                naga_crashes(watch, setup["crash_turns"], int(env["REPLAY_RETRY_AFTER"])),
-                sign_in(watch),
-                bad_urls(watch),
-                tag_oracle(watch),
-            ]
+            context = Context(watch, setup, env, api)
+            results = [run_attack(context, name, function) for name, function in chosen]
             watch.stop()
         print(
             f"root: {root} ({git_head(root)}), gunicorn {args.web_workers} x 4 threads, "
-            "production settings"
+            f"production settings, {os.cpu_count()} cores, load average "
+            f"{os.getloadavg()[0]:.1f} at the end"
         )
         report(watch, results)
 
