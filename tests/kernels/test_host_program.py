@@ -533,10 +533,14 @@ await fetch("missing.bin");
     assert [line["text"] for line in result.console] == [
         "6 1.25",
         "[784, 10]",
-        "TypeError: Failed to fetch",
+        "TypeError: Failed to fetch https://example.com/weights.bin: a replay reaches no "
+        "network, only the files attached to its session",
     ]
     assert result.error is not None
-    assert result.error["message"] == "Line 11: TypeError: Failed to fetch"
+    assert result.error["message"] == (
+        "Line 11: TypeError: Failed to fetch missing.bin: no file of that name is attached "
+        "to the session"
+    )
 
 
 def test_a_program_that_never_reads_back_says_so(run, gpu):
@@ -625,7 +629,7 @@ def test_an_error_in_an_async_main_called_without_await_names_its_line(run):
     error = run(source).error
 
     assert error is not None
-    assert error["message"] == "Line 3: RangeError: late"
+    assert error["message"] == "Line 3: Uncaught (in promise) RangeError: late"
 
 
 def test_a_function_declared_just_before_the_bare_call_still_runs(run):

@@ -136,7 +136,7 @@ class HostVersionTests(TransactionTestCase):
         add_program(self.session, [FETCHING], HARNESS)
         outcome = finished(self.client, "/s/host/turns/2/replay.json")["outcome"]
         self.assertEqual(outcome["status"], "crashed")
-        self.assertIn("Line 4: TypeError: Failed to fetch", outcome["message"])
+        self.assertIn("Line 4: TypeError: Failed to fetch ", outcome["message"])
         self.assertContains(
             self.client.get("/s/host/turns/2/replay/"),
             '<span class="hll"><span class="linenos"> 4</span>',

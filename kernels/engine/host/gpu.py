@@ -562,9 +562,16 @@ class Timeline:
     # -- files --------------------------------------------------------------------------------
 
     def op_fetch(self, entry: Entry, blob: Blob) -> tuple[dict[str, Any], bytes] | dict[str, Any]:
-        name = attached_name(entry["url"], self.files)
+        url = entry["url"]
+        name = attached_name(url, self.files)
         if name is None:
-            return {"failed": True}
+            # A browser's TypeError says only "Failed to fetch"; its console names the URL.
+            why = (
+                "a replay reaches no network, only the files attached to its session"
+                if is_remote(url)
+                else "no file of that name is attached to the session"
+            )
+            return {"failed": f"Failed to fetch {url}: {why}"}
         data = self.files[name]
         return {"url": entry["url"], "size": len(data)}, data
 
@@ -582,7 +589,7 @@ class Timeline:
 def attached_name(url: str, files: Mapping[str, bytes]) -> str | None:
     """The attached file a program's relative URL names, or None (anything with a scheme,
     or a name that is not attached, fails as fetch does offline)."""
-    if "://" in url or url.startswith(("data:", "blob:", "//")):
+    if is_remote(url):
         return None
     path = url.split("#", 1)[0].split("?", 1)[0]
     while path.startswith(("./", "/")):
@@ -592,6 +599,10 @@ def attached_name(url: str, files: Mapping[str, bytes]) -> str | None:
     base = path.rsplit("/", 1)[-1]
     matches = [name for name in files if name.rsplit("/", 1)[-1] == base]
     return matches[0] if len(matches) == 1 else None
+
+
+def is_remote(url: str) -> bool:
+    return "://" in url or url.startswith(("data:", "blob:", "//"))
 
 
 def _camel(name: str) -> str:

@@ -40,26 +40,37 @@ GRACE_SECONDS = 0.25
 CALL_SPAN_LINES = 40
 
 ASYNC_FUNCTION = re.compile(r"\basync\s+function\s+(\w+)")
+# What ends a line that the next line continues (`const p =`, `f(`, `a ||`, `return`): a call
+# alone on the next line is then part of an expression, not a statement.
+CONTINUED = re.compile(r"(?:[=(\[,?:&|+\-*/%<>!~^]|\b(?:return|await|yield|new|typeof))[ \t]*+$")
 
 
-def await_bare_calls(source: str) -> str:
-    """source with `main();` (a statement calling an async function the program declares,
-    alone on its line) written as `await main();`.
+def drop_bare_calls(source: str) -> str:
+    """source with each statement that calls an async function the program declares, alone
+    on its line at any indentation (`  main();`), written as `__host.floating(main());`.
 
-    In a page, an error thrown inside such a call is printed as "Uncaught (in promise)";
-    here nothing would see it. Awaiting it makes the program's end its end, and keeps the
-    lines where they are.
+    In a page, nobody awaits such a call: the script goes on, and an error thrown inside it
+    is printed as "Uncaught (in promise)" with its line (shim.js floating()). Lines stay
+    where they are. Each line is matched alone, blanks possessively (a run of any blanks
+    crossed lines and backtracked: 8,000 blank lines took 2.3 s).
     """
     names = set(ASYNC_FUNCTION.findall(source))
     if not names:
         return source
-    # Only unindented calls: an indented one may sit in a function that is not async,
-    # where `await` is a syntax error. Blanks within the line only, and possessive: "\s*"
-    # crossed lines and backtracked (8,000 blank lines took 2.3 s). The leading ";" ends
-    # a function declaration just above, after which QuickJS refuses a bare `await`.
     called = "|".join(map(re.escape, sorted(names)))
-    alone = re.compile(rf"^((?:{called})[ \t]*+\([ \t]*+\)[ \t]*+;?[ \t]*+)$", re.M)
-    return alone.sub(r";await \1", source)
+    # Arguments with one level of parentheses: main(), main(device), main(f(x), [1, 2]).
+    alone = re.compile(
+        rf"([ \t]*+)((?:{called})[ \t]*+\((?:[^()\n]|\([^()\n]*+\))*+\))[ \t]*+;?[ \t]*+"
+    )
+    lines = source.split("\n")
+    previous = ""
+    for number, line in enumerate(lines):
+        call = alone.fullmatch(line)
+        if call and not CONTINUED.search(previous):
+            lines[number] = f"{call.group(1)}__host.floating({call.group(2)});"
+        if line.strip():
+            previous = line
+    return "\n".join(lines)
 
 
 def call_start(lines: list[str], line: int | None, method: str) -> int | None:
@@ -153,7 +164,7 @@ class Script:
         self.context = quickjs.Context()
         self.context.set_memory_limit(heap_bytes)
         self.offset = SHIM.count("\n") + 1
-        program = await_bare_calls(source)
+        program = drop_bare_calls(source)
         self.text = SHIM + PROGRAM_PREFIX.format(offset=self.offset) + program + PROGRAM_SUFFIX
 
     def start(self) -> None:

@@ -178,7 +178,9 @@ def _thrown(error: dict[str, Any]) -> ProgramError:
     if missing and missing.group(1) in BROWSER_GLOBALS:
         name, message = "NotSupportedError", f"{missing.group(1)} {NOT_ON_THE_SERVER}"
     kind = "unsupported" if name == "NotSupportedError" else "javascript"
-    return _error(kind, _js_message(name, message, line), line, error.get("stack", ""))
+    # As a browser's console prints a rejection nobody awaited (shim.js floating()).
+    shown = f"Uncaught (in promise) {name}" if error.get("inPromise") else name
+    return _error(kind, _js_message(shown, message, line), line, error.get("stack", ""))
 
 
 # What a browser's window has and a page's script may use, that the server does not give it

@@ -33,6 +33,7 @@
     error: null,
     mapped: new WeakMap(), // mapped-range ArrayBuffer -> buffer id, to see how it is viewed
     afterProgram: [], // what runs when the program's own code is done (page.js: its events)
+    floating: [], // promises the program started and dropped (`main();`), see floating()
   };
 
   // -- where a call came from -------------------------------------------------------------------
@@ -658,17 +659,25 @@
         running = Promise.reject(error);
       }
       running = running.then(async () => {
+        // The page's events come once the calls its script dropped are done, as they came
+        // after the program's own code: a reader clicks a page that has loaded.
+        while (host.floating.length) await Promise.all(host.floating.splice(0));
         for (const run of host.afterProgram) await run();
       });
       running.then(
         () => {
-          host.state = "done";
+          if (host.state === "running") host.state = "done";
         },
-        (error) => {
-          host.state = "failed";
-          host.error = describe(error);
-        }
+        (error) => fail(error, false)
       );
+    },
+
+    // A promise the program made and dropped: `main();` as a statement, a timer's async
+    // callback. Nobody awaits it, so its rejection is what a browser's console prints as
+    // "Uncaught (in promise)", with the line it was thrown at; it ends the replay.
+    floating(promise) {
+      if (!promise || typeof promise.then !== "function") return;
+      host.floating.push(Promise.resolve(promise).then(undefined, (error) => fail(error, true)));
     },
 
     // The record since the last call, as JSON; blobs stay here until blob(i) reads them.
@@ -713,7 +722,7 @@
         array.set(list);
         answer.data = sliceBuffer.call(array.buffer, 0, answer.size);
       }
-      if (answer.failed) waiting.reject(rejection(new TypeError("Failed to fetch"), waiting.line));
+      if (answer.failed) waiting.reject(rejection(new TypeError(answer.failed), waiting.line));
       else waiting.resolve(answer);
     },
 
@@ -722,10 +731,9 @@
       if (!timer) return false;
       if (typeof timer.callback === "function") {
         try {
-          timer.callback(...timer.args);
+          globalThis.__host.floating(timer.callback(...timer.args));
         } catch (error) {
-          host.state = "failed";
-          host.error = describe(error);
+          fail(error, false);
         }
       }
       return true;
@@ -747,6 +755,13 @@
       host.afterProgram.push(run);
     },
   };
+
+  // The first error ends the program; inPromise: nobody awaited the promise it rejected.
+  function fail(error, inPromise) {
+    if (host.state === "failed") return;
+    host.state = "failed";
+    host.error = Object.assign(describe(error), { inPromise: inPromise });
+  }
 
   function describe(error) {
     if (error instanceof Error) {
