@@ -8,9 +8,12 @@ an expression is always in step. `install` sets either up; a migration and every
 `migrate` call it, because SQLite drops a table's triggers whenever a migration rebuilds
 that table (Django rebuilds it to add a column with a default).
 
-Both engines read the reader's words the same way (websearch_to_tsquery's syntax):
-words must all appear, "quoted words" as a phrase, `or` between alternatives, -word
-excluded. Raw FTS5 syntax is never passed through: every word is quoted.
+A session is what a reader looks for, so the session is the document: it matches when
+each of the reader's words is somewhere in it (its title, its summary or any turn), and
+the turns shown under it are those that hold any of the words, best first. Both engines
+read the words the same way (websearch_to_tsquery's syntax): "quoted words" as a phrase,
+`or` between alternatives, -word excludes a session that holds it. Raw FTS5 syntax is
+never passed through: every term is quoted.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from html import escape
+from urllib.parse import urlencode
 
 from django.db import connection
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -26,14 +30,35 @@ from django.utils.safestring import SafeString, mark_safe
 
 from sessions.models import Session, Turn
 
+# (term's index, session id, 1 if found in the title or summary, score: higher is better)
+Row = tuple[int, int, int, float]
+
 # Marks around matched words in snippets, replaced by <mark> once the text is escaped.
 START, STOP = "\x02", "\x03"
+# What < and > stand in for while PostgreSQL marks the matches.
+ANGLES = "\x04\x05"
 MARKED = re.compile(f"{START}(.*?){STOP}", re.S)
-EMPHASIS = re.compile(r"\*\*|__|^#+ ")
+# What a query never needs: a NUL ends SQLite's string literal early ("unterminated
+# string") and PostgreSQL refuses one in text.
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+QUERY_LENGTH = 200
+# Markdown's marks, dropped from snippets so they read as text: a line's heading, quote,
+# or list mark, a code fence, a link's target, and the *, _ and ~ at either edge of a
+# word (inside one, as in snake_case, they stay).
+LINE_MARK = re.compile(r"^[ \t]*(?:#{1,6}|>|[-+*]|\d{1,9}[.)])[ \t]+", re.M)
+FENCE = re.compile(r"(?:```|~~~)[\w+-]*")
+LINK = re.compile(r"\[([^\[\]\n]*)\]\([^()\s]*\)")
+EMPHASIS = re.compile(r"(?<!\w)[*_~]+|[*_~]+(?!\w)")
 CODE = re.compile(r"`([^`]+)`")
-# The most sessions a search ranks, and matching turns shown under each.
+SPACE = re.compile(r"\s+")
+# About how many characters of a turn its snippet shows.
+SNIPPET_CHARS = 200
+# The most sessions a search ranks, terms it reads, matching turns shown under each
+# session in the list and on a session's own search.
 MAX_SESSIONS = 500
+MAX_TERMS = 16
 TURNS_PER_SESSION = 3
+TURNS_IN_SESSION = 100
 # PostgreSQL's tsvector holds at most 1 MB; the first 100,000 characters of a turn (a
 # long tool output) always fit, whatever the words.
 PG_TEXT_LIMIT = 100_000
@@ -53,22 +78,60 @@ class SessionHit:
     session: Session
     title: SafeString
     matches: list[TurnHit] = field(default_factory=list)
-    # Matching turns beyond the ones shown.
+    # Matching turns beyond the ones shown, and where all of them are listed.
     more: int = 0
+    more_url: str = ""
+
+
+def clean_query(raw: str) -> str:
+    """The reader's words as the search reads them: no control characters, capped."""
+    return CONTROL.sub(" ", raw).strip()[:QUERY_LENGTH]
+
+
+def _marked(text: str) -> str:
+    return MARKED.sub(r"<mark>\1</mark>", escape(SPACE.sub(" ", text)))
 
 
 def highlighted(text: str, markdown: bool = False) -> SafeString:
     """Engine output with START/STOP around matches, as escaped HTML with <mark>s. From
-    Markdown (a turn's text), bold markers go and `code` shows as code."""
-    text = re.sub(r"\s+", " ", text).strip()
-    if markdown:
-        text = EMPHASIS.sub("", text)
-    html = MARKED.sub(r"<mark>\1</mark>", escape(text))
-    if markdown:
-        # A snippet can cut a code span in two: the half left has no pair, and goes.
-        html = CODE.sub(r"<code>\1</code>", html).replace("`", "")
+    Markdown (a turn's text), the marks go, so it reads as plain text, and `code` shows
+    as code."""
+    if not markdown:
+        html = _marked(text)
+    else:
+        pieces = CODE.split(FENCE.sub(" ", LINE_MARK.sub("", text)))
+        # Between code spans, text; a snippet can cut a span in two: the half left has
+        # no pair, and its backtick goes.
+        html = "".join(
+            f"<code>{_marked(piece)}</code>"
+            if index % 2
+            else _marked(EMPHASIS.sub("", LINK.sub(r"\1", piece))).replace("`", "")
+            for index, piece in enumerate(pieces)
+        )
     # A stray mark (the text held one) goes; only our own pairs became tags.
+    html = SPACE.sub(" ", html).strip()
     return mark_safe(html.replace(START, "").replace(STOP, ""))  # noqa: S308 (escaped above)
+
+
+def snippet(marked: str) -> SafeString:
+    """A window of a turn's Markdown, with every match marked, around its first match,
+    as plain text with the matches highlighted."""
+    text = FENCE.sub(" ", marked)
+    first = max(text.find(START), 0)
+    start = max(0, first - SNIPPET_CHARS // 3)
+    end = min(len(text), start + SNIPPET_CHARS)
+    # Cut between words (the search within a few characters of each edge).
+    if start > 0 and (space := text.find(" ", start, min(first, start + 20))) != -1:
+        start = space + 1
+    if end < len(text) and (space := text.rfind(" ", max(first, end - 20), end)) != -1:
+        end = space
+    window = text[start:end]
+    # A code span open where the window starts is opened again, so that text and code
+    # keep their places.
+    if text.count("`", 0, start) % 2:
+        window = "`" + window
+    shown = highlighted(window, markdown=True)
+    return mark_safe(("…" if start else "") + shown + ("…" if end < len(text) else ""))  # noqa: S308
 
 
 # Reading the query -----------------------------------------------------------------------
@@ -77,12 +140,41 @@ TOKEN = re.compile(r'(-?)"([^"]*)"?|(\S+)')
 WORD = re.compile(r"\w")
 
 
-def _terms(query: str) -> tuple[list[list[str]], list[str]]:
-    """The query as alternatives (each a list of quoted terms, all required) and
-    excluded terms, in FTS5 string syntax."""
+@dataclass
+class Query:
+    """The reader's words: alternatives (each a list of terms a session must all hold)
+    and excluded terms. A term is a word or a phrase in double quotes, which both FTS5
+    and websearch_to_tsquery read as that word or phrase and nothing else."""
+
+    alternatives: list[list[str]]
+    excluded: list[str]
+
+    @property
+    def terms(self) -> list[str]:
+        """Every term, each once: the wanted ones first."""
+        wanted = [term for terms in self.alternatives for term in terms]
+        return list(dict.fromkeys(wanted + self.excluded))
+
+    @property
+    def wanted(self) -> list[str]:
+        return list(dict.fromkeys(term for terms in self.alternatives for term in terms))
+
+    def without(self, dropped: set[str]) -> Query:
+        """The query less these terms (PostgreSQL's stop words, which match nothing)."""
+        alternatives = [
+            [term for term in terms if term not in dropped] for terms in self.alternatives
+        ]
+        return Query(
+            [terms for terms in alternatives if terms],
+            [term for term in self.excluded if term not in dropped],
+        )
+
+
+def parse(query: str) -> Query:
     alternatives: list[list[str]] = [[]]
     excluded: list[str] = []
-    for minus, phrase, bare in TOKEN.findall(query):
+    count = 0
+    for minus, phrase, bare in TOKEN.findall(clean_query(query)):
         text = phrase if phrase or not bare else bare
         if not phrase and text.lower() == "or":
             if alternatives[-1]:
@@ -90,23 +182,12 @@ def _terms(query: str) -> tuple[list[list[str]], list[str]]:
             continue
         if not phrase and text.startswith("-"):
             minus, text = "-", text[1:]
-        if not WORD.search(text):
+        if not WORD.search(text) or count == MAX_TERMS:
             continue
+        count += 1
         quoted = '"' + text.replace('"', "") + '"'
         (excluded if minus else alternatives[-1]).append(quoted)
-    return [terms for terms in alternatives if terms], excluded
-
-
-def fts5_query(query: str) -> str:
-    """The reader's words as an FTS5 query: every word quoted, never raw syntax.
-    Empty when there is nothing to look for."""
-    alternatives, excluded = _terms(query)
-    if not alternatives:
-        return ""
-    match = " OR ".join(f"({' AND '.join(terms)})" for terms in alternatives)
-    if excluded:
-        match = f"({match})" + "".join(f" NOT {term}" for term in excluded)
-    return match
+    return Query([terms for terms in alternatives if terms], excluded)
 
 
 # The engines ------------------------------------------------------------------------------
@@ -170,64 +251,69 @@ class SQLiteSearch:
                 cursor.execute(f"DROP TABLE IF EXISTS {table}_fts")
 
     @staticmethod
-    def rank(sessions: QuerySet[Session], query: str) -> list[int]:
-        match = fts5_query(query)
-        if not match:
-            return []
-        turns, table = _tables()
-        ids, params = _ids_sql(sessions)
-        # Sessions whose title matches come first (bm25 cannot compare a title with
-        # turns: their tables have different statistics), then by the best turn. FTS5's
-        # rank (bm25) is lower for better matches, and cannot be aggregated in the query
-        # that matches: each match is materialised first. (An FTS5 table is named
-        # in full in MATCH and its functions: an alias does not work there.)
-        sql = f"""
-            WITH in_turns AS MATERIALIZED (
-                SELECT t.session_id AS sid, {turns}_fts.rank AS score
-                FROM {turns}_fts JOIN {turns} t ON t.id = {turns}_fts.rowid
-                WHERE {turns}_fts MATCH %s AND t.session_id IN ({ids}) AND NOT t.hidden
-            ), in_titles AS MATERIALIZED (
-                SELECT rowid AS sid, bm25({table}_fts, 4.0, 1.0) AS score
-                FROM {table}_fts WHERE {table}_fts MATCH %s AND rowid IN ({ids})
-            )
-            SELECT sid FROM (
-                SELECT sid, 0 AS in_title, MIN(score) AS score FROM in_turns GROUP BY sid
-                UNION ALL
-                SELECT sid, 1, score FROM in_titles
-            ) GROUP BY sid ORDER BY MAX(in_title) DESC, SUM(score), sid LIMIT %s
-        """  # noqa: S608 (table names from our models; the values are parameters)
-        with connection.cursor() as cursor:
-            cursor.execute(sql, [match, *params, match, *params, MAX_SESSIONS])
-            return [sid for (sid,) in cursor.fetchall()]
+    def usable(terms: list[str]) -> list[str]:
+        return terms
 
     @staticmethod
-    def turns(session_ids: list[int], query: str) -> list[tuple[int, int, str, int, str]]:
-        """(session id, number, role, matches in that session, snippet) of the best
-        matching turns of each session."""
+    def term_sessions(sessions: QuerySet[Session], terms: list[str]) -> list[Row]:
+        """(term's index, session id, 1 if in the title or summary else 0, score: higher
+        is better) for every session among these that holds each term."""
+        turns, table = _tables()
+        ids, params = _ids_sql(sessions)
+        # FTS5's rank (bm25, lower for better matches) cannot be aggregated in the query
+        # that matches: each term's matches are materialised first. (An FTS5 table is
+        # named in full in MATCH and its functions: an alias does not work there.)
+        ctes, selects, values = [], [], []
+        for index, term in enumerate(terms):
+            ctes.append(f"""
+                m{index} AS MATERIALIZED (
+                    SELECT t.session_id AS sid, {turns}_fts.rank AS score
+                    FROM {turns}_fts JOIN {turns} t ON t.id = {turns}_fts.rowid
+                    WHERE {turns}_fts MATCH %s AND t.session_id IN ({ids}) AND NOT t.hidden
+                ), n{index} AS MATERIALIZED (
+                    SELECT rowid AS sid, bm25({table}_fts, 4.0, 1.0) AS score
+                    FROM {table}_fts WHERE {table}_fts MATCH %s AND rowid IN ({ids})
+                )""")  # noqa: S608 (table names from our models, indexes ours)
+            selects.append(
+                f"SELECT {index}, sid, 0, -MIN(score) FROM m{index} GROUP BY sid "  # noqa: S608
+                f"UNION ALL SELECT {index}, sid, 1, -score FROM n{index}"
+            )
+            values += [term, *params, term, *params]
+        sql = f"WITH {','.join(ctes)} {' UNION ALL '.join(selects)}"
+        with connection.cursor() as cursor:
+            cursor.execute(sql, values)
+            return cursor.fetchall()
+
+    @staticmethod
+    def turns(
+        session_ids: list[int], query: Query, limit: int
+    ) -> list[tuple[int, int, str, int, str]]:
+        """(session id, number, role, matches in that session, snippet) of the turns of
+        each session that hold any of the words, best first, at most `limit` each."""
         turns, _ = _tables()
         marks = ", ".join(["%s"] * len(session_ids))
         sql = f"""
             WITH best AS MATERIALIZED (
                 SELECT t.id AS id, t.session_id AS sid, t.number AS number, t.role AS role,
                        ROW_NUMBER() OVER (
-                           PARTITION BY t.session_id ORDER BY {turns}_fts.rank
+                           PARTITION BY t.session_id ORDER BY {turns}_fts.rank, t.number
                        ) AS place,
                        COUNT(*) OVER (PARTITION BY t.session_id) AS total
                 FROM {turns}_fts JOIN {turns} t ON t.id = {turns}_fts.rowid
                 WHERE {turns}_fts MATCH %s AND t.session_id IN ({marks}) AND NOT t.hidden
             )
-            SELECT sid, number, role, total, snippet({turns}_fts, 0, %s, %s, '…', 16)
+            SELECT sid, number, role, total, highlight({turns}_fts, 0, %s, %s)
             FROM {turns}_fts JOIN best ON best.id = {turns}_fts.rowid
             WHERE {turns}_fts MATCH %s AND best.place <= %s
             ORDER BY sid, best.place
         """  # noqa: S608
-        match = fts5_query(query)
+        match = " OR ".join(query.wanted)
         with connection.cursor() as cursor:
-            cursor.execute(sql, [match, *session_ids, START, STOP, match, TURNS_PER_SESSION])
+            cursor.execute(sql, [match, *session_ids, START, STOP, match, limit])
             return cursor.fetchall()
 
     @staticmethod
-    def titles(session_ids: list[int], query: str) -> dict[int, str]:
+    def titles(session_ids: list[int], query: Query) -> dict[int, str]:
         _, table = _tables()
         marks = ", ".join(["%s"] * len(session_ids))
         sql = f"""
@@ -235,7 +321,7 @@ class SQLiteSearch:
             WHERE {table}_fts MATCH %s AND rowid IN ({marks})
         """  # noqa: S608
         with connection.cursor() as cursor:
-            cursor.execute(sql, [START, STOP, fts5_query(query), *session_ids])
+            cursor.execute(sql, [START, STOP, " OR ".join(query.wanted), *session_ids])
             return dict(cursor.fetchall())
 
 
@@ -253,10 +339,10 @@ def _title_vector(alias: str) -> str:
 class PostgreSQLSearch:
     # Queries use the indexes' very expressions (_turn_vector, _title_vector), or the
     # planner would not use the indexes.
-    HEADLINE = (
-        f"StartSel={START}, StopSel={STOP}, MaxWords=28, MinWords=10, MaxFragments=2, "
-        'FragmentDelimiter=" … "'
-    )
+    # The whole text with every match marked; the snippet is cut from it in Python, as
+    # on SQLite. Its < and > go in as other characters and come back after, or
+    # ts_headline would drop what looks like a tag (vec3<u32>).
+    HEADLINE = f"StartSel={START}, StopSel={STOP}, HighlightAll=true"
 
     @staticmethod
     def install(db: BaseDatabaseWrapper) -> None:
@@ -275,42 +361,66 @@ class PostgreSQLSearch:
                 cursor.execute(f"DROP INDEX IF EXISTS {table}_search")
 
     @staticmethod
-    def rank(sessions: QuerySet[Session], query: str) -> list[int]:
-        if not _terms(query)[0]:
-            return []
+    def usable(terms: list[str]) -> list[str]:
+        """The terms that stand for something: a stop word alone ("the") makes an empty
+        tsquery, which matches nothing."""
+        sql = (
+            "SELECT term FROM unnest(%s::text[]) AS term "
+            "WHERE numnode(websearch_to_tsquery('english', term)) > 0"
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [terms])
+            kept = {term for (term,) in cursor.fetchall()}
+        return [term for term in terms if term in kept]
+
+    @staticmethod
+    def term_sessions(sessions: QuerySet[Session], terms: list[str]) -> list[Row]:
         turns, table = _tables()
         turn, title = _turn_vector("t."), _title_vector("s.")
         ids, params = _ids_sql(sessions)
         sql = f"""
-            WITH q AS (SELECT websearch_to_tsquery('english', %s) AS query)
-            SELECT sid FROM (
-                SELECT t.session_id AS sid, 0 AS in_title, MAX(ts_rank({turn}, q.query)) AS score
-                FROM {turns} t, q
-                WHERE {turn} @@ q.query AND t.session_id IN ({ids}) AND NOT t.hidden
-                GROUP BY t.session_id
-                UNION ALL
-                SELECT s.id, 1, ts_rank({title}, q.query)
-                FROM {table} s, q
-                WHERE {title} @@ q.query AND s.id IN ({ids})
-            ) AS found GROUP BY sid ORDER BY MAX(in_title) DESC, SUM(score) DESC, sid LIMIT %s
+            WITH q AS (
+                SELECT i - 1 AS i, websearch_to_tsquery('english', term) AS query
+                FROM unnest(%s::text[]) WITH ORDINALITY AS terms(term, i)
+            )
+            SELECT q.i, t.session_id, 0, MAX(ts_rank({turn}, q.query))
+            FROM {turns} t JOIN q ON {turn} @@ q.query
+            WHERE t.session_id IN ({ids}) AND NOT t.hidden
+            GROUP BY q.i, t.session_id
+            UNION ALL
+            SELECT q.i, s.id, 1, ts_rank({title}, q.query)
+            FROM {table} s JOIN q ON {title} @@ q.query
+            WHERE s.id IN ({ids})
         """  # noqa: S608
         with connection.cursor() as cursor:
-            cursor.execute(sql, [query, *params, *params, MAX_SESSIONS])
-            return [sid for (sid,) in cursor.fetchall()]
+            cursor.execute(sql, [terms, *params, *params])
+            return cursor.fetchall()
 
     @classmethod
-    def turns(cls, session_ids: list[int], query: str) -> list[tuple[int, int, str, int, str]]:
+    def turns(
+        cls, session_ids: list[int], query: Query, limit: int
+    ) -> list[tuple[int, int, str, int, str]]:
         turns, _ = _tables()
         turn = _turn_vector("t.")
         marks = ", ".join(["%s"] * len(session_ids))
         sql = f"""
             WITH q AS (SELECT websearch_to_tsquery('english', %s) AS query)
             SELECT sid, number, role, total,
-                   ts_headline('english', left(content, {PG_TEXT_LIMIT}), q.query, %s)
+                   translate(
+                       ts_headline(
+                           'english',
+                           translate(left(content, {PG_TEXT_LIMIT}), '<>', %s),
+                           q.query,
+                           %s
+                       ),
+                       %s,
+                       '<>'
+                   )
             FROM q, (
                 SELECT t.session_id AS sid, t.number, t.role, t.content,
                        ROW_NUMBER() OVER (
-                           PARTITION BY t.session_id ORDER BY ts_rank({turn}, q.query) DESC
+                           PARTITION BY t.session_id
+                           ORDER BY ts_rank({turn}, q.query) DESC, t.number
                        ) AS place,
                        COUNT(*) OVER (PARTITION BY t.session_id) AS total
                 FROM {turns} t, q
@@ -318,12 +428,13 @@ class PostgreSQLSearch:
             ) AS best
             WHERE place <= %s ORDER BY sid, place
         """  # noqa: S608
+        match = " or ".join(query.wanted)
         with connection.cursor() as cursor:
-            cursor.execute(sql, [query, cls.HEADLINE, *session_ids, TURNS_PER_SESSION])
+            cursor.execute(sql, [match, ANGLES, cls.HEADLINE, ANGLES, *session_ids, limit])
             return cursor.fetchall()
 
     @staticmethod
-    def titles(session_ids: list[int], query: str) -> dict[int, str]:
+    def titles(session_ids: list[int], query: Query) -> dict[int, str]:
         _, table = _tables()
         marks = ", ".join(["%s"] * len(session_ids))
         sql = f"""
@@ -334,7 +445,7 @@ class PostgreSQLSearch:
         """  # noqa: S608
         options = f"StartSel={START}, StopSel={STOP}, HighlightAll=true"
         with connection.cursor() as cursor:
-            cursor.execute(sql, [query, options, *session_ids])
+            cursor.execute(sql, [" or ".join(query.wanted), options, *session_ids])
             return dict(cursor.fetchall())
 
 
@@ -357,27 +468,81 @@ def uninstall(db: BaseDatabaseWrapper) -> None:
     _engine(db).uninstall(db)
 
 
+def _usable(query: str) -> Query:
+    found = parse(query)
+    if not found.alternatives:
+        return found
+    kept = set(_engine().usable(found.terms))
+    return found.without({term for term in found.terms if term not in kept})
+
+
 def ranked_session_ids(sessions: QuerySet[Session], query: str) -> list[int]:
-    """The ids of the sessions among these that match, best first: those whose title or
-    summary matches, then the others, each by their best matching turn."""
-    return _engine().rank(sessions, query)
+    """The ids of the sessions among these that hold every word of one alternative
+    (anywhere: title, summary, any turn) and no excluded word, best first: those with
+    more of the words in their title or summary, then by how well their best turn for
+    each word matches it."""
+    found = _usable(query)
+    if not found.alternatives:
+        return []
+    terms = found.terms
+    held: dict[int, dict[int, list[float]]] = {}
+    for index, sid, in_title, score in _engine().term_sessions(sessions, terms):
+        entry = held.setdefault(sid, {}).setdefault(index, [0, 0.0])
+        entry[0] = max(entry[0], in_title)
+        entry[1] += score
+    excluded = {terms.index(term) for term in found.excluded}
+    wanted = [[terms.index(term) for term in alternative] for alternative in found.alternatives]
+    ranked = []
+    for sid, words in held.items():
+        if excluded & words.keys():
+            continue
+        keys = [
+            (sum(words[i][0] for i in alternative), sum(words[i][1] for i in alternative))
+            for alternative in wanted
+            if all(i in words for i in alternative)
+        ]
+        if keys:
+            in_title, score = max(keys)
+            ranked.append((-in_title, -score, sid))
+    ranked.sort()
+    return [sid for *_, sid in ranked[:MAX_SESSIONS]]
+
+
+def _turn_hits(
+    sessions: list[Session], query: Query, limit: int
+) -> dict[int, tuple[list[TurnHit], int]]:
+    """Each session's turns that hold any of the words, best first, and how many do."""
+    found: dict[int, tuple[list[TurnHit], int]] = {}
+    links = {session.pk: session.get_absolute_url() for session in sessions}
+    for sid, number, role, total, text in _engine().turns(list(links), query, limit):
+        url = f"{links[sid]}?turn={number}#turn-{number}"
+        hit = TurnHit(number, role, snippet(text), url)
+        found.setdefault(sid, ([], total))[0].append(hit)
+    return found
 
 
 def hits(sessions: list[Session], query: str) -> list[SessionHit]:
     """Each session (one of those ranked_session_ids found) with its title highlighted
     and its best matching turns as snippets, in the order given."""
-    if not sessions:
+    found = _usable(query)
+    if not sessions or not found.alternatives:
         return []
-    engine = _engine()
-    ids = [session.pk for session in sessions]
-    titles = engine.titles(ids, query)
-    found = {
-        session.pk: SessionHit(session, highlighted(titles.get(session.pk, session.title)))
-        for session in sessions
-    }
-    for sid, number, role, total, snippet in engine.turns(ids, query):
-        hit = found[sid]
-        url = f"{hit.session.get_absolute_url()}?turn={number}#turn-{number}"
-        hit.matches.append(TurnHit(number, role, highlighted(snippet, markdown=True), url))
+    titles = _engine().titles([session.pk for session in sessions], found)
+    turns = _turn_hits(sessions, found, TURNS_PER_SESSION)
+    results = []
+    for session in sessions:
+        hit = SessionHit(session, highlighted(titles.get(session.pk, session.title)))
+        hit.matches, total = turns.get(session.pk, ([], 0))
         hit.more = total - len(hit.matches)
-    return list(found.values())
+        hit.more_url = f"{session.get_absolute_url()}search/?{urlencode({'q': query})}"
+        results.append(hit)
+    return results
+
+
+def in_session(session: Session, query: str) -> tuple[list[TurnHit], int]:
+    """The turns of one session that hold any of the words, best first (at most
+    TURNS_IN_SESSION), and how many do."""
+    found = _usable(query)
+    if not found.alternatives:
+        return [], 0
+    return _turn_hits([session], found, TURNS_IN_SESSION).get(session.pk, ([], 0))

@@ -9,6 +9,7 @@ urlpatterns = [
     path("import/", views.import_session, name="import"),
     path("s/<slug:slug>/", views.detail, name="detail"),
     path("s/<slug:slug>/embed/", views.embed, name="embed"),
+    path("s/<slug:slug>/search/", views.session_search, name="search"),
     path("s/<slug:slug>/export.json", views.export_json, name="export_json"),
     path("s/<slug:slug>/export.md", views.export_md, name="export_md"),
 ]

@@ -13,7 +13,7 @@ from django.core.exceptions import PermissionDenied
 from django.core.paginator import EmptyPage, Page, PageNotAnInteger, Paginator
 from django.db.models import Count, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.views.decorators.clickjacking import xframe_options_exempt
@@ -41,7 +41,7 @@ PAGE_PARAMS = ("page", "turn", "from", "to")
 @require_GET
 def index(request: HttpRequest) -> HttpResponse:
     sessions = Session.objects.listed()
-    query = request.GET.get("q", "").strip()[:200]
+    query = search.clean_query(request.GET.get("q", ""))
     tag = None
     if tag_slug := request.GET.get("tag"):
         # Only tags of listed sessions: a private session's tag must not show, nor exist.
@@ -69,6 +69,19 @@ def _search_page(sessions: QuerySet[Session], query: str, number: str | None) ->
     found = found.in_bulk(page.object_list)
     page.object_list = search.hits([found[pk] for pk in page.object_list], query)
     return page
+
+
+@require_GET
+def session_search(request: HttpRequest, slug: str) -> HttpResponse:
+    """The turns of one session that hold any of the reader's words, best first; when
+    only one does, the reader goes straight to it."""
+    session = get_session_for_user(request, slug)
+    query = search.clean_query(request.GET.get("q", ""))
+    matches, total = search.in_session(session, query) if query else ([], 0)
+    if total == 1:
+        return redirect(matches[0].url)
+    context = {"session": session, "query": query, "matches": matches, "total": total}
+    return render(request, "sessions/search.html", context)
 
 
 def _page_number(paginator: Paginator, raw: str | None) -> int:

@@ -107,7 +107,9 @@ class BadgeTestCase(BaseTestCase):
         r = self.client.get("/s/demo/")
         self.assertContains(r, 'data-kernel-turns="2" data-failing-turns="2"')
         self.assertContains(
-            r, 'href="/s/demo/?turn=2#turn-2"><span class="wide-only">Next </span>failing run'
+            r,
+            'href="/s/demo/?turn=2#turn-2">Next <span class="wide-only">failing run</span>'
+            '<span class="narrow-only">failure</span>',
         )
 
 
