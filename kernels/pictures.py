@@ -159,36 +159,67 @@ def colour_scale(colour: Callable, low: float, high: float, label: str) -> SafeS
     return _svg(width + 2, height, body, label)
 
 
+def _block_sizes(grid: dict, shape: list[int]) -> list[int]:
+    """How many values each block of a status grid stands for (those on the far edges
+    can hold fewer)."""
+    cols = shape[-1]
+    rows = math.prod(shape) // cols if cols else 0
+    block_rows, block_cols = grid.get("block", [1, 1])
+    return [
+        min(block_rows, rows - r * block_rows) * min(block_cols, cols - c * block_cols)
+        for r in range(grid["rows"])
+        for c in range(grid["cols"])
+    ]
+
+
 def status_map(output: dict) -> SafeString:
     """Every cell (or block of cells) coloured by its status; long vectors wrap into rows.
-    A square that is not right says on hover which values it stands for."""
+    A block of several values is filled in proportion to them (a block of four with one
+    NaN is a quarter purple), from the bottom up, where the run counted them; a square
+    that is not right says on hover which values it stands for and how many of each."""
     grid = output["grid"]
     rows, cols, cells = grid["rows"], grid["cols"], grid["cells"]
     block_rows, block_cols = grid.get("block", [1, 1])
     shape = output["shape"]
+    counts = grid.get("counts") or {}
+    sizes = _block_sizes(grid, shape) if counts else []
 
-    def describe(r: int, c: int) -> str:
+    def describe(index: int) -> str:
+        r, c = divmod(index, grid["cols"])
         row_span = f"{r * block_rows}" + (f"–{(r + 1) * block_rows - 1}" if block_rows > 1 else "")
         col_span = f"{c * block_cols}" + (f"–{(c + 1) * block_cols - 1}" if block_cols > 1 else "")
         where = f"[{col_span}]" if len(shape) == 1 else f"rows {row_span}, columns {col_span}"
-        status = grid["cells"][r * grid["cols"] + c]
-        return f"{where}: {STATUS.get(status, STATUS['.'])[1]}"
+        if not counts:
+            return f"{where}: {STATUS.get(cells[index], STATUS['.'])[1]}"
+        held = [(counts[kind][index], STATUS[kind][1]) for kind in "nux" if kind in counts]
+        right = sizes[index] - sum(count for count, _ in held)
+        parts = [f"{count:,} {label}" for count, label in held if count]
+        return f"{where}: " + ", ".join([*parts, f"{right:,} right"])
 
-    positions = [(i // cols, i % cols) for i in range(len(cells))]
+    order = list(range(len(cells)))
     if rows == 1 and cols > MAX_SIDE:
         rows, cols = math.ceil(cols / MAX_SIDE), MAX_SIDE
     elif rows > 2 * cols:
         # Tall and narrow (e.g. 1,000 digits x 10 classes): lay rows across instead.
         order = [r * cols + c for c in range(cols) for r in range(rows)]
-        cells_shown = "".join(cells[i] for i in order)
-        positions = [positions[i] for i in order]
-        rows, cols, cells = cols, rows, cells_shown
+        rows, cols = cols, rows
     size = max(4, min(CELL, 640 // cols))
     body = []
-    for i, cell in enumerate(cells):
-        title = describe(*positions[i]) if cell != "." else None
-        x, y = (i % cols) * size, (i // cols) * size
-        body.append(_rect(x, y, size, size, STATUS.get(cell, STATUS["."])[0], title=title))
+    for slot, index in enumerate(order):
+        cell = cells[index]
+        x, y = (slot % cols) * size, (slot // cols) * size
+        title = describe(index) if cell != "." else None
+        if not counts or cell == ".":
+            body.append(_rect(x, y, size, size, STATUS.get(cell, STATUS["."])[0], title=title))
+            continue
+        body.append(_rect(x, y, size, size, STATUS["."][0], title=title))
+        bottom = y + size
+        for kind in "nux":
+            if kind in counts and (count := counts[kind][index]):
+                height = size * count / sizes[index]
+                bottom -= height
+                extra = ' pointer-events="none"'
+                body.append(_rect(x, bottom, size, height, STATUS[kind][0], extra))
     return _svg(cols * size, rows * size, body, f"status of each cell of {output['name']}")
 
 
@@ -356,11 +387,13 @@ def _status(output: dict, classified: bool) -> dict:
         title = f"{name}: {wrong:,} of {count:,} values wrong; the confusion matrix shows where"
         return {"title": title, "summary": True, "wrong": True}
     block_rows, block_cols = output["grid"].get("block", [1, 1])
-    each = (
-        f"; each square is {block_rows * block_cols:,} values"
-        if block_rows * block_cols > 1
-        else ""
-    )
+    each = ""
+    if block_rows * block_cols > 1:
+        each = f"; each square stands for {block_rows * block_cols:,} values" + (
+            ", filled in proportion to those wrong, NaN or never written"
+            if output["grid"].get("counts")
+            else ", coloured by the worst of them"
+        )
     title = f"{name}: where the {output.get('bad', 0):,} wrong of {count:,} values are{each}"
     return {"title": title, "svg": status_map(output), "marks": True}
 

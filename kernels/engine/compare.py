@@ -199,7 +199,8 @@ def _value(v: np.generic) -> int | float | str:
 
 def status_grid(codes: np.ndarray | None, shape: Sequence[int]) -> dict[str, Any]:
     """A map of at most 64 by 64 blocks, each showing the worst cell in it (codes None:
-    every cell is fine).
+    every cell is fine), and where a block holds several cells, how many of each kind
+    that is not right ("counts": {"x" | "n" | "u": a count per block}).
 
     The output is viewed as 2-D: 1-D as one row, more than 2-D with the leading
     dimensions flattened into rows.
@@ -215,8 +216,17 @@ def status_grid(codes: np.ndarray | None, shape: Sequence[int]) -> dict[str, Any
         return {**grid, "cells": GRID_CHARS[OK] * (grid_rows * grid_cols)}
     padded = np.zeros((grid_rows * block_rows, grid_cols * block_cols), dtype=np.int8)
     padded[:rows, :cols] = codes.reshape(rows, cols)
-    blocks = padded.reshape(grid_rows, block_rows, grid_cols, block_cols).max(axis=(1, 3))
-    return {**grid, "cells": "".join(GRID_CHARS[blocks].ravel())}
+    blocked = padded.reshape(grid_rows, block_rows, grid_cols, block_cols)
+    grid["cells"] = "".join(GRID_CHARS[blocked.max(axis=(1, 3))].ravel())
+    if block_rows * block_cols > 1:
+        # How many cells of each kind every block holds, so that a picture shows each
+        # block's share of them: a block of four with one NaN is not all NaN.
+        grid["counts"] = {
+            str(GRID_CHARS[code]): counts.ravel().tolist()
+            for code in (WRONG, NONFINITE, UNWRITTEN)
+            if (counts := (blocked == code).sum(axis=(1, 3))).any()
+        }
+    return grid
 
 
 def classification_report(probabilities: np.ndarray, labels: np.ndarray) -> dict[str, Any]:

@@ -508,6 +508,13 @@ def test_it_downsamples_the_grid_to_64_blocks() -> None:
     assert len(grid["cells"]) == 50 * 44
     assert grid["cells"][0] == "u" and grid["cells"][-1] == "x"
     assert set(grid["cells"][1:-1]) == {"."}
+    # Each block counts its cells of each kind that is not right.
+    assert set(grid["counts"]) == {"u", "x"}
+    assert grid["counts"]["u"][0] == 1 and sum(grid["counts"]["u"]) == 1
+    assert grid["counts"]["x"][-1] == 1 and sum(grid["counts"]["x"]) == 1
+    codes[:4] = 2  # four NaN in the first row: the first block (3 columns) holds three
+    counts = status_grid(codes, (2, 100, 130))["counts"]
+    assert counts["n"][:2] == [3, 1] and sum(counts["n"]) == 4
 
 
 def test_a_worker_computes_inputs_and_compiles_each_source_once(run) -> None:
