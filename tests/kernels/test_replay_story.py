@@ -111,7 +111,12 @@ class PicturesTestCase(SimpleTestCase):
         }
         [figure] = pictures.figures({"outputs": [output]})
         self.assertIn("<title>[0–63]: wrong</title>", str(figure["svg"]))
-        self.assertIn("each square is 64 values", figure["title"])
+        # A run stored before blocks were counted: the worst cell colours its square.
+        self.assertIn("each square stands for 64 values, coloured by the worst", figure["title"])
+        output["grid"]["counts"] = {"x": [64] + [0] * 63}
+        [figure] = pictures.figures({"outputs": [output]})
+        self.assertIn("<title>[0–63]: 64 wrong, 0 right</title>", str(figure["svg"]))
+        self.assertIn("each square stands for 64 values, filled in proportion", figure["title"])
 
 
 class ReplayPageStoryTestCase(BaseTestCase):
