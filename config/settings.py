@@ -101,6 +101,12 @@ TEMPLATES = [
 ]
 
 # SQLite by default; DATABASE_URL (e.g. postgres://user:pass@host/kernelbin) for more.
+# SQLite has one write lock for the whole file: a request waits this many seconds for it
+# (imports write in short batches, see sessions/importers/writer.py), then is answered
+# 503 with Retry-After (config.views.server_error) instead of holding its thread longer.
+SQLITE_BUSY_TIMEOUT = envfloat("SQLITE_BUSY_TIMEOUT", 5.0)
+# What that 503 tells the client: seconds before trying again.
+DATABASE_BUSY_RETRY_AFTER = envint("DATABASE_BUSY_RETRY_AFTER", 5)
 if os.getenv("DATABASE_URL"):
     DATABASES = {"default": dj_database_url.parse(os.environ["DATABASE_URL"])}
 else:
@@ -112,7 +118,7 @@ else:
                 # WAL lets readers read while a replay result or a tutor turn is written.
                 "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
                 "transaction_mode": "IMMEDIATE",
-                "timeout": 20,
+                "timeout": SQLITE_BUSY_TIMEOUT,
             },
             # A file per test process, not memory: replay results are stored from pool
             # threads, whose own connections must see what a test committed.

@@ -29,3 +29,4 @@ urlpatterns = [
 
 handler400 = "config.views.bad_request"
 handler404 = "config.views.not_found"
+handler500 = "config.views.server_error"

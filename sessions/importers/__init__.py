@@ -5,7 +5,7 @@
     options.py      ImportOptions: what the person importing chose (title, slug,
                     visibility, redaction, owner), the same for every format
     writer.py       the specs an importer hands over (SessionSpec, TurnSpec, KernelSpec,
-                    VersionSpec), write_session (one transaction, in batches), and
+                    VersionSpec), write_session (in batches; all or nothing), and
                     ImportReport; ImportProblem for a file that cannot be imported
     kernelbin.py    kernelbin/1, our own export: read, validated whole, written
     claude_code/    Claude Code transcripts (JSON Lines), read in passes:

@@ -3,7 +3,7 @@
 `import_file` tells the two formats apart (a Claude Code transcript is JSON Lines, a
 kernelbin/1 export is one JSON document), refuses what is too big or not text before
 reading it, and turns any failure into an ImportProblem with a message a person can
-act on. The write is one transaction either way, so a failure leaves nothing behind.
+act on. The write is all or nothing either way, so a failure leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ def import_file(
         raise
     except Exception as error:
         # A transcript is untrusted input: whatever it does to the importer, the person
-        # importing gets a message, not a traceback, and the transaction is rolled back.
+        # importing gets a message, not a traceback, and nothing is kept.
         logger.exception("Import of %r failed", name)
         raise ImportProblem(
             f"The import failed on an unexpected problem ({type(error).__name__}: "

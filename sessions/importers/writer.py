@@ -2,15 +2,21 @@
 
 Each importer (kernelbin/1 files in `kernelbin`, Claude Code transcripts in
 `claude_code`) turns its file into a `SessionSpec` and an iterator of `TurnSpec`,
-`KernelSpec` and `VersionSpec`; `write_session` inserts them in batches inside one
-transaction, so memory does not grow with the file and a failure anywhere writes
-nothing.
+`KernelSpec` and `VersionSpec`; `write_session` inserts them in batches, so memory does
+not grow with the file, and a failure anywhere writes nothing.
+
+A new session is written a batch per transaction, so that an import of any size never
+holds the database's write lock for long (SQLite has one for the whole file): a sign-in
+or a tutor's turn gets in between two batches. It stays private until its last batch is
+in, and a failure deletes it. A re-import replaces a session readers may be reading, so
+it is written in one transaction.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -171,6 +177,8 @@ class Written:
 
 
 WRITE_BATCH = 500
+# Set on a new session only once all of it is written.
+PUBLISHING = ("visibility", "published_at")
 # The meta key that records a curator's choice to hide (True) or show (False) a turn.
 CURATED = "hidden_by_curator"
 
@@ -228,10 +236,14 @@ class _Batches:
 
     VERSION_CACHE = 4096
 
-    def __init__(self, session: Session, frozen: bool, batch_size: int) -> None:
+    def __init__(
+        self, session: Session, frozen: bool, batch_size: int, batch_commits: bool
+    ) -> None:
         self.session = session
         self.frozen = frozen
         self.batch_size = batch_size
+        # Each batch its own transaction, or all of them inside the caller's one.
+        self.batch_commits = batch_commits
         # Turns that existed before this import have pks up to here; the ones this
         # import does not overwrite are left over at the end.
         self.old_max_pk = Turn.objects.aggregate(top=Max("pk"))["top"] or 0
@@ -280,29 +292,26 @@ class _Batches:
         else:
             raise TypeError(f"cannot write {type(item).__name__}")
 
+    def batch(self) -> AbstractContextManager[object]:
+        return transaction.atomic() if self.batch_commits else nullcontext()
+
     def flush(self) -> None:
         """Write the pending turns, then the pending versions, then the links they allow."""
-        links = self._write_turns()
-        self._write_versions()
-        pairs = []
-        for number, turn_pk, key in links:
-            version_pk = self._version_pk(key)
-            if version_pk is None:
-                self.waiting_turns.append((number, key))
-            else:
-                pairs.append((version_pk, turn_pk))
-        _set_column(Turn, "kernel_version_id", pairs)
+        # Rendered before the batch's transaction: only writing holds the lock.
+        turns = self._rendered_turns()
+        with self.batch():
+            links = self._write_turns(turns)
+            self._write_versions()
+            pairs = []
+            for number, turn_pk, key in links:
+                version_pk = self._version_pk(key)
+                if version_pk is None:
+                    self.waiting_turns.append((number, key))
+                else:
+                    pairs.append((version_pk, turn_pk))
+            _set_column(Turn, "kernel_version_id", pairs)
 
-    def _write_turns(self) -> list[tuple[int, int, tuple[str, int]]]:
-        """Insert the pending turns; (number, pk, version) for each that links a version."""
-        self.batch_pks = {}
-        if not self.turns:
-            return []
-        numbers = [spec.number for spec in self.turns]
-        old = Turn.objects.filter(session=self.session, number__in=numbers, pk__lte=self.old_max_pk)
-        if self.frozen:
-            self._check_identity(old)
-        old.delete()
+    def _rendered_turns(self) -> list[Turn]:
         turns = [
             Turn(
                 session=self.session,
@@ -319,6 +328,18 @@ class _Batches:
             self._keep_curated(turns)
         for turn in turns:
             turn.html = turn.rendered()  # bulk_create does not call save()
+        return turns
+
+    def _write_turns(self, turns: list[Turn]) -> list[tuple[int, int, tuple[str, int]]]:
+        """Insert the pending turns; (number, pk, version) for each that links a version."""
+        self.batch_pks = {}
+        if not self.turns:
+            return []
+        numbers = [spec.number for spec in self.turns]
+        old = Turn.objects.filter(session=self.session, number__in=numbers, pk__lte=self.old_max_pk)
+        if self.frozen:
+            self._check_identity(old)
+        old.delete()
         created = Turn.objects.bulk_create(turns)
         self.turn_count += len(created)
         self.batch_pks = {turn.number: turn.pk for turn in created}
@@ -414,9 +435,10 @@ class _Batches:
     def finish(self) -> None:
         """Write what is pending, drop the old turns left over, set the forward links."""
         self.flush()
-        self._drop_leftover_turns()
-        self._link_waiting_versions()
-        self._link_waiting_turns()
+        with self.batch():
+            self._drop_leftover_turns()
+            self._link_waiting_versions()
+            self._link_waiting_turns()
 
     def _drop_leftover_turns(self) -> None:
         leftover = Turn.objects.filter(session=self.session, pk__lte=self.old_max_pk)
@@ -470,6 +492,13 @@ def _set_column(model: type[models.Model], column: str, pairs: list[tuple[int, i
         cursor.executemany(sql, pairs)
 
 
+def _write_items(batches: _Batches, items: Iterable[Item]) -> None:
+    for item in items:
+        batches.add(item)
+    batches.finish()
+    batches.session.touch()
+
+
 def write_session(
     spec: SessionSpec,
     items: Iterable[Item],
@@ -488,12 +517,13 @@ def write_session(
     with transaction.atomic():
         session, created = _claim_session(spec, owner, notes)
         frozen = session.is_published
-        for key, value in (spec.defaults if created else {}).items():
+        values = {**(spec.defaults if created else {}), **spec.fields}
+        # Numbers handed out once stay frozen: the first publication date stays too.
+        if session.published_at is not None:
+            values.pop("published_at", None)
+        held = {key: values.pop(key) for key in PUBLISHING if created and key in values}
+        for key, value in values.items():
             setattr(session, key, value)
-        for key, value in spec.fields.items():
-            # Numbers handed out once stay frozen: the first publication date stays too.
-            if key != "published_at" or session.published_at is None:
-                setattr(session, key, value)
         if spec.source_key:
             holder = (
                 Session.objects.filter(source_key=spec.source_key).exclude(pk=session.pk).first()
@@ -515,11 +545,19 @@ def write_session(
         session.kernels.all().delete()
         if spec.replace_files:
             session.files.all().delete()
-        batches = _Batches(session, frozen, batch_size or WRITE_BATCH)
-        for item in items:
-            batches.add(item)
-        batches.finish()
-        session.touch()
+        batches = _Batches(session, frozen, batch_size or WRITE_BATCH, batch_commits=created)
+        if not created:
+            _write_items(batches, items)
+    if created:
+        try:
+            _write_items(batches, items)
+            with transaction.atomic():
+                for key, value in held.items():
+                    setattr(session, key, value)
+                session.save()
+        except BaseException:
+            Session.objects.filter(pk=session.pk).delete()
+            raise
     if batches.curated_kept:
         notes.append(f"Kept the curator's choice to hide or show {batches.curated_kept} turn(s).")
     return Written(
