@@ -49,6 +49,9 @@ run:
 	@$(MAKE) --no-print-directory $(BIN)/.installed $(EDITOR)
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py load_showcase
+	@# Every showcase version replays in the background (stored runs are kept), so the
+	@# first reader sees run badges; the server does not wait for it.
+	nice $(BIN)/python manage.py replay_sessions --verbosity 0 &
 	ALLOWED_HOSTS="$${ALLOWED_HOSTS:-127.0.0.1,localhost,[::1],$(HOST)}" \
 		$(BIN)/python manage.py runserver $(HOST):$(PORT) --noreload
 
