@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import math
 import uuid
 
 import numpy as np
@@ -193,9 +194,12 @@ def replay_json_response(
 ) -> HttpResponse:
     """replay.json of a version, archived or a fork's (extra: what else the answer says)."""
     try:
-        wait = min(max(float(request.GET.get("wait", "0")), 0.0), 10.0)
+        wait = float(request.GET.get("wait", "0"))
     except ValueError:
+        wait = math.nan
+    if not math.isfinite(wait):  # nan would pass the clamp below
         return JsonResponse({"error": "wait must be a number of seconds (0 to 10)."}, status=400)
+    wait = min(max(wait, 0.0), 10.0)
     if not replay.backend().long_poll:
         wait = 0.0
 

@@ -36,6 +36,7 @@ from sessions.stamps import EMBEDDABLE, OPENABLE, stamp
 # The parameters a session page reads. Its own URL keeps them: in its discovery link (so
 # that an oEmbed consumer embeds the turns the URL names) and in its cache key.
 PAGE_PARAMS = ("page", "turn", "from", "to")
+TURN_NUMBER = re.compile(r"[0-9]{1,9}")
 
 
 @require_GET
@@ -52,7 +53,7 @@ def index(request: HttpRequest) -> HttpResponse:
     if query:
         page = _search_page(sessions, query, request.GET.get("page"))
     else:
-        newest = sessions.annotate(turn_count=Count("turns")).order_by("-created")
+        newest = sessions.with_turn_count().order_by("-created")
         page = Paginator(newest.prefetch_related("tags"), 20).get_page(request.GET.get("page"))
     tags = Tag.objects.filter(sessions__visibility=Session.Visibility.PUBLIC).distinct()
     return render(
@@ -65,7 +66,7 @@ def index(request: HttpRequest) -> HttpResponse:
 def _search_page(sessions: QuerySet[Session], query: str, number: str | None) -> Page:
     """A page of search results, best first: each session with its matching turns."""
     page = Paginator(search.ranked_session_ids(sessions, query), 20).get_page(number)
-    found = Session.objects.annotate(turn_count=Count("turns")).prefetch_related("tags")
+    found = Session.objects.with_turn_count().prefetch_related("tags")
     found = found.in_bulk(page.object_list)
     page.object_list = search.hits([found[pk] for pk in page.object_list], query)
     return page
@@ -100,7 +101,9 @@ def _asked_page(request: HttpRequest, paginator: Paginator, session: Session) ->
     if "turn" not in request.GET:
         return _page_number(paginator, request.GET.get("page"))
     raw = request.GET["turn"]
-    if not raw.isdigit() or not session.turns.filter(number=int(raw)).exists():
+    # ASCII digits, and few enough for int() and the database (str.isdigit took "²", and
+    # int() refuses more than 4,300 digits: both were a 500).
+    if not TURN_NUMBER.fullmatch(raw) or not session.turns.filter(number=int(raw)).exists():
         raise Http404(f"This session has no turn {raw[:20]}.")
     turns = paginator.object_list
     return turns.filter(number__lt=int(raw)).count() // paginator.per_page + 1
