@@ -38,12 +38,20 @@ def asked(structured: bool, answer: str = "256") -> Transcript:
     return t
 
 
-def rejected(name: str, reason: str, **params) -> Transcript:
+# Claude Code's newer wording (2.1).
+REJECTION_WITH_REASON = (
+    "The user doesn't want to proceed with this tool use. The tool use was rejected (eg. if it "
+    "was a file edit, the new_string was NOT written to the file). The user provided the "
+    "following reason for the rejection: "
+)
+
+
+def rejected(name: str, reason: str, wording: str = REJECTION, **params) -> Transcript:
     t = Transcript("rejected")
     t.user("Set up the test runner.", parent=None)
     t.assistant("msg_R1", [tool_use("toolu_R", name, **params)], "tool_use")
     t.result(
-        "toolu_R", REJECTION + reason if reason else REJECTION.split(" To tell")[0], is_error=True
+        "toolu_R", wording + reason if reason else REJECTION.split(" To tell")[0], is_error=True
     )
     t.assistant("msg_R2", [text("Understood.")])
     return t
@@ -93,6 +101,22 @@ class RejectionsTestCase(ImportingTestCase):
         self.assertEqual(said.meta["context"], "rejected the Bash call")
         self.assertEqual(said.meta["source_id"], "toolu_R:rejection")
 
+    def test_the_newer_wording_of_a_reason_is_the_learners_turn_too(self) -> None:
+        reason = "Ah no, this project uses pnpm: run pnpm install instead"
+        t = rejected("Bash", reason, REJECTION_WITH_REASON, command="npm install")
+        t.assistant("msg_R3", [text("Ah, the user prefers pnpm!")])
+        self.run_import(self.write("rejected.jsonl", t))
+        call, said = self.turns()[1], self.turns()[2]
+        self.assertEqual((said.role, said.kind, said.content), ("learner", "rejection", reason))
+        # The call's result keeps the whole message; the reason is not cut off inside it.
+        self.assertIn(reason, call.content)
+        session = self.session()
+        session.publish()
+        page = self.client.get(reverse("sessions:detail", args=[session.slug])).content.decode()
+        turn = page.split('id="turn-3"')[1].split("</article>")[0]
+        self.assertNotIn("<details", turn)
+        self.assertIn("pnpm install instead", turn)
+
     def test_a_rejected_plan_gives_its_reason_and_shows_the_plan(self) -> None:
         plan = "## Plan\n\n1. Write the kernel\n2. Test it"
         t = rejected("ExitPlanMode", "Test first, then write it.", plan=plan)
@@ -104,6 +128,12 @@ class RejectionsTestCase(ImportingTestCase):
     def test_a_rejection_without_words_adds_no_turn(self) -> None:
         self.run_import(self.write("bare.jsonl", rejected("Bash", "", command="rm -rf build")))
         self.assertEqual([t.role for t in self.turns()], ["learner", "tool", "tutor"])
+
+    def test_the_report_calls_a_rejected_script_a_script_not_a_kernel(self) -> None:
+        t = rejected("Write", "", file_path="/home/alice/demo/main.js", content="run();\n")
+        out = self.run_import(self.write("script.jsonl", t))
+        self.assertIn("Failed or rejected edits, which made no version: 1 of .js files.", out)
+        self.assertNotIn("kernel", out.split("Failed")[1].splitlines()[0])
 
     def test_an_approved_plan_says_so(self) -> None:
         t = Transcript("approved")

@@ -67,7 +67,9 @@ class EditChainTestCase(ImportingTestCase):
         self.assertTrue(rejected.meta["rejected"])
         self.assertIsNone(rejected.kernel_version)
         self.assertFalse(any("32, 32" in v.source for v in self.versions))
-        self.assertIn("1 failed or rejected edit(s) of kernel files: no version.", self.out)
+        self.assertIn(
+            "Failed or rejected edits, which made no version: 1 of kernel (.wgsl) files.", self.out
+        )
 
     def test_versions_link_to_the_turn_that_made_them_and_the_review(self) -> None:
         for version in self.versions:
@@ -243,7 +245,9 @@ class EditRulesTestCase(ImportingTestCase):
         self.assertIn("@workgroup_size(128)", versions[1].source)
         self.assertIn("{ return; }", versions[1].source)
         self.assertIn("No version from an edit of /home/<user>/proj/never-seen.wgsl", out)
-        self.assertIn("1 failed or rejected edit(s)", out)
+        self.assertIn(
+            "Failed or rejected edits, which made no version: 1 of kernel (.wgsl) files.", out
+        )
         failed = next(t for t in self.turns() if t.meta.get("tool_use_id") == "toolu_K3")
         self.assertTrue(failed.meta["is_error"])
         self.assertIn("File has not been read yet.", failed.content)

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 REJECTED = "The user doesn't want to proceed with this tool use"
-_SAID = "the user said:"
+# How Claude Code introduces what the learner typed: older versions, then newer ones.
+_SAID = ("the user said:", "The user provided the following reason for the rejection:")
 # Where an answer ends in the result's text ("Q"="A", "Q2"="A2". You can now continue).
 _ANSWER_ENDS = ('", "', '". ', '"\n', '".')
 
@@ -26,11 +27,14 @@ class Answer:
 
 def rejection_reason(text: str) -> str | None:
     """What the learner typed when they rejected the call, if they typed anything."""
-    if REJECTED not in text:
+    start = text.find(REJECTED)
+    if start < 0:
         return None
-    at = text.find(_SAID, text.find(REJECTED))
-    reason = text[at + len(_SAID) :].strip() if at >= 0 else ""
-    return reason or None
+    for said in _SAID:
+        at = text.find(said, start)
+        if at >= 0:
+            return text[at + len(said) :].strip() or None
+    return None
 
 
 def answers(params: Any, detail: Any, text: str) -> list[Answer]:

@@ -52,7 +52,8 @@ class Stats:
     skipped_total: int = 0
     hidden: Counter[str] = field(default_factory=Counter)
     images: int = 0  # images and documents left out, each marked by a placeholder
-    rejected_edits: int = 0  # failed or rejected edits of kernel files
+    # Failed or rejected edits of files that would have made versions, by what they are.
+    rejected_edits: Counter[str] = field(default_factory=Counter)
     # Joined files: the number of the first line of each, counted across all of them.
     part_lines: list[int] = field(default_factory=lambda: [1])
 

@@ -401,7 +401,8 @@ class TranscriptReader:
                 "A curator can show them in the admin."
             )
         if rejected := self.stats.rejected_edits:
-            notes.append(f"{rejected} failed or rejected edit(s) of kernel files: no version.")
+            listed = ", ".join(f"{n} of {kind} files" for kind, n in sorted(rejected.items()))
+            notes.append(f"Failed or rejected edits, which made no version: {listed}.")
         for path, why in self.history.unresolved[:10]:
             notes.append(f"No version from an edit of {path}: {why}.")
         if self.stats.images:

@@ -21,6 +21,7 @@ from sessions.importers.claude_code.decisions import (
 from sessions.importers.claude_code.index import Index
 from sessions.importers.claude_code.kernels import (
     TRACKED_SUFFIXES,
+    WGSL_SUFFIXES,
     KernelHistory,
     NewVersion,
     Outcome,
@@ -91,6 +92,14 @@ def result_text(content: Any) -> tuple[str, int]:
         text, images = json.dumps(content, ensure_ascii=False), 0
     # Blank lines go; the first line's indentation stays (cat -n numbers are padded).
     return _LEADING_BLANK.sub("", REMINDER.sub("", text)).rstrip(), images
+
+
+def _file_kind(path: str) -> str:
+    """What a tracked file is, in the report's words: a kernel only when it is WGSL; a
+    script or a page by its suffix."""
+    if path.lower().endswith(WGSL_SUFFIXES):
+        return "kernel (.wgsl)"
+    return "." + path.rsplit(".", 1)[-1].lower()
 
 
 def lang_of(path: str) -> str:
@@ -263,8 +272,9 @@ class ToolCalls:
             where["subagent"] = True
         made = self.history.tool_call(name, params, Outcome(ok=ok, result=detail), where)
         path = str(params.get("file_path", "")) if isinstance(params, dict) else ""
-        if found and not ok and name in ("Write", "Edit", "MultiEdit"):
-            self.stats.rejected_edits += path.lower().endswith(TRACKED_SUFFIXES)
+        edit = name in ("Write", "Edit", "MultiEdit")
+        if found and not ok and edit and path.lower().endswith(TRACKED_SUFFIXES):
+            self.stats.rejected_edits[_file_kind(path)] += 1
         versions += made
         content = "\n\n".join(p for p in parts if p)
         turn = self.turns.turn(Turn.Role.TOOL, content, response.timestamp, meta)
