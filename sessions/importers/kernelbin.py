@@ -319,6 +319,7 @@ def import_session(
     """
     scrubber = None if options is None else Scrubber(options.redact)
     if scrubber is not None:
+        scrubber.learn(data)
         data = scrubber.value(data)
     options = options or ImportOptions()
     plan = _validate(data)

@@ -48,7 +48,23 @@ _PATTERNS: list[tuple[str, str]] = [
     ("slack-webhook", r"https://hooks\.slack\.com/services/[A-Za-z0-9_/]{20,}+"),
     ("stripe-key", r"\b[rs]k_(?:live|test)_[A-Za-z0-9]{16,}+"),
     ("google-api-key", r"\bAIza[0-9A-Za-z_\-]{35}"),
-    ("huggingface-token", r"\bhf_[A-Za-z]{30,}+"),
+    # Letters and digits: the shape of real tokens (hf_ followed by 34 of them).
+    ("huggingface-token", r"\bhf_[A-Za-z0-9]{30,}+"),
+    ("slack-app-token", r"\bxapp-[0-9]-[A-Za-z0-9\-]{20,}+"),
+    ("stripe-webhook-secret", r"\bwhsec_[A-Za-z0-9]{24,}+"),
+    ("google-oauth-secret", r"\bGOCSPX-[A-Za-z0-9_\-]{20,}+"),
+    ("groq-key", r"\bgsk_[A-Za-z0-9]{40,}+"),
+    ("replicate-token", r"\br8_[A-Za-z0-9]{30,}+"),
+    ("databricks-token", r"\bdapi[a-f0-9]{32}\b"),
+    ("shopify-token", r"\bshp(?:at|ss|ca|pa)_[a-fA-F0-9]{32}\b"),
+    ("linear-key", r"\blin_api_[A-Za-z0-9]{32,}+"),
+    ("notion-token", r"\bntn_[A-Za-z0-9]{40,}+"),
+    ("twilio-key", r"\bSK[0-9a-f]{32}\b"),
+    (
+        "discord-webhook",
+        r"https://(?:canary\.|ptb\.)?discord(?:app)?\.com/api/webhooks/[0-9]{5,30}+/[A-Za-z0-9_\-]{20,}+",
+    ),
+    ("telegram-bot-token", r"(?<![0-9])[0-9]{8,10}:AA[A-Za-z0-9_\-]{33}(?![A-Za-z0-9_\-])"),
     ("npm-token", r"\bnpm_[A-Za-z0-9]{36}"),
     ("pypi-token", r"\bpypi-AgEIcHlwaS5vcmc[A-Za-z0-9_\-]{50,}+"),
     ("sendgrid-key", r"\bSG\.[A-Za-z0-9_\-]{22}\.[A-Za-z0-9_\-]{43}"),
@@ -66,6 +82,17 @@ _PATTERNS: list[tuple[str, str]] = [
         "url-password",
         r"(?<![a-zA-Z0-9+.\-])(?P<scheme>[a-zA-Z][a-zA-Z0-9+.\-]*+://)"
         r"(?P<user>[^\s:/@\"'`]++):(?P<pw>[^\s@/\"'`]++)@",
+    ),
+    (
+        "password",
+        # password: …, $env:PGPASSWORD="…", "db_password": "…", Password=…; (connection
+        # strings), client_secret = '…': whatever the syntax, the value after the name.
+        # Only a value that looks like a secret is taken (see _looks_secret): not
+        # `password: str` nor `password = os.environ[…]`.
+        r"(?i:passw(?:or)?d|\bpwd|passphrase|client[_\-]?secret|secret[_\-]?key|api[_\-]?key"
+        r"|access[_\-]?key|auth[_\-]?token|access[_\-]?token|accountkey|secret)"
+        r"[\"']?\s{0,3}+(?::=|=>|[:=])\s{0,3}+[\"']?"
+        r"(?P<pwval>[^\s\"'`$<>{}\[\](),;]{6,200}+)",
     ),
     (
         "env-secret",
@@ -97,7 +124,12 @@ _SECRET_GROUP = {
     "bearer-token": "bearer",
     "url-password": "pw",
     "env-secret": "val",
+    "password": "pwval",
 }
+# Values a password-like assignment holds that are not secrets: placeholders.
+_PLACEHOLDERS = ("xxxx", "****", "...", "changeme", "redacted", "example", "placeholder")
+# Secrets learned this many at most per import (each is looked for in every string).
+KNOWN_MAX = 100
 
 # Every pattern above needs one of these substrings. Looking for them first (one cheap
 # search) lets most strings skip the full scan, which is the slow part of an import.
@@ -124,6 +156,18 @@ _NEEDLES = (
     "k_test_",
     "AIza",
     "hf_",
+    "xapp-",
+    "whsec_",
+    "GOCSPX-",
+    "gsk_",
+    "r8_",
+    "dapi",
+    "shp",
+    "lin_api_",
+    "ntn_",
+    "SK",
+    "discord",
+    ":AA",
     "npm_",
     "pypi-",
     "SG.",
@@ -147,12 +191,18 @@ _NEEDLES = (
     "projects/-",
 )
 
-_NEEDLE = re.compile("|".join(re.escape(needle) for needle in _NEEDLES))
+# The password family's names, in any case.
+_NAME_NEEDLE = (
+    r"(?i:passw|pwd|passphrase|secret|api[_\-]?key|access[_\-]?key|accountkey|auth[_\-]?token)"
+)
+_NEEDLE = re.compile("|".join([*(re.escape(needle) for needle in _NEEDLES), _NAME_NEEDLE]))
 # Most strings that hit a needle hit only a home directory's (every file path does): the
 # home-path patterns alone scan them, five times faster than all of them.
 _HOME_NEEDLES = ("/home/", "Users", "projects/-")
 _SECRET_NEEDLE = re.compile(
-    "|".join(re.escape(needle) for needle in _NEEDLES if needle not in _HOME_NEEDLES)
+    "|".join(
+        [*(re.escape(needle) for needle in _NEEDLES if needle not in _HOME_NEEDLES), _NAME_NEEDLE]
+    )
 )
 _HOME_SCAN = re.compile(
     "|".join(
@@ -160,6 +210,20 @@ _HOME_SCAN = re.compile(
     ),
     re.S,
 )
+# What a value once recognised as a secret is learned from (see Scrubber.learn).
+_LEARNED_KINDS = ("url-password", "password", "env-secret")
+_LEARN_NEEDLE = re.compile("|".join(["://", "_KEY", "_TOKEN", "_SECRET", "_PASSW", _NAME_NEEDLE]))
+_LEARN_SCAN = re.compile(
+    "|".join(
+        f"(?P<k{n}>{pattern})"
+        for n, (kind, pattern) in enumerate(_PATTERNS)
+        if kind in _LEARNED_KINDS
+    ),
+    re.S,
+)
+# Image data (base64): never scanned, it holds no text (Pillow re-encodes what is kept).
+BLOB_CHARS = 4096
+_BASE64 = re.compile(r"[A-Za-z0-9+/=\r\n]*+")
 _BAD_CHARS = re.compile("[\ud800-\udfff\x00]")
 # Strings this short that were found clean are remembered (see Scrubber.clean).
 CLEAN_MEMO_CHARS = 64
@@ -175,6 +239,23 @@ _LOCAL_CHAR = re.compile(r"[\w.%+\-]")
 _NOT_PERSONAL_EMAILS = {"noreply@anthropic.com"}
 _EXAMPLE_DOMAINS = {"example.com", "example.org", "example.net"}
 _NOT_PERSONAL_LOCALS = {"git"}  # git@github.com:org/repo is a remote, not a person
+
+
+def _looks_secret(value: str) -> bool:
+    """Whether the value of a password-like assignment is a secret, not code or a
+    placeholder: `hunter2`, `S3cr3t!` are; `str`, `os.environ`, `/run/secrets/db`,
+    `changeme` are not. A word of letters alone is not taken (it reads as code)."""
+    lowered = value.lower()
+    if len(value) < 6 or value[0] in "/~." or any(p in lowered for p in _PLACEHOLDERS):
+        return False
+    if value.replace(".", "_").replace("-", "_").isidentifier():
+        return any(c.isdigit() for c in value)
+    return True
+
+
+def is_blob(value: str) -> bool:
+    """Base64 data too long to be anything but a file (an image, a PDF)."""
+    return len(value) > BLOB_CHARS and _BASE64.fullmatch(value) is not None
 
 
 def _clean_chars(text: str) -> str:
@@ -208,6 +289,37 @@ class Scrubber:
         # line: those found clean are remembered, so that each is scanned once (90% of
         # the strings of a transcript).
         self.clean: set[str] = set()
+        # Values recognised as secrets (a password assignment, a connection string's
+        # password): redacted wherever else they appear, whatever the syntax around them.
+        self.known: dict[str, str] = {}
+
+    def _learn(self, kind: str, secret: str) -> None:
+        if secret not in self.known and len(self.known) < KNOWN_MAX and _looks_secret(secret):
+            self.known[secret] = kind
+            self.clean.clear()  # a remembered clean string may hold it
+
+    def learn_line(self, raw: str, value: Any) -> None:
+        """learn() for a line of a file, looked at only when its text names a secret."""
+        if self.redact and _LEARN_NEEDLE.search(raw):
+            self.learn(value)
+
+    def learn(self, value: Any) -> None:
+        """Note the secrets assigned in a JSON value, without changing it. The importer
+        reads every line through this first, so a secret is redacted even where it
+        appears before (or without) the assignment that gives it away."""
+        if not self.redact:
+            return
+        if isinstance(value, str):
+            if _LEARN_NEEDLE.search(value) and not is_blob(value):
+                for match in _LEARN_SCAN.finditer(value):
+                    kind = _KINDS[cast(str, match.lastgroup)]
+                    self._learn(kind, match[_SECRET_GROUP[kind]])
+        elif isinstance(value, dict):
+            for item in value.values():
+                self.learn(item)
+        elif isinstance(value, list):
+            for item in value:
+                self.learn(item)
 
     def _replace(self, match: re.Match[str]) -> str:
         # Each alternative of _SCAN is a named group: the one that matched is the kind.
@@ -221,11 +333,20 @@ class Scrubber:
                 return whole
             self.counts[kind] += 1
             return f"{prefix}<user>" if match["home"] else f"{prefix}user"
+        secret = _SECRET_GROUP.get(kind)
+        if kind == "password":
+            # A token of a known family is named as such; a value that is no secret may
+            # still hold something else to redact (a home path).
+            start = match.start("pwval") - match.start()
+            rest = _SCAN.sub(self._replace, whole[start:])
+            if rest != whole[start:] or not _looks_secret(match["pwval"]):
+                return whole[:start] + rest
         self.counts[kind] += 1
         marker = f"[REDACTED:{kind}]"
-        secret = _SECRET_GROUP.get(kind)
         if secret is None:
             return marker
+        if kind in _LEARNED_KINDS:
+            self._learn(kind, match[secret])
         # Keep the label around the secret ("Bearer ", "DB_PASSWORD=", "postgres://app:").
         start, end = match.start(secret) - match.start(), match.end(secret) - match.start()
         return whole[:start] + marker + whole[end:]
@@ -262,6 +383,10 @@ class Scrubber:
                 value = scan.sub(self._replace, value)
             if "@" in value:
                 value = self._emails(value)
+            for secret, kind in self.known.items():
+                if secret in value:
+                    self.counts[kind] += value.count(secret)
+                    value = value.replace(secret, f"[REDACTED:{kind}]")
         if remember and value == original:
             if len(self.clean) >= CLEAN_MEMO_SIZE:
                 self.clean.clear()
@@ -271,7 +396,7 @@ class Scrubber:
     def value(self, value: Any) -> Any:
         """A JSON value with every string (keys included) cleaned; other values as they are."""
         if isinstance(value, str):
-            return self.text(value)
+            return value if is_blob(value) else self.text(value)
         if isinstance(value, dict):
             return {self.text(key): self.value(item) for key, item in value.items()}
         if isinstance(value, list):

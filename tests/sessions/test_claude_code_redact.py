@@ -6,6 +6,7 @@ import json
 
 from django.apps import apps
 from django.db import models
+from django.urls import reverse
 
 from kernels.models import KernelVersion
 from sessions.importers.redact import Scrubber
@@ -165,7 +166,20 @@ MORE_TOKENS = {
     "stripe-key": "sk_live_51HqZ8vN2xLr5TfW9kPjH3mYc7BdG4sA1eU6o",
     "google-api-key": "AIzaSyD-9tSrke72PouQMnMX-a7eZSW0jkFMBWY",
     "gitlab-token": "glpat-xV3kq9ZmT2bWn8Lr4YcP",
-    "huggingface-token": "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",
+    # Real ones mix letters and digits (hf_ and 34 of them).
+    "huggingface-token": "hf_kQzVb7nXyLp3rMcJdH9GfAeUi0oPaSdFgH",
+    "slack-app-token": "xapp-1-A07QZ8VN2XL-7103519267843-5f2b9c1d3e4a",
+    "stripe-webhook-secret": "whsec_Zq8vN2xLr5TfW9kPjH3mYc7BdG4sA1eU",
+    "google-oauth-secret": "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",
+    "groq-key": "gsk_Zq8vN2xLr5TfW9kPjH3mYc7BdG4sA1eU6oIyRtXwQvLpKz0aBcDeFg",
+    "replicate-token": "r8_Zq8vN2xLr5TfW9kPjH3mYc7BdG4sA1eU6oIyR",
+    "databricks-token": "dapi0123456789abcdef0123456789abcdef",
+    "shopify-token": "shpat_0123456789abcdef0123456789abcdef",
+    "linear-key": "lin_api_Zq8vN2xLr5TfW9kPjH3mYc7BdG4sA1eU6oIyRtXw",
+    "notion-token": "ntn_Zq8vN2xLr5TfW9kPjH3mYc7BdG4sA1eU6oIyRtXwQvLp",
+    "twilio-key": "SK0123456789abcdef0123456789abcdef",
+    "discord-webhook": "https://discord.com/api/webhooks/123456789012345678/Zq8vN2xLr5TfW9kPjH3mYc7BdG4sA1eU",
+    "telegram-bot-token": "7123456789:AAHZq8vN2xLr5TfW9kPjH3mYc7BdG4sA1eU",
     "npm-token": "npm_q8Zr2Vb7Wm4Xn1Pc9Tl5Ys3Ud6Ae0Hf2Gj8x",
     "jwt": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJzdHVkZW50In0.Zq8vN2xLr5TfW9kPjH3mYc7BdG4",
 }
@@ -196,6 +210,83 @@ class MoreFamiliesTestCase(RedactionTestCase):
         self.assertIn("git@github.com:alice", stored)
         self.assertIn("admin@example.com", stored)
         self.assertIn("2 email", out.split("Redacted:")[1].splitlines()[0])
+
+
+# A database password, as one session wrote it in many syntaxes.
+PASSWORD = "Pg7!vZq2xLr9"
+
+
+class LearnedSecretsTestCase(RedactionTestCase):
+    def test_a_password_is_redacted_everywhere_whatever_the_syntax(self) -> None:
+        t = tiny()
+        # Said before anything shows it is a password: only learning it finds it here.
+        t.user(f"It fails with {PASSWORD} as the password, why?")
+        compose = f"services:\n  db:\n    environment:\n      - PASSWORD={PASSWORD}\n"
+        t.assistant(
+            "msg_P1", [tool_use("toolu_P1", "Read", file_path="/srv/compose.yml")], "tool_use"
+        )
+        t.result("toolu_P1", compose)
+        powershell = f'$env:PGPASSWORD="{PASSWORD}"; psql -h db -U app'
+        t.assistant("msg_P2", [tool_use("toolu_P2", "PowerShell", command=powershell)], "tool_use")
+        t.result("toolu_P2", f"psql: connecting with {PASSWORD} failed")
+        t.assistant(
+            "msg_P3",
+            [
+                text(
+                    f'In YAML:\n\n    password: {PASSWORD}\n\nand JSON {{"password": "{PASSWORD}"}}'
+                )
+            ],
+        )
+        out = self.run_import(self.write("password.jsonl", t))
+        stored = every_stored_string()
+        self.assertTrue(stored)
+        for where, value in stored:
+            self.assertNotIn(PASSWORD, value, where)
+        contents = "\n".join(turn.content for turn in Turn.objects.all())
+        for shown in (
+            "- PASSWORD=[REDACTED:password]",
+            '$env:PGPASSWORD=\\"[REDACTED:password]\\"',
+            "password: [REDACTED:password]",
+            "It fails with [REDACTED:password] as the password",
+            "connecting with [REDACTED:password] failed",
+        ):
+            self.assertIn(
+                shown, contents.replace('"', '\\"') if "PGPASSWORD" in shown else contents
+            )
+        self.assertIn("password", out.split("Redacted:")[1].splitlines()[0])
+        session = Turn.objects.first().session
+        session.publish()
+        for name in ("sessions:export_json", "sessions:export_md", "sessions:detail"):
+            body = self.client.get(reverse(name, args=[session.slug])).content.decode()
+            self.assertNotIn(PASSWORD, body, name)
+
+    def test_what_only_looks_like_a_password_stays(self) -> None:
+        for given in (
+            "password: str",
+            "password = os.environ['DB_PASSWORD']",
+            "def login(password: string) -> None",
+            "password_hash = hash(pw)",
+            "Enter the password: required",
+            "PASSWORD_FILE=/run/secrets/db",
+            "password: changeme123",
+        ):
+            with self.subTest(given=given):
+                scrubber = Scrubber()
+                self.assertEqual(scrubber.text(given), given)
+                self.assertEqual(scrubber.known, {})
+
+    def test_image_data_is_not_scanned(self) -> None:
+        # Base64 that happens to hold an AWS key's shape: scanned, it would be changed.
+        blob = ("AKIAZ7QX4MPLT3VNR2KD" + "A" * 60) * 200
+        image = {
+            "type": "image",
+            "source": {"type": "base64", "media_type": "image/png", "data": blob},
+        }
+        scrubber = Scrubber()
+        scrubber.learn(image)
+        self.assertEqual(scrubber.value(image), image)
+        self.assertEqual(scrubber.counts, {})
+        self.assertEqual(scrubber.text("AKIAZ7QX4MPLT3VNR2KD"), "[REDACTED:aws-access-key]")
 
 
 class EmailTestCase(ImportingTestCase):

@@ -166,6 +166,8 @@ HOSTILE: dict[str, Callable[[int], str]] = {
     "bearer runs": lambda n: "bearer " * (n // 7),
     "token prefixes": lambda n: "sk-ant-" * (n // 7),
     "url users": lambda n: "x://" + "u" * n,
+    "password names": lambda n: "password:" * (n // 9),
+    "password values": lambda n: "pwd=" + "a1" * n,
 }
 
 
@@ -180,6 +182,8 @@ class GrowthTestCase(BaseTestCase):
         for name, make in HOSTILE.items():
             with self.subTest(input=name):
                 self.assert_linear(name, Scrubber().text, make)
+            with self.subTest(input=name, learning=True):
+                self.assert_linear(name, Scrubber().learn, make)
 
     def test_renderers_grow_linearly_on_hostile_input(self) -> None:
         cases: dict[str, tuple[Callable[[str], object], Callable[[int], str]]] = {

@@ -72,7 +72,7 @@ def import_claude_code(
     `stream` (see layout.py); the same recording again updates its session."""
     title, slug, visibility = options.title, options.slug, options.visibility
     scrubber = Scrubber(options.redact)
-    index = index_transcript(stream, settings.TRANSCRIPT_MAX_LINE_BYTES)
+    index = index_transcript(stream, settings.TRANSCRIPT_MAX_LINE_BYTES, scrubber)
     if layout is not None:
         index.agent_calls = {key_of(call): key_of(agent) for agent, call in layout.calls.items()}
     plan = plan_main_line(index)

@@ -35,6 +35,7 @@ from sessions.importers.claude_code.lines import (
     str_or_none,
 )
 from sessions.importers.jsonl import iter_lines
+from sessions.importers.redact import Scrubber
 
 MB = 1024 * 1024
 # Lines listed one by one in the report; the rest are only counted.
@@ -180,8 +181,10 @@ class Index:
             self.extras.append((len(self.kinds) - 1, number, offset, length))
 
 
-def index_transcript(stream: BinaryIO, max_line: int) -> Index:
-    """Pass 1: read every line once; keep the index and the title candidates."""
+def index_transcript(stream: BinaryIO, max_line: int, scrubber: Scrubber | None = None) -> Index:
+    """Pass 1: read every line once; keep the index and the title candidates, and let
+    the scrubber learn the secrets the session assigns (so pass 2 redacts them
+    everywhere, before their assignment too)."""
     index = Index()
     stats = index.stats
     starts: list[int] = getattr(stream, "starts", [0])  # joined files (jsonl.JoinedFiles)
@@ -198,7 +201,8 @@ def index_transcript(stream: BinaryIO, max_line: int) -> Index:
         if not line.data.strip():
             continue
         try:
-            parsed = json.loads(decode_line(line.data, line.offset))
+            raw = decode_line(line.data, line.offset)
+            parsed = json.loads(raw)
         except json.JSONDecodeError as error:
             if not line.ended:
                 stats.skip(line.number, "truncated: the file ends in the middle of this line")
@@ -211,6 +215,8 @@ def index_transcript(stream: BinaryIO, max_line: int) -> Index:
         if not isinstance(parsed, dict):
             stats.skip(line.number, f"valid JSON but not an object ({type(parsed).__name__})")
             continue
+        if scrubber is not None:
+            scrubber.learn_line(raw, parsed)
         index.add(parsed, line.number, line.offset, line.length)
     return index
 
