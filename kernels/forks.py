@@ -74,15 +74,17 @@ def start_fork(version: KernelVersion, source: str, host_program: str) -> Fork:
         job = replay.job_for(draft.as_version())
     except replay.ReplayProblem as problem:
         raise ForkRefused(str(problem), status=422) from None
-    draft.id = Fork.address(version.pk, source, host_program, job.harness_digest)
     shown = replay.for_reader(draft.as_version(), start=True, job=job)
     if shown.busy:
         raise ForkRefused(shown.busy, status=503, retry_after=shown.retry_after)
-    fork, _ = Fork.objects.get_or_create(
-        id=draft.id,
-        defaults={"version": version, "source": source, "host_program": host_program},
-    )
-    return fork
+    content = {"version": version, "source": source, "host_program": host_program}
+    # An id is taken only by the same content: another edit whose hash begins the same
+    # (or a forged one) gets the longer id, never the page and code of the first.
+    for address in Fork.addresses(version.pk, source, host_program, job.harness_digest):
+        fork, _ = Fork.objects.get_or_create(id=address, defaults=content)
+        if fork.holds(version, source, host_program):
+            return fork
+    raise ForkRefused("This edit's address is taken by another fork; change it a little.", 409)
 
 
 def diff_html(fork: Fork) -> dict[str, str]:

@@ -294,12 +294,13 @@ class ForkQuerySet(models.QuerySet):
 class Fork(models.Model):
     """A reader's edit of an archived version, run under that version's harness.
 
-    Its id is a content address (Fork.address): the same edit of the same version under
+    Its id is a content address (Fork.addresses): the same edit of the same version under
     the same harness is the same fork, so its URL can be shared and embedded for good.
     Its runs are found by content like a version's (kernels.replay.job_for(as_version())).
+    Forks made before ids had 130 bits keep their 12 characters (60 bits).
     """
 
-    id = models.CharField(primary_key=True, max_length=12, editable=False)
+    id = models.CharField(primary_key=True, max_length=52, editable=False)
     version = models.ForeignKey(KernelVersion, on_delete=models.CASCADE, related_name="forks")
     source = models.TextField()
     # Only for a version with a host program: the reader's edit of it.
@@ -318,11 +319,24 @@ class Fork(models.Model):
         return reverse("kernels:fork", args=[self.id])
 
     @staticmethod
-    def address(version_id: int, source: str, host_program: str, harness_digest: str) -> str:
-        """12 characters of base32 over what the fork runs: 60 bits, no look-alike case."""
+    def addresses(
+        version_id: int, source: str, host_program: str, harness_digest: str
+    ) -> tuple[str, str]:
+        """The ids a fork of this content may have, in the order they are tried: 26
+        characters of base32 over what it runs (130 bits, no look-alike case), and all 52
+        (the whole SHA-256) for the edit that meets another with the same 26."""
         content = json.dumps([version_id, source, host_program, harness_digest])
         digest = hashlib.sha256(content.encode()).digest()
-        return base64.b32encode(digest).decode().lower()[:12]
+        whole = base64.b32encode(digest).decode().lower().rstrip("=")
+        return whole[:26], whole
+
+    def holds(self, version: KernelVersion, source: str, host_program: str) -> bool:
+        """Whether this fork is that edit: the whole content compared, not its hash."""
+        return (self.version_id, self.source, self.host_program) == (
+            version.pk,
+            source,
+            host_program,
+        )
 
     def as_version(self) -> KernelVersion:
         """The edited version, never saved: replayed and shown as an archived one is. It

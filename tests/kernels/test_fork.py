@@ -66,7 +66,7 @@ class ForkTestCase(TransactionTestCase):
         self.assertEqual(r.status_code, 303)
         fork = Fork.objects.get()
         self.assertEqual(r["Location"], f"/f/{fork.id}/")
-        self.assertRegex(fork.id, r"^[a-z2-7]{12}$")
+        self.assertRegex(fork.id, r"^[a-z2-7]{26}$")
         self.assertEqual(fork.version, self.version)
         body = finished(self.client, f"/f/{fork.id}/replay.json")
         self.assertEqual(body["outcome"]["status"], "passed")
