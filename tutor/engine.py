@@ -19,6 +19,7 @@ Events are (name, data) pairs:
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 from collections.abc import Iterator
 
@@ -27,14 +28,15 @@ from django.db import transaction
 from django.utils.text import slugify
 
 from kernels import replay
+from kernels.engine.outcome import Status
 from kernels.models import Kernel, KernelVersion, text_diff
 from sessions.models import Session, Turn
-from tutor import guardrail, llm, prompts
+from tutor import guardrail, llm, progress, prompts
 from tutor.free_form import FREE_FORM_HOST, FREE_FORM_KERNEL_STARTER, Template
 from tutor.lessons import FREE_FORM_KERNEL, Lesson, LessonError, parse_lesson
 from tutor.models import GuardrailEvent, GuidedSession
 from tutor.replies import Event, budget_problem, tutor_reply
-from tutor.review import offline_review
+from tutor.review import findings, offline_review
 
 OFFLINE_NOTICE = (
     "This session is guided by the automatic reviewer. It cannot answer messages: it reads "
@@ -261,14 +263,18 @@ def continue_session(user, origin: Turn) -> GuidedSession:
 
 
 def _automatic_turn(
-    guided: GuidedSession, content: str, kind: str, version: KernelVersion | None = None
+    guided: GuidedSession,
+    content: str,
+    kind: str,
+    version: KernelVersion | None = None,
+    **meta: object,
 ) -> Turn:
     """A tutor turn written without Claude: a notice, a note on a run, an offline review."""
     return guided.add_turn(
         Turn.Role.TUTOR,
         content,
         kernel_version=version,
-        meta={"kind": kind, "automatic": True},
+        meta={"kind": kind, "automatic": True, **meta},
     )
 
 
@@ -400,6 +406,9 @@ def submit(
     yield "running", {"version": version}
     execution = replay.run_now(version, compare_with=guided.compared_with(version))
     turn.meta["run"] = execution.summary()
+    if execution.outcome is not None:
+        turn.meta["met"] = progress.objectives_met(guided.lesson, execution.outcome)
+        turn.meta["findings"] = findings(execution.outcome, version.harness)
     turn.save(update_fields=["meta"])
     yield "run", {"execution": execution}
 
@@ -413,15 +422,44 @@ def submit(
     if llm.configured() and not problem:
         yield from tutor_reply(guided, turn, reviewed=version, stream=stream)
         return
-    review = offline_review(outcome, version.source, version.harness, version.host_program)
+    review, digest = _review(guided, version, turn, outcome)
     if number := meta.get("compare_with"):
         review = f"*Compared with what v{number} read back.*\n\n{review}"
     if meta.get("answer_request"):
         review = f"{NO_ANSWERS}\n\n{review}"
     if problem:
         review = f"*{problem} This review is automatic.*\n\n{review}"
-    yield "turn", {"turn": _automatic_turn(guided, review, "review", version)}
+    turn = _automatic_turn(guided, review, "review", version, body=digest)
+    yield "turn", {"turn": turn}
     yield "done", {}
+
+
+def _review(guided: GuidedSession, version: KernelVersion, turn: Turn, outcome) -> tuple[str, str]:
+    """The automatic review of a submission's run and its digest: what the run shows, then
+    what the version changed since the previous one and whether that fixed it, and the
+    objectives it met. What an earlier review said is not said again word for word."""
+    body = offline_review(outcome, version.source, version.harness, version.host_program)
+    digest = hashlib.sha256(body.encode()).hexdigest()
+    previous = progress.previous_submission(guided, version)
+    told = [
+        ""
+        if turn.meta["resubmit"]
+        else progress.since_previous(previous, version, outcome, turn.meta.get("findings") or []),
+        progress.objectives_line(
+            guided.lesson,
+            progress.met_so_far(guided, before=turn.number),
+            turn.meta.get("met") or [],
+            outcome.get("status") == Status.PASSED,
+        ),
+    ]
+    headline, _, rest = body.partition("\n\n")
+    earlier = guided.session.turns.filter(meta__kind="review", meta__body=digest).last()
+    if rest and earlier is not None and earlier.kernel_version is not None:
+        rest = (
+            f"Everything else the review of v{earlier.kernel_version.number} said (turn "
+            f"{earlier.number}) holds for this run too."
+        )
+    return "\n\n".join(part for part in (headline, *told, rest) if part), digest
 
 
 def retry(guided: GuidedSession, stream: bool = True) -> Iterator[Event]:

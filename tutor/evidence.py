@@ -9,7 +9,10 @@ the run does not show the cause, the finding says so.
 
 from __future__ import annotations
 
+import math
+
 from kernels.engine.outcome import EntryPointFacts, output_list
+from tutor.quoting import quote
 
 LOCAL_BUILTINS = ("local_invocation_id", "local_invocation_index")
 # Beyond this many cells the scans below would cost the web process too much.
@@ -68,6 +71,75 @@ def _local_index(entry: EntryPointFacts | None, name: str) -> str:
     return next((b for b in LOCAL_BUILTINS if b in builtins), "")
 
 
+def one_cell_each(entry: EntryPointFacts | None, name: str) -> bool:
+    """Whether each invocation stores at most one cell of this output: one store into
+    it and no loop in the entry point. Claims of "one invocation per cell" need this."""
+    if entry is None:
+        return False
+    stores = [w for w in entry["writes"] if w["buffer"] == name]
+    return len(stores) == 1 and not entry["loops"]
+
+
+def race(entry: EntryPointFacts | None) -> str:
+    """A race on workgroup memory seen in the kernel itself: a var<workgroup> slot read at
+    an index no store of this invocation wrote (so another invocation's), with no
+    workgroup barrier anywhere in the module; "" otherwise (or for an older runner's
+    analysis, which did not record workgroup memory)."""
+    shared = (entry or {}).get("shared") or {}
+    accesses = shared.get("accesses") or []
+    if not accesses or shared.get("barriers"):
+        return ""
+    writes = [a for a in accesses if a["kind"] == "write"]
+    written = {(a["variable"], a["index"]) for a in writes}
+    for read in accesses:
+        if read["kind"] != "read" or (read["variable"], read["index"]) in written:
+            continue
+        write = next((w for w in writes if w["variable"] == read["variable"]), None)
+        if write is None:
+            continue
+        name = read["variable"]
+        stored = quote(f"{name}[{write['index']}]" if write["index"] else name)
+        loaded = quote(f"{name}[{read['index']}]" if read["index"] else name)
+        if not stored or not loaded:
+            continue
+        return (
+            f"**A race on workgroup memory.** Your kernel stores into {stored} (line "
+            f"{write['line']}) and reads {loaded} (line {read['line']}): a slot that another "
+            "invocation of the workgroup writes. Nothing in the kernel calls "
+            "`workgroupBarrier()`, and the invocations of a workgroup do not run in step, so "
+            "nothing makes that store happen before that read: an invocation can read the "
+            "slot before its writer has written it, or after it has been overwritten. Between "
+            f"which two lines must every invocation have finished writing `{name}` before any "
+            "of them reads it?"
+        )
+    return ""
+
+
+def overrun(entry: EntryPointFacts | None, threads: tuple[int, int, int] | None, outputs) -> str:
+    """Invocations past the end of an output storing into it with nothing before the
+    store to stop them: the writes this server's llvmpipe drops, so a run passes here
+    that a GPU may not. "" unless the facts show it (an older analysis has no "guarded")."""
+    if entry is None or threads is None:
+        return ""
+    groups, size, total = threads
+    for output in outputs:
+        count, name = output.get("count") or 0, output.get("name", "out")
+        stores = [w for w in entry["writes"] if w["buffer"] == name]
+        if not stores or total <= count or any(w.get("guarded", True) for w in stores):
+            continue
+        store = quote(f"{name}[{stores[0]['index']}]") or f"`{name}`"
+        spare = total - count
+        return (
+            f"**{spare} invocations past the end store into `{name}`.** {total} invocations "
+            f"ran ({groups} workgroups × {size}) for {count} cells, and nothing in your kernel "
+            f"before the store into {store} (line {stores[0]['line']}) stops the last "
+            f"{spare}. This server's CPU backend (llvmpipe) drops writes past the end of a "
+            "buffer, so the run passes here; on a GPU they may land in other memory. What "
+            "should an invocation with no cell of its own do, and how would it know?"
+        )
+    return ""
+
+
 def unwritten_cells(
     output: dict, entry: EntryPointFacts | None, threads: tuple[int, int, int] | None
 ) -> tuple[str, str]:
@@ -104,6 +176,12 @@ def unwritten_cells(
             "and how many invocations does the dispatch run along each?"
         )
         return "lines", f"{lines} {question}"
+    if not one_cell_each(entry, name):
+        return "unknown", (
+            f"{where} Your kernel may store more than one cell of `{name}` per invocation "
+            "(in a loop, or in more than one place): which cells does one invocation write, "
+            "and which invocation should have written the first cell never written?"
+        )
     if threads and written[-1][1] < count - 1 and len(holes) == 1 and holes[0][1] == count - 1:
         groups, size, total = threads
         first = holes[0][0]
@@ -152,8 +230,9 @@ def _whole_lines(unwritten: list[bool], shape: list[int]) -> str:
 
 
 def best_shift(got: list, expected: list, close) -> int:
-    """The constant offset k (|k| ≤ 64) for which most wrong cells hold expected[i + k];
-    0 when no offset explains at least 80% of them."""
+    """The constant offset k (|k| ≤ 64) for which the wrong cells hold expected[i + k];
+    0 when no offset explains at least 95% of them (a pattern is only told when the
+    run's data bears it out)."""
     cells = min(len(got), len(expected), 1024)
     wrong = [
         i
@@ -173,12 +252,35 @@ def best_shift(got: list, expected: list, close) -> int:
         )
         if hits > best_hits:
             best, best_hits = shift, hits
-    return best if best_hits >= 0.8 * len(wrong) else 0
+    return best if best_hits >= 0.95 * len(wrong) else 0
 
 
-def shift_explanation(shift: int, index: str) -> str:
+def cell_name(flat: int, shape: list[int]) -> str:
+    """[r, c] for a flat index into an output of this shape."""
+    place = []
+    for size in reversed(shape or [flat + 1]):
+        place.append(flat % size if size else flat)
+        flat = flat // size if size else 0
+    return "[" + ", ".join(str(i) for i in reversed(place)) + "]"
+
+
+def shift_example(got: list, expected: list, shift: int, shape: list[int], close) -> str:
+    """The first wrong cell the shift explains, with its numbers."""
+    for i, value in enumerate(got[: min(len(got), len(expected), 1024)]):
+        j = i + shift
+        if value is None or expected[i] is None or close(value, expected[i]):
+            continue
+        if 0 <= j < len(expected) and expected[j] is not None and close(value, expected[j]):
+            return (
+                f" For example cell {cell_name(i, shape)} holds {value:.4g}, the value "
+                f"expected at {cell_name(j, shape)}."
+            )
+    return ""
+
+
+def shift_explanation(shift: int, index: str, example: str = "") -> str:
     way = "after" if shift > 0 else "before"
-    writes = f" Your kernel stores at {index}." if index else ""
+    writes = f"{example} Your kernel stores at {index}." if index else example
     if abs(shift) == 1:
         return (
             f"Each wrong cell holds the value expected at its **neighbour** (the cell {way} "
@@ -190,3 +292,81 @@ def shift_explanation(shift: int, index: str) -> str:
         f"constant offset of {abs(shift)} between the cell read and the cell written."
         f"{writes} Where in your index expressions does {abs(shift)} come from?"
     )
+
+
+def _finite(value) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def row_factors(got: list, expected: list, shape: list[int], close) -> str:
+    """For a matrix whose wrong cells are, row by row, the expected value times one factor
+    per row (the factors not all equal: that is a scaled result): which rows, by which
+    factor, and the rows' sums. "" unless every wrong row bears that out."""
+    if len(shape) != 2 or not all(shape) or len(got) != shape[0] * shape[1] or len(got) > MAX_CELLS:
+        return ""
+    rows, cols = shape
+    factors: list[tuple[int, float, int]] = []
+    for r in range(rows):
+        pairs = [
+            (g, e)
+            for g, e in zip(
+                got[r * cols : (r + 1) * cols], expected[r * cols : (r + 1) * cols], strict=True
+            )
+            if _finite(g) is not None and _finite(e) is not None and not close(g, e)
+        ]
+        if not pairs:
+            continue
+        if len(pairs) < 2 or any(e == 0 for _, e in pairs):
+            return ""
+        ratios = [g / e for g, e in pairs]
+        low, high = min(ratios), max(ratios)
+        if high - low > 1e-3 * max(abs(low), abs(high), 1e-30):
+            return ""
+        factors.append((r, ratios[0], len(pairs)))
+    if len(factors) < 2 or len({f"{f:.3g}" for _, f, _ in factors}) < 2:
+        return ""
+    listed = ", ".join(f"row {r} × {f:.3g} ({n} cells)" for r, f, n in factors[:8])
+    more = f" and {len(factors) - 8} more rows" if len(factors) > 8 else ""
+
+    def total(values: list) -> str:
+        finite = [_finite(v) for v in values]
+        if any(v is None for v in finite):
+            return "not finite"
+        return f"{sum(finite):.4g}"  # type: ignore[arg-type]
+
+    sums = ", ".join(total(got[r * cols : (r + 1) * cols]) for r, _, _ in factors[:8])
+    wanted = ", ".join(total(expected[r * cols : (r + 1) * cols]) for r, _, _ in factors[:8])
+    return (
+        f"In each wrong row, every wrong cell is the expected value times **one factor for "
+        f"that row**: {listed}{more}. Within a row the values are right relative to each "
+        f"other; one number used for the whole row is wrong. Those rows sum to {sums}, where "
+        f"the reference's sum to {wanted}. Which value does your kernel compute once per "
+        "row and use for every cell of it, and how is it computed?"
+    )
+
+
+def wrong_by_row(got: list, expected: list, shape: list[int], close) -> str:
+    """Plainly, where the wrong cells are: per row of a matrix, or as ranges of cells."""
+    count = min(len(got), len(expected), MAX_CELLS)
+    flags = [
+        not (got[i] is not None and expected[i] is not None and close(got[i], expected[i]))
+        for i in range(count)
+    ]
+    if len(shape) == 2 and all(shape) and shape[0] * shape[1] == count:
+        rows, cols = shape
+        counts = [(r, sum(flags[r * cols : (r + 1) * cols])) for r in range(rows)]
+        wrong = [(r, n) for r, n in counts if n]
+        if not wrong:
+            return ""
+        listed = ", ".join(f"row {r}: {n} of {cols}" for r, n in wrong[:8])
+        more = f", and {len(wrong) - 8} more rows" if len(wrong) > 8 else ""
+        right = rows - len(wrong)
+        return (
+            f"Wrong cells by row: {listed}{more}"
+            + (f"; {right} row{'s are' if right != 1 else ' is'} entirely right" if right else "")
+            + "."
+        )
+    ranges = runs(flags)
+    return f"The wrong cells are {describe(ranges)}." if ranges else ""

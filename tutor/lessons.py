@@ -35,6 +35,8 @@ class Lesson:
     harness: dict
     starter: str
     objectives: list[str] = field(default_factory=list)
+    # Per objective, what a run shows when it is met (tutor/progress.py), or None.
+    objective_checks: list[dict | None] = field(default_factory=list)
     # The host program the learner writes, when the lesson teaches host code: its starter
     # is the scaffold (what the lesson does not teach), its objectives what it does.
     host_starter: str = ""
@@ -52,6 +54,7 @@ class Lesson:
             "title": self.title,
             "summary": self.summary,
             "objectives": self.objectives,
+            "objective_checks": self.objective_checks,
             "context": self.context,
             "kernel": {
                 "name": self.kernel_name,
@@ -106,6 +109,21 @@ def _host(kernel: dict, harness: dict) -> tuple[str, list[str]]:
     return starter, objectives
 
 
+CHECK_KEYS = frozenset(("status", "calls", "builtins", "shared", "host", "guarded"))
+
+
+def _objective_checks(data: dict, objectives: list[str]) -> list[dict | None]:
+    checks = data.get("objective_checks", [])
+    if not isinstance(checks, list) or len(checks) not in (0, len(objectives)):
+        raise LessonError("objective_checks must be a list with one entry per objective")
+    for check in checks:
+        if check is not None and (not isinstance(check, dict) or set(check) - CHECK_KEYS):
+            raise LessonError(
+                f"objective_checks: each is null or an object of {', '.join(sorted(CHECK_KEYS))}"
+            )
+    return checks
+
+
 def parse_lesson(data: object) -> Lesson:
     if not isinstance(data, dict):
         raise LessonError("a lesson plan is a JSON object")
@@ -138,6 +156,7 @@ def parse_lesson(data: object) -> Lesson:
         harness=harness,
         starter=_text(kernel, "starter", required=False),
         objectives=_strings(data, "objectives"),
+        objective_checks=_objective_checks(data, _strings(data, "objectives")),
         host_starter=host_starter,
         host_objectives=host_objectives,
         context=_text(data, "context", required=False),

@@ -17,7 +17,7 @@ from kernels.engine.harness import HarnessError, parse_harness
 from kernels.engine.outcome import Outcome
 from kernels.models import KernelVersion, text_diff
 from sessions.models import Turn
-from tutor import host_review
+from tutor import host_review, progress
 from tutor.review import outcome_for_model
 
 if TYPE_CHECKING:
@@ -63,7 +63,17 @@ twin on a different kernel, in prose (for example a scale-by-two kernel when the
 addition). Never skip to the answer, and never stay on rung 1 for more than two replies.
 - Be brief: a few short paragraphs at most. No praise beyond a plain acknowledgement, no filler.
 - When the run passes, say so, ask them to explain one design choice, and point at the next \
-step of the lesson. At the end of the lesson, tell them they can publish the session.
+objective not yet met.
+- Say only what the run shows. Claim a pattern (values shifted by k cells, a scaled result, \
+whole rows never written, one cell per invocation) only when the cells you name bear it out, \
+and give their numbers; otherwise say plainly which rows or cells are wrong, by how much and \
+what is constant among them, and ask a question from that.
+- Look for races in the kernel itself: var<workgroup> memory one invocation writes and another \
+reads with no workgroupBarrier() between the write and the read. Name the race and the lines.
+- <progress> says which objectives each version met, what the latest version changed and \
+whether that fixed the previous failure. Say so in a sentence when a version fixes something. \
+Never repeat an earlier reply; give hints about the current failure only, never about a bug \
+already fixed.
 
 # Current WGSL (use only this syntax)
 - Attributes use @: @compute @workgroup_size(64), @group(0) @binding(1), \
@@ -455,6 +465,8 @@ def state_text(guided: GuidedSession, notes: Sequence[str] = ()) -> str:
             parts.append(
                 f'<run_result version="{version.number}">\n{run_text(outcome)}\n</run_result>'
             )
+        if told := progress.for_model(guided, version, outcome):
+            parts.append(told)
     parts.extend(notes)
     parts.append(REMINDER)
     return "\n\n".join(parts)

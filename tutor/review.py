@@ -305,9 +305,18 @@ def _transposed(output: dict) -> bool:
     return total > 0 and matches / total > 0.9
 
 
-def _close(got, expected) -> bool:
-    g, e = _number(got), _number(expected)
-    return g is not None and e is not None and math.isclose(g, e, rel_tol=1e-4, abs_tol=1e-5)
+def _closeness(harness: dict):
+    """Whether a cell agrees with its reference as the run's comparison judged it (numpy's
+    isclose with the harness's tolerance), so every count and pattern told here is about
+    the cells the run called wrong: a cell of 4e-12 is not "the value" of one of 3e-6."""
+    tolerance = (harness or {}).get("tolerance") or {}
+    atol, rtol = tolerance.get("atol", 1e-5), tolerance.get("rtol", 1e-5)
+
+    def close(got, want) -> bool:
+        g, e = _number(got), _number(want)
+        return g is not None and e is not None and abs(g - e) <= atol + rtol * abs(e)
+
+    return close
 
 
 def _zero_swapped(wrong: list[tuple[float, float]]) -> bool:
@@ -318,9 +327,10 @@ def _zero_swapped(wrong: list[tuple[float, float]]) -> bool:
     )
 
 
-def _value_pattern(output: dict, index: str) -> str:
-    """A likely cause read from the wrong values themselves; index is where the kernel
-    stores (`out[i]` (line 9)), or ""."""
+def _value_pattern(output: dict, index: str, harness: dict) -> str:
+    """What the wrong values themselves show. A pattern is told only when every wrong
+    cell it speaks of bears it out, with the numbers; otherwise where the wrong cells are,
+    plainly. index is where the kernel stores (`out[i]` (line 9)), or ""."""
     if _transposed(output):
         return (
             "The result is the **transpose** of the expected matrix: every wrong cell (r, c) holds "
@@ -330,21 +340,24 @@ def _value_pattern(output: dict, index: str) -> str:
     got, expected = output_list(output, "got"), output_list(output, "expected")
     if not got or not expected:
         return ""
+    close = _closeness(harness)
+    shape = output.get("shape") or []
     pairs = [
         (_number(g), _number(e))
         for g, e in zip(got, expected, strict=False)
         if _number(g) is not None and _number(e) is not None
     ]
     pairs = [(g, e) for g, e in pairs if math.isfinite(g) and math.isfinite(e)]
-    wrong = [(g, e) for g, e in pairs if not math.isclose(g, e, rel_tol=1e-4, abs_tol=1e-5)]
+    wrong = [(g, e) for g, e in pairs if not close(g, e)]
     if not wrong:
         return ""
     if all(abs(g) < 1e-12 for g, _ in wrong):
         return (
-            "The wrong cells all hold **0**: the value was written but nothing was computed "
-            "into it. Is the accumulator ever added to, and does the loop that adds run?"
+            f"The {len(wrong)} wrong cells all hold **0**: the value was written but nothing "
+            "was computed into it. Is the accumulator ever added to, and does the loop that "
+            "adds run?"
         )
-    if all(math.isclose(g, -e, rel_tol=1e-4, abs_tol=1e-5) for g, e in wrong):
+    if all(math.isclose(g, -e, rel_tol=1e-4) for g, e in wrong):
         return (
             "The wrong cells have the **right size but the wrong sign**. Which operator in "
             "your formula decides the sign?"
@@ -355,25 +368,25 @@ def _value_pattern(output: dict, index: str) -> str:
             "is not 0 yours gives 0: the choice between the value and 0 is the wrong way "
             "round. For a negative input, which one does your kernel keep, and which should it?"
         )
-    ratios = [g / e for g, e in wrong if abs(e) > 1e-6]
+    ratios = [g / e for g, e in wrong if e != 0]
     if len(ratios) == len(wrong) and max(ratios) - min(ratios) < 1e-3 * max(1.0, abs(ratios[0])):
-        cause = (
-            "something is added in more than once (an accumulator not reset, or a loop that "
-            "runs too often)"
-            if ratios[0] > 1
-            else "a factor of the formula is missing, or only part of the sum is added"
-        )
+        g, e = wrong[0]
         return (
-            f"Every wrong cell is the expected value **times {ratios[0]:.3g}**: {cause}. Where "
-            f"in your formula could a factor of {ratios[0]:.3g} come from?"
+            f"Every one of the {len(wrong)} wrong cells is the expected value **times "
+            f"{ratios[0]:.3g}** (the first: expected {e:.4g}, got {g:.4g}). Where in your "
+            f"formula could a factor of {ratios[0]:.3g} come from?"
         )
-    if shift := evidence.best_shift(got, expected, _close):
-        return evidence.shift_explanation(shift, index)
+    if rows := evidence.row_factors(got, expected, shape, close):
+        return rows
+    if shift := evidence.best_shift(got, expected, close):
+        example = evidence.shift_example(got, expected, shift, shape, close)
+        return evidence.shift_explanation(shift, index, example)
+    plain = evidence.wrong_by_row(got, expected, shape, close)
     return (
-        "The values are wrong but not in a simple pattern (not transposed, shifted, scaled or "
-        "zero): compare the formula on your line that computes them with the lesson's "
-        "definition, cell by cell, using the first wrong cells above."
-    )
+        f"{plain} The wrong values are not a simple pattern of the expected ones (not "
+        "transposed, shifted, scaled or zero). What do the wrong cells have in common that "
+        "the right ones do not, and which line computes them?"
+    ).strip()
 
 
 def _cells(output: dict) -> str:
@@ -391,6 +404,9 @@ def _results_review(outcome: Outcome, harness: dict, host: str) -> list[str]:
     threads = _threads(outcome, harness)
     found_entry = _entry_point(outcome, harness)
     entry = found_entry[0] if found_entry else None
+    # The kernel itself shows a race: that is named before anything the values show.
+    if raced := evidence.race(entry):
+        parts.append(raced)
     for output in outcome.get("outputs", []):
         bad = output.get("bad") or 0
         if not bad:
@@ -422,6 +438,8 @@ def _results_review(outcome: Outcome, harness: dict, host: str) -> list[str]:
                 )
             elif kind in ("local", "lines"):
                 text += f" {found}"
+            elif not evidence.one_cell_each(entry, name):
+                text += f" {found}" if found else ""
             elif host and (short := host_review.dispatch_shortfall(outcome, host, count, name)):
                 text += short
             elif threads and threads[2] < count:
@@ -448,28 +466,9 @@ def _results_review(outcome: Outcome, harness: dict, host: str) -> list[str]:
                 "(softmax must subtract the row maximum before exp), a division by zero, sqrt or "
                 "log of a negative number, or reading a cell nobody wrote."
             )
-        if wrong > 0 and (pattern := _value_pattern(output, _store_places(entry, name))):
+        if wrong > 0 and (pattern := _value_pattern(output, _store_places(entry, name), harness)):
             parts.append(pattern)
     return parts
-
-
-def _pass_question(outcome: Outcome, harness: dict) -> str:
-    """A question about the passing run itself: the lesson's checks are instructions to
-    the tutor and never reach the learner."""
-    threads = _threads(outcome, harness)
-    outputs = outcome.get("outputs") or []
-    if not threads or not outputs:
-        return ""
-    groups, size, total = threads
-    count = outputs[0].get("count") or 0
-    spare = total - count
-    text = (
-        f"Before you move on: {total} invocations ran ({groups} × @workgroup_size {size}) "
-        f"for {count} cells of `{outputs[0].get('name', 'out')}`."
-    )
-    if spare > 0:
-        return text + f" What do the {spare} invocations past the end do in your kernel?"
-    return text + f" Which cell does invocation {min(70, total - 1)} write, and why that one?"
 
 
 def _shown_review(outcome: Outcome) -> str:
@@ -479,6 +478,25 @@ def _shown_review(outcome: Outcome) -> str:
         "Do they hold what you expect? Work out two or three cells by hand and compare; "
         "to check a change, compare this run with an earlier version of yours."
     )
+
+
+FINDINGS = {
+    "race": "the race on workgroup memory",
+    "overrun": "the invocations past the end that stored with nothing to stop them",
+}
+
+
+def findings(outcome: Outcome, harness: dict) -> list[str]:
+    """The codes of what the review says about the kernel beyond its verdict (FINDINGS),
+    recorded with each submission so the next one can be told what it fixed."""
+    found = _entry_point(outcome, harness)
+    entry = found[0] if found else None
+    codes = []
+    if evidence.race(entry):
+        codes.append("race")
+    if evidence.overrun(entry, _threads(outcome, harness), outcome.get("outputs", [])):
+        codes.append("overrun")
+    return codes
 
 
 def offline_review(outcome: Outcome, source: str, harness: dict, host: str = "") -> str:
@@ -494,9 +512,12 @@ def offline_review(outcome: Outcome, source: str, harness: dict, host: str = "")
         parts = _results_review(outcome, harness, host)
     elif status == Status.PASSED:
         parts = [f"**It passes:** {outcome.get('message', '')}"]
-        if question := _pass_question(outcome, harness):
-            parts.append(question)
-        parts.append("When you are done, you can publish this session from the side panel.")
+        found = _entry_point(outcome, harness)
+        entry = found[0] if found else None
+        if past := evidence.overrun(entry, _threads(outcome, harness), outcome.get("outputs", [])):
+            parts.append(past)
+        if raced := evidence.race(entry):
+            parts.append(f"It passes here by the luck of the order the invocations ran in. {raced}")
     elif status == Status.NO_REFERENCE and host_review.program(outcome):
         parts = [host_review.never_dispatched(outcome) or _shown_review(outcome)]
     elif status == Status.NO_REFERENCE:
@@ -536,12 +557,5 @@ def offline_review(outcome: Outcome, source: str, harness: dict, host: str = "")
             f"**It could not be run:** {outcome.get('message', '')} This is the server's "
             "problem, not your kernel's; submit again in a moment."
         ]
-    # The runner's backend caveats are on the outcome panel; the review repeats only those
-    # that change its conclusion: a pass that may hide an out-of-bounds write, a wrong
-    # result that may come from llvmpipe's loop cap.
-    for warning in outcome.get("warnings") or []:
-        if status == Status.PASSED or (
-            status not in (Status.COMPILE_ERROR, Status.REJECTED) and "loop" in warning
-        ):
-            parts.append(f"Note from the runner: {warning}")
+    # The runner's backend caveats are on the run panel, each where the kernel can meet it.
     return "\n\n".join(parts)

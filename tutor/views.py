@@ -45,7 +45,7 @@ from kernels.outcome_context import outcome_context
 from sessions.access import get_session_for_user
 from sessions.models import Session
 from sessions.navigation import stored_runs
-from tutor import engine, llm
+from tutor import engine, llm, progress
 from tutor.free_form import TEMPLATES
 from tutor.lessons import get_lesson, load_lessons
 from tutor.models import ApiCall, GuidedSession
@@ -241,6 +241,9 @@ class EventStream:
                 "usage_html": render_to_string(
                     "tutor/_usage.html", {"guided": guided, **_usage_context(guided)}
                 ),
+                "objectives_html": render_to_string(
+                    "tutor/_objectives.html", {"objectives": _objectives(guided)}
+                ),
                 "pending": guided.pending_turn() is not None,
             }
         return data
@@ -389,6 +392,13 @@ def _turns_with_runs(session: Session) -> list:
     return turns
 
 
+def _objectives(guided: GuidedSession) -> list[tuple[str, int | None]]:
+    """The lesson's objectives, each with the first version whose run met it (or None)."""
+    met = progress.met_so_far(guided)
+    objectives = (guided.lesson or {}).get("objectives") or []
+    return [(text, met.get(i)) for i, text in enumerate(objectives)]
+
+
 @never_cache
 @require_GET
 @login_required
@@ -401,6 +411,7 @@ def session_page(request: HttpRequest, slug: str) -> HttpResponse:
         "session": session,
         "kernel": guided.kernel,
         "lesson": guided.lesson,
+        "objectives": _objectives(guided),
         "turns": _turns_with_runs(session),
         "editor_source": latest.source if latest else guided.starter,
         "host_source": latest.host_program if latest else guided.host_starter,

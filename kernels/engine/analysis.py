@@ -32,6 +32,12 @@ from kernels.engine.wgsl import (
 MAX_ITEMS = 16
 MAX_TEXT = 120
 LLVMPIPE_LOOP_CAP = 65535
+# What orders one invocation's write to workgroup memory before another's read.
+WORKGROUP_BARRIERS = frozenset(("workgroupBarrier", "workgroupUniformLoad"))
+# What can keep an invocation from a store, or its index within the buffer.
+GUARDS = frozenset(("if", "return", "select", "min", "clamp", "switch", "for", "while", "loop"))
+# Words followed by "(" that are not calls.
+KEYWORDS = frozenset(("if", "for", "while", "switch", "return", "loop", "else"))
 ASSIGNMENTS = frozenset(("=", "+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=", "++", "--"))
 
 
@@ -72,18 +78,76 @@ def _entry_point(
         "builtins": dict(list(builtins.items())[:MAX_ITEMS]),
         "writes": _writes(module, function, lines, pairs, written),
         "loops": _loops(module, function, lines, pairs),
+        "shared": _shared(module, function, lines, pairs),
+        "calls": _calls(module, function),
     }
+
+
+def _calls(module: Module, function: Function) -> list[str]:
+    """The functions the body calls, by name, each once: arrayLength, workgroupBarrier…"""
+    tokens = module.tokens
+    found: dict[str, None] = {}
+    for j in function.body:
+        module.steps += 1
+        text = tokens[j].text
+        if tokens[j].kind == IDENT and _text(tokens, j + 1) == "(" and text not in KEYWORDS:
+            found[text] = None
+            if len(found) == 2 * MAX_ITEMS:
+                break
+    return list(found)
+
+
+def _shared(
+    module: Module, function: Function, lines: list[str], pairs: dict[int, int]
+) -> dict[str, object]:
+    """How the entry point uses var<workgroup> memory: each access to it (variable,
+    index as written, line, "write" or "read"; `+=` is both) and the lines of its
+    workgroup barriers. Barriers anywhere in the module count, as a helper function the
+    entry point calls may hold them: a race is only claimed where there is none at all."""
+    tokens = module.tokens
+    names = {v.name for v in module.variables if v.address_space == "workgroup"}
+    accesses: list[dict[str, object]] = []
+    barriers = [t.line for t in tokens if t.kind == IDENT and t.text in WORKGROUP_BARRIERS]
+    module.steps += len(tokens)
+    if not names:
+        return {"accesses": [], "barriers": barriers[:MAX_ITEMS]}
+    for j in function.body:
+        module.steps += 1
+        token = tokens[j]
+        if token.kind != IDENT or token.text not in names or _text(tokens, j - 1) == ".":
+            continue
+        index = ""
+        after = j + 1
+        if _text(tokens, after) == "[" and after in pairs:
+            close = pairs[after]
+            index = _excerpt(lines, tokens[after + 1 : min(close, after + 1 + MAX_TEXT)])
+            after = close + 1
+        operator = _text(tokens, after)
+        kinds = ["write"] if operator == "=" else []
+        if operator in ASSIGNMENTS and operator != "=":
+            kinds = ["read", "write"]
+        for kind in kinds or ["read"]:
+            accesses.append(
+                {"variable": token.text, "index": index, "line": token.line, "kind": kind}
+            )
+        if len(accesses) >= 2 * MAX_ITEMS:
+            break
+    return {"accesses": accesses[: 2 * MAX_ITEMS], "barriers": barriers[:MAX_ITEMS]}
 
 
 def _writes(
     module: Module, function: Function, lines: list[str], pairs: dict[int, int], written: set[str]
 ) -> list[dict[str, object]]:
-    """Where the body stores into read_write buffers: `out[i] = …` gives out and i."""
+    """Where the body stores into read_write buffers: `out[i] = …` gives out and i, and
+    whether anything that could keep an invocation from the store or its index in range
+    (an if, a return, a loop, select, min, clamp) comes before it ("guarded")."""
     tokens = module.tokens
     found: list[dict[str, object]] = []
+    guarded = False
     for j in function.body:
         module.steps += 1
         token = tokens[j]
+        guarded = guarded or (token.kind == IDENT and token.text in GUARDS)
         if token.kind != IDENT or token.text not in written or _text(tokens, j + 1) != "[":
             continue
         close = pairs[j + 1]
@@ -93,7 +157,9 @@ def _writes(
             after = pairs[after] + 1 if tokens[after].text == "[" else after + 2
         if _text(tokens, after) in ASSIGNMENTS:
             index = _excerpt(lines, tokens[j + 2 : min(close, j + 2 + MAX_TEXT)])
-            found.append({"buffer": token.text, "index": index, "line": token.line})
+            found.append(
+                {"buffer": token.text, "index": index, "line": token.line, "guarded": guarded}
+            )
             if len(found) == MAX_ITEMS:
                 break
     return found

@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 # 2: WebGPU's default limits, the checks a browser makes, and the source's analysis.
 # 3: new buffers zeroed as in WebGPU (the NaN sentinel only in a diagnostic second run).
 # 4: a program's checked readbacks take their harness buffer's shape and its report.
-RUNNER_VERSION = 4
+# 5: the analysis says how each entry point uses workgroup memory and where its barriers are.
+RUNNER_VERSION = 5
 
 BACKEND_ORDER = ("vulkan", "metal", "d3d12", "opengl")
 ADAPTER_TYPE_ORDER = ("discretegpu", "integratedgpu", "virtualgpu", "unknown", "cpu")

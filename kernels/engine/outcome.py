@@ -95,8 +95,13 @@ class EntryPointFacts(TypedDict):
     builtins           parameter (or "param.member") -> builtin, e.g. "gid" ->
                        "global_invocation_id"
     writes             where it stores into read_write buffers: buffer, index (the
-                       expression as written), line
+                       expression as written), line, and (version 5 on) guarded:
+                       whether an if, return, loop, select, min or clamp comes before it
     loops              kind ("for", "while", "loop"), line, condition as written
+    shared             its var<workgroup> accesses (variable, index as written, line,
+                       kind "read" or "write") and the module's workgroup barrier lines;
+                       absent from outcomes of runners before version 5
+    calls              the functions its body calls, each once (version 5 on)
     """
 
     name: str
@@ -107,6 +112,8 @@ class EntryPointFacts(TypedDict):
     builtins: dict[str, str]
     writes: list[dict[str, Any]]
     loops: list[dict[str, Any]]
+    shared: NotRequired[dict[str, Any]]
+    calls: NotRequired[list[str]]
 
 
 class BindingFacts(TypedDict):

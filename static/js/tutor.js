@@ -127,7 +127,9 @@
     done: function (data, context) {
       context.ended = true;
       live.hidden = true;
-      if (data.usage_html) usage.innerHTML = data.usage_html;
+      if (data.usage_html && usage) usage.innerHTML = data.usage_html;
+      var objectives = document.getElementById("objectives");
+      if (data.objectives_html && objectives) objectives.replaceWith(fromHTML(data.objectives_html));
       hideError();
       removePendingNote();
     },

@@ -479,6 +479,7 @@ LESSON_FIELDS = {
     "title",
     "summary",
     "objectives",
+    "objective_checks",
     "context",
     "kernel",
     "steps",
@@ -503,6 +504,9 @@ def test_a_lesson_plan_is_complete_and_its_starter_is_not_a_solution(run, path: 
     plan = json.loads(path.read_text(encoding="utf-8"))
     assert set(plan) == LESSON_FIELDS
     assert plan["objectives"] and plan["pitfalls"]
+    # At least one objective a run can show met, so the page has something to mark.
+    assert len(plan["objective_checks"]) == len(plan["objectives"])
+    assert any(plan["objective_checks"])
     assert all(set(step) == {"goal", "check"} for step in plan["steps"])
     assert len(plan["hints"]) >= 3
     assert "twin" in plan["hints"][-1]

@@ -101,6 +101,12 @@ ATTACKS: dict[str, Callable[[int], str]] = {
         + "]" * (n // 8)
         + " = 1u; }"
     ),
+    "workgroup memory": lambda n: (
+        "var<workgroup> w: array<f32, 64>;\n"
+        + ENTRY
+        + times("w[lid.x] = w[lid.x + 1u] + w[0];", n)
+        + "}"
+    ),
     "many locals": lambda n: (
         ENTRY + "".join(f"let v{i} = lid.x + {i}u;" for i in range(n // 25)) + "}"
     ),
@@ -198,7 +204,10 @@ def test_the_facts_for_the_reviewer() -> None:
     assert main["workgroup_size"] == [16, 8, 1]
     assert main["workgroup_storage"] == 16 * 16 * 4
     assert main["builtins"] == {"gid": "global_invocation_id"}
-    assert main["writes"] == [{"buffer": "out", "index": "gid.x * 2u + i", "line": 10}]
+    # The store is inside a loop: something can keep an invocation from it.
+    assert main["writes"] == [
+        {"buffer": "out", "index": "gid.x * 2u + i", "line": 10, "guarded": True}
+    ]
     assert main["loops"] == [
         {"kind": "for", "line": 10, "condition": "i < params.n", "iterations": None}
     ]
