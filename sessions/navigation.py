@@ -30,6 +30,7 @@ FAILED = {
     Status.PIPELINE_ERROR,
     Status.TIMEOUT,
     Status.CRASHED,
+    Status.THREW,
     Status.REJECTED,
 }
 TITLE_CHARS = 80

@@ -22,6 +22,7 @@ class Status(StrEnum):
     PIPELINE_ERROR = "pipeline_error"
     TIMEOUT = "timeout"
     CRASHED = "crashed"
+    THREW = "threw"
     REJECTED = "rejected"
     NO_REFERENCE = "no_reference"
     INFRA_ERROR = "infra_error"
@@ -32,8 +33,10 @@ class Status(StrEnum):
 
     @property
     def cacheable(self) -> bool:
-        """A finished run is reused for the same inputs; a run cut short by us is not."""
-        return self not in (Status.TIMEOUT, Status.INFRA_ERROR, Status.CRASHED)
+        """A finished run is reused for the same inputs, a timeout too (running it again on
+        each view would only take a worker for the whole deadline again: "Run again" asks
+        for a fresh one); a run cut short by us is not."""
+        return self not in (Status.INFRA_ERROR, Status.CRASHED)
 
 
 LABELS = {
@@ -44,6 +47,7 @@ LABELS = {
     Status.PIPELINE_ERROR: "pipeline or binding error",
     Status.TIMEOUT: "timed out",
     Status.CRASHED: "crashed",
+    Status.THREW: "threw an exception",
     Status.REJECTED: "rejected before running",
     Status.NO_REFERENCE: "ran (nothing to compare with)",
     Status.INFRA_ERROR: "could not run (no GPU adapter)",

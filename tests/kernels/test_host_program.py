@@ -489,7 +489,7 @@ def test_a_thrown_error_names_its_line(run, gpu):
     assert result.error["kind"] == "javascript"
     assert result.error["line"] == 3
     assert result.error["message"] == "Line 3: Error: no GPU for you"
-    assert program_outcome(result, gpu[1])["status"] == "crashed"
+    assert program_outcome(result, gpu[1])["status"] == "threw"
 
 
 def test_an_error_thrown_inside_main_names_its_line(run):

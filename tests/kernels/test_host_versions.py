@@ -135,7 +135,7 @@ class HostVersionTests(TransactionTestCase):
     def test_a_missing_file_fails_the_fetch_at_its_line(self) -> None:
         add_program(self.session, [FETCHING], HARNESS)
         outcome = finished(self.client, "/s/host/turns/2/replay.json")["outcome"]
-        self.assertEqual(outcome["status"], "crashed")
+        self.assertEqual(outcome["status"], "threw")
         self.assertIn("Line 4: TypeError: Failed to fetch ", outcome["message"])
         self.assertContains(
             self.client.get("/s/host/turns/2/replay/"),

@@ -278,7 +278,7 @@ class HostSubmissionTestCase(TutorRunTestCase):
         guided = self.start("device-and-buffers")
         host = lesson_file("01-device-and-buffers.json")["kernel"]["host_starter"]
         events = self.send(guided, scale_kernel(), host)
-        self.assertEqual(self.outcome(events)["status"], "crashed")
+        self.assertEqual(self.outcome(events)["status"], "threw")
         review = guided.session.turns.order_by("number").last().content
         line = next(n for n, text in enumerate(host.splitlines(), start=1) if "xBuffer }" in text)
         self.assertIn(f"**Your host program stopped at line {line}:**", review)

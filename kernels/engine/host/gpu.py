@@ -33,8 +33,14 @@ SENTINEL_WORD = 0x7FC0DEAD
 STORAGE = 0x80
 MAP_READ, MAP_WRITE = 0x1, 0x2
 MAX_CALLS = 100_000
+MAX_LABEL_CHARS = 256  # the shim cuts labels to 200 characters and an ellipsis
+MAX_CODE_CHARS = 1024 * 1024  # a shader module's WGSL (the shim refuses more, at its line)
+MAX_URL_CHARS = 2048
+MAX_LIST = 10_000  # entries of a list in one call (bind group entries, command buffers)
+MAX_SAFE_INTEGER = 2**53 - 1
+U32_MAX = 2**32 - 1
 Entry = dict[str, Any]  # one recorded call, as the shim wrote it
-Blob = Callable[[int], bytes]  # reads the bytes a call handed over, by index
+Blob = Callable[[int], bytes | None]  # reads the bytes a call handed over, by index
 # The name a program fetch()es its version's WGSL by (run_program_job's "wgsl").
 VERSION_WGSL = "kernel.wgsl"
 # The JavaScript method behind a recorded entry, where the names differ.
@@ -69,7 +75,8 @@ class HostError(Exception):
     """Where and why the replay stopped.
 
     kind: "validation" (what WebGPU would report), "compile" (WGSL), "limit" (over
-    Kernelbin's caps), "fetch" (a file that is not attached never reaches this: fetch rejects).
+    Kernelbin's caps), "record" (a call the record cannot stand for: see SCHEMA), "fetch"
+    (a file that is not attached never reaches this: fetch rejects).
     """
 
     def __init__(
@@ -102,6 +109,197 @@ class Readback:
     line: int | None
 
 
+# -- the record, checked ----------------------------------------------------------------------
+#
+# The record is written by JavaScript that shares its realm with the program, so it is read
+# as untrusted input: every operation and its fields are checked against this table before
+# anything is made from them, and the operation is run by the method the table names (never a
+# method looked up by the op's name). A field's spec is a scalar kind (below), an id of an
+# object of the kind named ("GPUBuffer"), ("?", spec) for spec or null, [spec] for a list of
+# at most MAX_LIST, or a dict of the fields of a nested object.
+Spec = str | tuple[str, Any] | list[Any] | dict[str, Any]
+SCALARS: dict[str, Callable[[Any], bool]] = {
+    "uint": lambda v: type(v) is int and 0 <= v <= MAX_SAFE_INTEGER,
+    "u32": lambda v: type(v) is int and 0 <= v <= U32_MAX,
+    "flag": lambda v: type(v) is bool,
+    "label": lambda v: type(v) is str and len(v) <= MAX_LABEL_CHARS,
+    "code": lambda v: type(v) is str and len(v) <= MAX_CODE_CHARS,
+    "url": lambda v: type(v) is str and len(v) <= MAX_URL_CHARS,
+    "dtype": lambda v: v == "bytes" or v in traces.NP_VIEWS,
+    "bufferType": lambda v: v in ("uniform", "storage", "read-only-storage"),
+    "workgroups": lambda v: (
+        type(v) is list and len(v) == 3 and all(type(c) is int and 0 <= c <= U32_MAX for c in v)
+    ),
+    "constants": lambda v: (
+        type(v) is dict
+        and len(v) <= 64
+        and all(
+            len(k) <= MAX_LABEL_CHARS and type(c) in (int, float) and math.isfinite(c)
+            for k, c in v.items()
+        )
+    ),
+    "caller": lambda v: (
+        v is None
+        or (
+            type(v) is list
+            and len(v) == 2
+            and type(v[0]) is str
+            and len(v[0]) <= MAX_LABEL_CHARS
+            and type(v[1]) is int
+        )
+    ),
+}
+# Ids: a new one, or one the record made before as an object of the named kind.
+KINDS = (
+    "GPUBuffer",
+    "GPUShaderModule",
+    "GPUComputePipeline",
+    "GPUBindGroupLayout",
+    "GPUPipelineLayout",
+    "GPUBindGroup",
+    "GPUCommandEncoder",
+    "GPUCommandBuffer",
+)
+ENCODER: dict[str, Spec] = {"encoder": "GPUCommandEncoder"}
+REQUEST: dict[str, Spec] = {"request": "uint"}
+SCHEMA: dict[str, dict[str, Spec]] = {
+    "requestAdapter": REQUEST,
+    "requestDevice": REQUEST,
+    "popErrorScope": REQUEST,
+    "onSubmittedWorkDone": REQUEST,
+    "getCompilationInfo": {**REQUEST, "module": "GPUShaderModule"},
+    "fetch": {**REQUEST, "url": "url"},
+    "mapAsync": {**REQUEST, "buffer": "GPUBuffer", "mode": "u32", "offset": "uint", "size": "uint"},
+    "destroyDevice": {},
+    "createBuffer": {
+        "id": "new",
+        "label": "label",
+        "size": "uint",
+        "usage": "u32",
+        "mappedAtCreation": "flag",
+        "caller": "caller",
+    },
+    "writeBuffer": {"buffer": "GPUBuffer", "offset": "uint", "blob": "uint", "dtype": "dtype"},
+    "unmap": {"buffer": "GPUBuffer", "ranges": [{"offset": "uint", "blob": "uint"}]},
+    "destroyBuffer": {"buffer": "GPUBuffer"},
+    "view": {"buffer": "GPUBuffer", "dtype": "dtype"},
+    "createShaderModule": {"id": "new", "label": "label", "code": "code"},
+    "createComputePipeline": {
+        "id": "new",
+        "label": "label",
+        "layout": "layout",
+        "compute": {
+            "module": "GPUShaderModule",
+            "entryPoint": ("?", "label"),
+            "constants": "constants",
+        },
+    },
+    "getBindGroupLayout": {"id": "new", "pipeline": "GPUComputePipeline", "index": "u32"},
+    "createBindGroupLayout": {
+        "id": "new",
+        "label": "label",
+        "entries": [
+            {
+                "binding": "u32",
+                "visibility": "u32",
+                "buffer": {
+                    "type": "bufferType",
+                    "hasDynamicOffset": "flag",
+                    "minBindingSize": "uint",
+                },
+            }
+        ],
+    },
+    "createPipelineLayout": {
+        "id": "new",
+        "label": "label",
+        "bindGroupLayouts": ["GPUBindGroupLayout"],
+    },
+    "createBindGroup": {
+        "id": "new",
+        "label": "label",
+        "layout": "GPUBindGroupLayout",
+        "entries": [
+            {"binding": "u32", "buffer": "GPUBuffer", "offset": "uint", "size": ("?", "uint")}
+        ],
+    },
+    "createCommandEncoder": {"id": "new", "label": "label"},
+    "beginComputePass": {**ENCODER, "pass": "uint", "label": "label"},
+    "setPipeline": {**ENCODER, "pipeline": "GPUComputePipeline"},
+    "setBindGroup": {**ENCODER, "index": "u32", "group": ("?", "GPUBindGroup"), "offsets": ["u32"]},
+    "dispatchWorkgroups": {**ENCODER, "pass": "uint", "workgroups": "workgroups"},
+    "endPass": {**ENCODER, "pass": "uint"},
+    "copyBufferToBuffer": {
+        **ENCODER,
+        "source": "GPUBuffer",
+        "sourceOffset": "uint",
+        "destination": "GPUBuffer",
+        "destinationOffset": "uint",
+        "size": "uint",
+    },
+    "clearBuffer": {**ENCODER, "buffer": "GPUBuffer", "offset": "uint", "size": ("?", "uint")},
+    "finish": {**ENCODER, "id": "new"},
+    "submit": {"commandBuffers": ["GPUCommandBuffer"]},
+}
+# What each op makes, under its "id" (getBindGroupLayout's layout, finish's command buffer).
+MAKES = {
+    "createBuffer": "GPUBuffer",
+    "createShaderModule": "GPUShaderModule",
+    "createComputePipeline": "GPUComputePipeline",
+    "getBindGroupLayout": "GPUBindGroupLayout",
+    "createBindGroupLayout": "GPUBindGroupLayout",
+    "createPipelineLayout": "GPUPipelineLayout",
+    "createBindGroup": "GPUBindGroup",
+    "createCommandEncoder": "GPUCommandEncoder",
+    "finish": "GPUCommandBuffer",
+}
+
+
+def check_entry(entry: Any, kinds: Mapping[int, str]) -> str:
+    """Why entry is not a call the record can stand for, or "" when it is. kinds maps the
+    ids made so far to their objects' kinds."""
+    if type(entry) is not dict or type(entry.get("op")) is not str:
+        return "the record holds something that is not a call"
+    if entry["op"] not in SCHEMA:
+        return f"the record names a call Kernelbin does not know ({entry['op'][:40]!r})"
+    line = entry.get("line")
+    if line is not None and (type(line) is not int or line < 1):
+        entry["line"] = None
+        return "the call's line is not a line number"
+    fields = {key: value for key, value in entry.items() if key not in ("op", "line")}
+    return _check(fields, SCHEMA[entry["op"]], kinds, "")
+
+
+def _check(value: Any, spec: Spec, kinds: Mapping[int, str], where: str) -> str:
+    if isinstance(spec, dict):
+        if type(value) is not dict or set(value) != set(spec):
+            return f"{where or 'the call'} does not have the fields {', '.join(sorted(spec))}"
+        for name, inner in spec.items():
+            if problem := _check(value[name], inner, kinds, f"{where}.{name}".lstrip(".")):
+                return problem
+        return ""
+    if isinstance(spec, list):
+        if type(value) is not list or len(value) > MAX_LIST:
+            return f"{where} is not a list of at most {MAX_LIST:,}"
+        for index, item in enumerate(value):
+            if problem := _check(item, spec[0], kinds, f"{where}[{index}]"):
+                return problem
+        return ""
+    if isinstance(spec, tuple):
+        return "" if value is None else _check(value, spec[1], kinds, where)
+    if spec in SCALARS:
+        return "" if SCALARS[spec](value) else f"{where} is not a valid {spec}"
+    if spec == "layout" and value == "auto":
+        return ""
+    fresh = spec == "new"
+    if type(value) is not int or value < 1 or (fresh and value in kinds):
+        return f"{where} is not a {'new id' if fresh else 'WebGPU object id'}"
+    wanted = "GPUPipelineLayout" if spec == "layout" else spec
+    if not fresh and kinds.get(value) != wanted:
+        return f"{where} is not a {wanted} made by this program"
+    return ""
+
+
 class Timeline:
     """wgpu-py objects for the ids the shim hands out, and what happened to them."""
 
@@ -122,7 +320,9 @@ class Timeline:
         self.sentinel = sentinel
         self.objects: dict[int, Any] = {}
         self.names: dict[int, str] = {}
-        self.sizes: dict[int, int] = {}
+        self.sizes: dict[int, int] = {}  # bytes each buffer holds now (0 once destroyed)
+        self.made_sizes: dict[int, int] = {}  # bytes each buffer was made with
+        self.kinds: dict[int, str] = {}  # id -> the kind of object it was made as (MAKES)
         self.sources: dict[int, str] = {}  # shader module id -> WGSL
         self.pipeline_stage: dict[int, tuple[int, str | None]] = {}
         self.encoders: dict[int, Encoder] = {}
@@ -147,16 +347,44 @@ class Timeline:
             raise HostError(
                 "limit", f"The program made more than {MAX_CALLS:,} WebGPU calls.", entry
             )
+        op = entry.get("op") if type(entry) is dict else None
+        if type(op) is str and type(entry.get("line")) is int:
+            # The line where the call begins (QuickJS names the one where it ends).
+            line = entry["line"] if 1 <= entry["line"] <= len(self.lines) else None
+            entry["line"] = call_start(self.lines, line, METHODS.get(op, op))
+        if problem := check_entry(entry, self.kinds):
+            shown = entry if type(entry) is dict else {}
+            raise HostError("record", f"the call could not be replayed: {problem}.", shown)
         wgpu = import_wgpu()
-        op: str = entry["op"]
-        entry["line"] = call_start(self.lines, entry.get("line"), METHODS.get(op, op))
         try:
             if op in ENCODER_OPS:
-                return self.encode_call(entry)
-            return getattr(self, "op_" + op)(entry, blob)
+                self.encode_call(entry)
+                answer = None
+            else:
+                answer = OPERATIONS[entry["op"]](self, entry, blob)
         except wgpu.GPUValidationError as e:
             text = clean_wgpu_error(str(e))
             raise HostError("validation", text, entry, str(e)) from None
+        except ValueError as e:  # wgpu-py refuses some arguments before wgpu-native sees them
+            raise HostError("validation", str(e), entry, str(e)) from None
+        if op in MAKES:
+            self.kinds[entry["id"]] = MAKES[op]
+        return answer
+
+    def data(self, entry: Entry, index: int, blob: Blob, buffer: int, offset: int) -> bytes:
+        """The bytes a call handed over, checked to fit the buffer they go into."""
+        data = blob(index)
+        if data is None:
+            raise HostError("record", "the call could not be replayed: its data is missing.", entry)
+        size = self.made_sizes[buffer]
+        if offset + len(data) > size:
+            raise HostError(
+                "validation",
+                f"Writing {len(data):,} bytes at offset {offset:,} runs past the end of buffer "
+                f"{self.names[buffer]} ({size:,} bytes).",
+                entry,
+            )
+        return data
 
     def release(self) -> None:
         for key, size in self.sizes.items():
@@ -225,7 +453,7 @@ class Timeline:
             if not entry["mappedAtCreation"]:
                 buf.unmap()
         self.objects[entry["id"]], self.names[entry["id"]] = buf, name
-        self.sizes[entry["id"]] = size
+        self.sizes[entry["id"]] = self.made_sizes[entry["id"]] = size
         self.live_bytes += size
         traces.append(
             self.trace,
@@ -240,13 +468,15 @@ class Timeline:
         )
 
     def op_writeBuffer(self, entry: Entry, blob: Blob) -> None:
-        data = blob(entry["blob"])
+        data = self.data(entry, entry["blob"], blob, entry["buffer"], entry["offset"])
         self.device.queue.write_buffer(self.objects[entry["buffer"]], entry["offset"], data)
         self.remember(entry["buffer"], entry["offset"], data)
         self.trace_write(entry, entry["buffer"], entry["offset"], data, entry["dtype"])
 
     def remember(self, buffer: int, offset: int, data: bytes) -> None:
-        shadow = self.written.setdefault(buffer, bytearray(self.sizes[buffer]))
+        shadow = self.written.setdefault(buffer, bytearray(self.made_sizes[buffer]))
+        # Cut to the buffer: a copy WebGPU refuses at finish() is traced before then.
+        data = data[: max(0, len(shadow) - offset)]
         shadow[offset : offset + len(data)] = data
 
     def trace_write(self, entry: Entry, buffer: int, offset: int, data: bytes, dtype: str) -> None:
@@ -268,7 +498,7 @@ class Timeline:
         if buf.map_state == "unmapped":  # WebGPU ignores unmapping a buffer that is not mapped
             return
         for mapped in entry["ranges"]:
-            data = blob(mapped["blob"])
+            data = self.data(entry, mapped["blob"], blob, entry["buffer"], mapped["offset"])
             buf.write_mapped(data, mapped["offset"])
             self.remember(entry["buffer"], mapped["offset"], data)
             dtype = self.views.get(entry["buffer"], "bytes")
@@ -283,6 +513,14 @@ class Timeline:
     def op_mapAsync(self, entry: Entry, blob: Blob) -> tuple[dict[str, Any], bytes]:
         buf, mode = self.objects[entry["buffer"]], entry["mode"]
         offset, size = entry["offset"], entry["size"]
+        if size == 0 or offset + size > self.made_sizes[entry["buffer"]]:
+            raise HostError(
+                "validation",
+                f"mapAsync: the range of {size:,} bytes at offset {offset:,} is empty or runs "
+                f"past the end of buffer {self.names[entry['buffer']]} "
+                f"({self.made_sizes[entry['buffer']]:,} bytes).",
+                entry,
+            )
         if mode & MAP_READ:
             self.readback_bytes += size
             if self.readback_bytes > self.limits.max_readback_bytes:
@@ -584,6 +822,32 @@ class Timeline:
             if free := [name for name in names if name not in self.names.values()]:
                 return free[0]
         return entry.get("label") or f"{kind} {self.counts[kind]}"
+
+
+# The method that replays each operation that is not an encoder's (encoder.py runs those).
+OPERATIONS: dict[str, Callable[[Timeline, Entry, Blob], Any]] = {
+    "requestAdapter": Timeline.op_requestAdapter,
+    "requestDevice": Timeline.op_requestDevice,
+    "popErrorScope": Timeline.op_popErrorScope,
+    "onSubmittedWorkDone": Timeline.op_onSubmittedWorkDone,
+    "getCompilationInfo": Timeline.op_getCompilationInfo,
+    "fetch": Timeline.op_fetch,
+    "mapAsync": Timeline.op_mapAsync,
+    "destroyDevice": Timeline.op_destroyDevice,
+    "createBuffer": Timeline.op_createBuffer,
+    "writeBuffer": Timeline.op_writeBuffer,
+    "unmap": Timeline.op_unmap,
+    "destroyBuffer": Timeline.op_destroyBuffer,
+    "view": Timeline.op_view,
+    "createShaderModule": Timeline.op_createShaderModule,
+    "createComputePipeline": Timeline.op_createComputePipeline,
+    "getBindGroupLayout": Timeline.op_getBindGroupLayout,
+    "createBindGroupLayout": Timeline.op_createBindGroupLayout,
+    "createPipelineLayout": Timeline.op_createPipelineLayout,
+    "createBindGroup": Timeline.op_createBindGroup,
+    "createCommandEncoder": Timeline.op_createCommandEncoder,
+    "submit": Timeline.op_submit,
+}
 
 
 def attached_name(url: str, files: Mapping[str, bytes]) -> str | None:

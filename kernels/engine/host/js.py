@@ -24,12 +24,20 @@ from typing import Any
 import numpy as np
 import quickjs
 
-# The WebGPU shim, then the inert page a script from an index.html expects (page.js).
-SHIM = "".join((Path(__file__).parent / name).read_text() for name in ("shim.js", "page.js"))
-# The program runs inside an async arrow, so `await` works at its top level; it starts on the
-# line after this prefix, which is how the shim tells program frames from its own.
-PROGRAM_PREFIX = "__host.start({offset}, async () => {{\n"
-PROGRAM_SUFFIX = "\n});\n"
+# The WebGPU shim and the inert page a script from an index.html expects (page.js), in one
+# closure: the script's value is the function Python calls the shim by, and no global name
+# reaches it.
+SHIM = (
+    "(() => {\n"
+    + "".join((Path(__file__).parent / name).read_text() for name in ("shim.js", "page.js"))
+    + "return shim.command;\n})()"
+)
+# The program is compiled as a script of its own, an async arrow (so `await` works at its
+# top level) that the shim starts, given the one function of the shim it may call
+# (`__host.floating`, see drop_bare_calls); blank lines put its first line just past the
+# shim's last, which is how the shim tells program frames from its own.
+PROGRAM_PREFIX = "(async (__host) => {\n"
+PROGRAM_SUFFIX = "\n})"
 # Calls that run only the shim's own code (reading the record, settling promises) get this
 # long whatever the deadline, so what the program did is read even after it timed out.
 BOOKKEEPING_SECONDS = 10.0
@@ -151,7 +159,7 @@ class Taken:
     record: list[dict[str, Any]]
     blobs: int
     state: str
-    error: dict[str, Any] | None
+    error: dict[str, Any] | None  # name, message, line, stack, thrown (shim.js describe())
     pending: int
     timers: int
 
@@ -164,12 +172,16 @@ class Script:
         self.context = quickjs.Context()
         self.context.set_memory_limit(heap_bytes)
         self.offset = SHIM.count("\n") + 1
+        self.host: Any = None
+        self.source = source
         program = drop_bare_calls(source)
-        self.text = SHIM + PROGRAM_PREFIX.format(offset=self.offset) + program + PROGRAM_SUFFIX
+        self.text = "\n" * (self.offset - 1) + PROGRAM_PREFIX + program + PROGRAM_SUFFIX
 
     def start(self) -> None:
-        """Load the shim and run the program up to its first wait."""
-        self._enter(lambda: self.context.eval(self.text))
+        """Load the shim, compile the program and run it up to its first wait."""
+        self.host = self._enter(lambda: self.context.eval(SHIM), BOOKKEEPING_SECONDS)
+        program = self._enter(lambda: self.context.eval(self.text))
+        self._enter(lambda: self.host("start", self.offset, program))
 
     def run_jobs(self) -> None:
         """Run the promise jobs that are ready (the program's continuations).
@@ -187,32 +199,31 @@ class Script:
                 return
 
     def run_timer(self) -> bool:
-        return bool(self._enter(lambda: self.context.eval("__host.runTimer()")))
+        return bool(self._enter(lambda: self.host("runTimer")))
 
     def take(self) -> Taken:
-        return Taken(**json.loads(self._shim("__host.take()")))
+        return Taken(**json.loads(self._shim("take")))
 
-    def blob(self, index: int) -> bytes:
-        return unescape_latin1(self._shim(f"__host.blob({int(index)})"))
+    def blob(self, index: int) -> bytes | None:
+        """The bytes a call handed over, or None when the shim holds none by that index."""
+        text = self._shim("blob", int(index))
+        return None if text is None else unescape_latin1(text)
 
     def drop_blobs(self) -> None:
-        self._shim("__host.dropBlobs()")
+        self._shim("dropBlobs")
 
     def answer(self, request: int, answer: dict[str, Any], data: bytes | None = None) -> None:
-        self.context.set("__answer", json.dumps(answer, allow_nan=False))
-        if data is None:
-            code = f"__host.answer({int(request)}, __answer)"
-        else:
-            self.context.set("__words", uint32_words(data))
-            code = f"__host.answer({int(request)}, __answer, __words)"
-        self._shim(code)
+        words = None if data is None else uint32_words(data)
+        self._shim("answer", int(request), json.dumps(answer, allow_nan=False), words)
 
     def console(self) -> dict[str, Any]:
-        console: dict[str, Any] = json.loads(self._shim("__host.console()"))
+        console: dict[str, Any] = json.loads(self._shim("console"))
         return console
 
-    def _shim(self, code: str) -> Any:
-        return self._enter(lambda: self.context.eval(code), BOOKKEEPING_SECONDS)
+    def _shim(self, *command: Any) -> Any:
+        if self.host is None:
+            raise ScriptError("Error", "the shim did not load", None)
+        return self._enter(lambda: self.host(*command), BOOKKEEPING_SECONDS)
 
     def _enter(self, call: Any, seconds: float | None = None) -> Any:
         left = self.deadline - time.monotonic() if seconds is None else seconds

@@ -14,7 +14,7 @@
 (() => {
   "use strict";
 
-  const host = globalThis.__host;
+  const host = shim; // shim.js, in the same closure: the program cannot name it
   const ABOUT =
     "is not available on the server: Kernelbin runs a page's script without its page " +
     "(WebGPU compute, the console, and text written into elements)";

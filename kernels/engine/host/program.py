@@ -46,7 +46,8 @@ class ProgramError(TypedDict):
 
     kind     "javascript" (it threw), "syntax", "webgpu" (a validation error WebGPU would
              report), "compile" (WGSL), "limit" (over Kernelbin's caps), "timeout",
-             "memory" (the JavaScript heap cap), "unsupported" (an API the shim lacks)
+             "memory" (the JavaScript heap cap), "unsupported" (an API the shim lacks),
+             "record" (a call the shim's record cannot stand for: gpu.SCHEMA)
     message  one sentence, naming the line
     line     the program line (1-based) of the call or statement at fault, when known
     call     the WebGPU call at fault ("device.createBindGroup"), "" for JavaScript errors
@@ -144,7 +145,7 @@ def _drive(script: Script, timeline: Timeline) -> ProgramError | None:
                     script.answer(entry["request"], answer, data)
             script.drop_blobs()
             if taken.state == "failed":
-                return _thrown(taken.error or {})
+                return _thrown(taken.error or {}, script.source)
             if taken.record:
                 continue
             if taken.state == "done" and not taken.timers:
@@ -164,10 +165,27 @@ def _drive(script: Script, timeline: Timeline) -> ProgramError | None:
         )
 
 
-def _thrown(error: dict[str, Any]) -> ProgramError:
-    """The error that ended the program's promise. QuickJS's interrupt and out-of-memory
-    errors end up here too: an async function turns them into its rejection."""
+# Where a program may throw or reject with a value of its own choosing.
+THROWS = re.compile(r"\b(?:throw|reject)\b")
+
+
+def _thrown(error: dict[str, Any], source: str = "") -> ProgramError:
+    """The error that ended the program's promise (shim.js describe()). QuickJS's interrupt
+    and out-of-memory errors end up here too: an async function turns them into its
+    rejection; when QuickJS cannot even allocate its out-of-memory error it throws null, so
+    null from a program that throws and rejects nothing is that."""
     name, message, line = error.get("name", "Error"), error.get("message", ""), error.get("line")
+    if not name and error.get("thrown"):
+        if error["thrown"] == "null" and not THROWS.search(source):
+            return _out_of_memory(line)
+        where = f" at line {line}" if line else ""
+        return _error(
+            "javascript",
+            f"The program threw {error['thrown']}{where}: a value that is not an Error, so "
+            "it carries no line of its own (throw new Error(...) would).",
+            line,
+            f"threw {error['thrown']}",
+        )
     if (name, message) == ("InternalError", "interrupted"):
         return _timed_out(line)
     if (name, message) == ("InternalError", "out of memory"):
@@ -261,8 +279,9 @@ STATUS_OF_ERROR = {
     "memory": Status.REJECTED,
     "unsupported": Status.REJECTED,
     "timeout": Status.TIMEOUT,
-    "syntax": Status.CRASHED,
-    "javascript": Status.CRASHED,
+    "syntax": Status.THREW,
+    "javascript": Status.THREW,
+    "record": Status.THREW,
 }
 
 

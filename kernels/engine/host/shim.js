@@ -4,66 +4,150 @@
 // it; kernels/engine/host/gpu.py replays the record on wgpu-py between turns of the job queue,
 // as a browser's device timeline runs behind its content timeline. The promises a program awaits
 // (requestAdapter, mapAsync, onSubmittedWorkDone, fetch ...) are requests that Python answers
-// after it has replayed everything recorded before them. Python reads the record with
-// __host.take() and answers with __host.answer(); the program is started by __host.start().
-(() => {
+// after it has replayed everything recorded before them.
+//
+// The program shares this realm with the shim, so nothing the shim relies on is reachable from
+// it: the shim's state lives in this closure, the objects it hands out are known by a WeakMap
+// (not by properties the program could set), the built-ins it uses are captured below before
+// the program runs, and each call is written into the record as JSON text when it is made (no
+// JSON.stringify, toJSON or prototype of the program's sees it). Python talks to the shim through
+// the one function this script returns (see js.py), never through a global name.
+const shim = (() => {
   "use strict";
+
+  // -- the built-ins the shim uses, captured before the program can change them --------------
+
+  const uncurry = Function.prototype.bind.bind(Function.prototype.call);
+  const apply = uncurry(Function.prototype.apply);
+  const { keys: objectKeys, freeze, getPrototypeOf, create: objectCreate, defineProperty } = Object;
+  const isArray = Array.isArray;
+  const isView = ArrayBuffer.isView;
+  const arraySlice = uncurry(Array.prototype.slice);
+  const arrayFrom = Array.from;
+  const jsonStringify = JSON.stringify;
+  const jsonParse = JSON.parse;
+  const StringOf = String;
+  const NumberOf = Number;
+  const isFiniteNumber = Number.isFinite;
+  const trunc = Math.trunc;
+  const fromCharCode = String.fromCharCode;
+  const escapeText = escape;
+  const decodeText = decodeURIComponent;
+  const stringSplit = uncurry(String.prototype.split);
+  const stringSlice = uncurry(String.prototype.slice);
+  const regexExec = uncurry(RegExp.prototype.exec);
+  const PromiseOf = Promise;
+  const promiseThen = uncurry(Promise.prototype.then);
+  const promiseResolve = Promise.resolve.bind(Promise);
+  const promiseReject = Promise.reject.bind(Promise);
+  const MapOf = Map;
+  const mapGet = uncurry(Map.prototype.get);
+  const mapSet = uncurry(Map.prototype.set);
+  const mapHas = uncurry(Map.prototype.has);
+  const mapDelete = uncurry(Map.prototype.delete);
+  const mapKeys = uncurry(Map.prototype.keys);
+  const mapSize = uncurry(Object.getOwnPropertyDescriptor(Map.prototype, "size").get);
+  const iteratorNext = uncurry(getPrototypeOf(new Map().keys()).next);
+  const WeakMapOf = WeakMap;
+  const weakGet = uncurry(WeakMap.prototype.get);
+  const weakSet = uncurry(WeakMap.prototype.set);
+  const weakHas = uncurry(WeakMap.prototype.has);
+  const ErrorOf = Error;
+  const TypeErrorOf = TypeError;
+  const RangeErrorOf = RangeError;
+  const ArrayBufferOf = ArrayBuffer;
+  const bufferSlice = uncurry(ArrayBuffer.prototype.slice);
+  const bufferLength = uncurry(Object.getOwnPropertyDescriptor(ArrayBuffer.prototype, "byteLength").get);
+  const U8 = Uint8Array;
+  const U32 = Uint32Array;
+  const TypedArrayPrototype = getPrototypeOf(U8.prototype);
+  const typedSlice = uncurry(TypedArrayPrototype.slice);
+  const typedSubarray = uncurry(TypedArrayPrototype.subarray);
+  const typedSet = uncurry(TypedArrayPrototype.set);
+  const typedLength = uncurry(Object.getOwnPropertyDescriptor(TypedArrayPrototype, "length").get);
+  const typedBuffer = uncurry(Object.getOwnPropertyDescriptor(TypedArrayPrototype, "buffer").get);
+  const typedByteOffset = uncurry(Object.getOwnPropertyDescriptor(TypedArrayPrototype, "byteOffset").get);
+  const typedByteLength = uncurry(Object.getOwnPropertyDescriptor(TypedArrayPrototype, "byteLength").get);
+  const DataViewOf = DataView;
+  const viewBuffer = uncurry(Object.getOwnPropertyDescriptor(DataView.prototype, "buffer").get);
+  const viewByteOffset = uncurry(Object.getOwnPropertyDescriptor(DataView.prototype, "byteOffset").get);
+  const viewByteLength = uncurry(Object.getOwnPropertyDescriptor(DataView.prototype, "byteLength").get);
+  const nativeSort = uncurry(Array.prototype.sort);
+  const typedSort = uncurry(TypedArrayPrototype.sort);
 
   const MAX_CONSOLE_LINES = 1000;
   const MAX_CONSOLE_CHARS = 64 * 1024;
   const MAX_LINE_CHARS = 2000;
   const MAX_TIMERS = 10000;
-
-  // The shim's own typed arrays, made before the program's constructors are wrapped below.
-  const U8 = Uint8Array;
-  const U32 = Uint32Array;
+  // What crosses to Python is cut here, before it is copied out: a label, a URL, an error's
+  // message and stack (each at most this many characters).
+  const MAX_LABEL_CHARS = 200;
+  const MAX_URL_CHARS = 2000;
+  const MAX_MESSAGE_CHARS = 2000;
+  const MAX_STACK_CHARS = 8000;
+  const MAX_CALLS = 100000; // gpu.py's cap, here so that a loop of calls stops at its line
+  const MAX_CONSTANTS = 64;
+  // JSON.stringify in QuickJS checks the native stack only when a replacer calls back into
+  // JavaScript: without one, a value nested 100,000 deep overflows it and kills the process.
+  const MAX_SORT_NATIVE = 1 << 20;
 
   const host = {
     offset: 0, // lines before the program's first line in this script
     nextId: 1,
-    record: [],
-    blobs: [],
-    pending: new Map(),
-    timers: [],
+    record: "", // the calls since the last take(), as JSON objects joined by commas
+    calls: 0,
+    blobs: new MapOf(), // index -> bytes a call handed over
+    nextBlob: 0,
+    pending: new MapOf(), // request id -> { resolve, reject, line }
+    timers: new MapOf(), // id -> { callback, args }, in the order they were set
     timerCount: 0,
-    console: [],
+    console: "", // console lines as JSON objects joined by commas
+    consoleLines: 0,
     consoleChars: 0,
     consoleDropped: 0,
     state: "running", // running | done | failed
     error: null,
-    mapped: new WeakMap(), // mapped-range ArrayBuffer -> buffer id, to see how it is viewed
-    afterProgram: [], // what runs when the program's own code is done (page.js: its events)
-    floating: [], // promises the program started and dropped (`main();`), see floating()
+    mapped: new WeakMapOf(), // mapped-range ArrayBuffer -> buffer id, to see how it is viewed
+    afterProgram: objectCreate(null), // index -> what runs when the program's own code is done
+    afterCount: 0,
+    floating: new MapOf(), // promises the program started and dropped (`main();`), see floating()
+    floatingCount: 0,
   };
+  // Each WebGPU object the shim handed out -> its state ({ kind, id, ... }).
+  const objects = new WeakMapOf();
 
   // -- where a call came from -------------------------------------------------------------------
 
   // QuickJS frames read "    at name (<input>:LINE)"; frames at or before host.offset are ours.
   function programLine(stack) {
-    for (const frame of String(stack || "").split("\n")) {
-      const m = /:(\d+)\)?\s*$/.exec(frame);
-      if (m && Number(m[1]) > host.offset) return Number(m[1]) - host.offset;
+    const frames = stringSplit(StringOf(stack || ""), "\n");
+    for (let i = 0; i < frames.length; i++) {
+      const m = regexExec(/:(\d+)\)?\s*$/, frames[i]);
+      if (m && NumberOf(m[1]) > host.offset) return NumberOf(m[1]) - host.offset;
     }
     return null;
   }
 
   function callLine() {
-    return programLine(new Error().stack);
+    return programLine(new ErrorOf().stack);
   }
 
   // The program's function that made this call and the line that called it, when one of
   // its functions called another: [name, line] (a helper's caller names what it made).
   function caller() {
-    const frames = [];
-    for (const frame of String(new Error().stack).split("\n")) {
-      const m = /at ([^ ]+) \(<input>:(\d+)\)\s*$/.exec(frame);
-      if (m && Number(m[2]) > host.offset) frames.push([m[1], Number(m[2]) - host.offset]);
+    const frames = stringSplit(StringOf(new ErrorOf().stack), "\n");
+    let first = null;
+    for (let i = 0; i < frames.length; i++) {
+      const m = regexExec(/at ([^ ]+) \(<input>:(\d+)\)\s*$/, frames[i]);
+      if (!m || NumberOf(m[2]) <= host.offset) continue;
+      if (first === null) first = m[1];
+      else return [stringSlice(first, 0, MAX_LABEL_CHARS), NumberOf(m[2]) - host.offset];
     }
-    return frames.length > 1 ? [frames[0][0], frames[1][1]] : null;
+    return null;
   }
 
   function webgpuError(name, message) {
-    const error = new Error(message);
+    const error = new ErrorOf(message);
     error.name = name;
     return error;
   }
@@ -80,109 +164,192 @@
 
   // -- the record ----------------------------------------------------------------------------
 
-  function push(op, fields, line) {
-    const entry = Object.assign({ op: op, line: line === undefined ? callLine() : line }, fields);
-    host.record.push(entry);
-    return entry;
+  // A value the shim built (strings, finite numbers, booleans, null, and arrays and objects
+  // of them) as JSON, with nothing of the program's consulted on the way.
+  function encode(value, depth) {
+    if (value === null || value === undefined) return "null";
+    const type = typeof value;
+    if (type === "string") return jsonStringify(value);
+    if (type === "number") return isFiniteNumber(value) ? "" + value : "null";
+    if (type === "boolean") return value ? "true" : "false";
+    if (type !== "object" || depth > 4) return "null";
+    let out;
+    if (isArray(value)) {
+      out = "[";
+      for (let i = 0; i < value.length; i++) out += (i ? "," : "") + encode(value[i], depth + 1);
+      return out + "]";
+    }
+    const names = objectKeys(value);
+    out = "{";
+    for (let i = 0; i < names.length; i++) {
+      out += (i ? "," : "") + jsonStringify(names[i]) + ":" + encode(value[names[i]], depth + 1);
+    }
+    return out + "}";
+  }
+
+  // One call into the record, as a JSON object of its own: op, line, the fields (built by
+  // the shim as literals, so their properties are their own) and, for a request, its id.
+  function push(op, fields, line, requestId) {
+    if (++host.calls > MAX_CALLS) {
+      throw new RangeErrorOf(`The program made more than ${MAX_CALLS} WebGPU calls.`);
+    }
+    const at = line === undefined ? callLine() : line;
+    let text = `{"op":${jsonStringify(op)},"line":${encode(at, 0)}`;
+    if (requestId !== undefined) text += `,"request":${requestId}`;
+    const names = objectKeys(fields);
+    for (let i = 0; i < names.length; i++) {
+      text += "," + jsonStringify(names[i]) + ":" + encode(fields[names[i]], 1);
+    }
+    host.record += (host.record ? "," : "") + text + "}";
+    return at;
   }
 
   function blob(bytes) {
-    host.blobs.push(bytes);
-    return host.blobs.length - 1;
+    const index = host.nextBlob++;
+    mapSet(host.blobs, index, bytes);
+    return index;
   }
 
   // A promise Python settles. A rejection carries the line of the call that made the
   // request: its own stack holds only the shim's frames.
   function request(op, fields) {
     const id = host.nextId++;
-    const entry = push(op, Object.assign({ request: id }, fields));
-    return new Promise((resolve, reject) => host.pending.set(id, { resolve, reject, line: entry.line }));
+    const line = push(op, fields, undefined, id);
+    return new PromiseOf((resolve, reject) => mapSet(host.pending, id, { resolve, reject, line }));
   }
 
   function rejection(error, line) {
-    error.programLine = line;
+    defineProperty(error, "programLine", { value: line, configurable: true });
     return error;
   }
 
-  function idOf(object, what) {
-    if (!object || typeof object.__id !== "number") {
-      throw new TypeError(`${what} is not a WebGPU object created by this device`);
+  // The state of a WebGPU object the shim made, or a TypeError as a browser gives for
+  // anything else (an object the program made itself, one of another kind).
+  function stateOf(object, kind, what) {
+    const state = object !== null && typeof object === "object" ? weakGet(objects, object) : undefined;
+    if (state === undefined || (kind !== undefined && state.kind !== kind)) {
+      throw new TypeErrorOf(`${what} is not a ${kind || "WebGPU object"} created by this device`);
     }
-    return object.__id;
+    return state;
+  }
+
+  function idOf(object, kind, what) {
+    return stateOf(object, kind, what).id;
+  }
+
+  // State is kept in objects without a prototype: a setter the program puts on
+  // Object.prototype never sees a property the shim adds to them.
+  function bare() {
+    return objectCreate(null);
+  }
+
+  function made(object, kind, id, descriptor, extra) {
+    const state = bare();
+    state.kind = kind;
+    state.id = id;
+    state.label = label(descriptor);
+    if (extra) {
+      const names = objectKeys(extra);
+      for (let i = 0; i < names.length; i++) state[names[i]] = extra[names[i]];
+    }
+    weakSet(objects, object, state);
+    return object;
   }
 
   // WebIDL's [EnforceRange] integers (GPUSize32, GPUSize64): fractions are cut off, and a
   // value out of range (negative, NaN, infinite) is a TypeError, as in a browser.
   function enforceRange(value, max, method, type) {
-    const n = Number(value);
-    if (!Number.isFinite(n) || Math.trunc(n) < 0 || Math.trunc(n) > max) {
-      throw new TypeError(`Failed to execute '${method}': Value ${value} is outside the '${type}' value range.`);
+    const n = NumberOf(value);
+    if (!isFiniteNumber(n) || trunc(n) < 0 || trunc(n) > max) {
+      throw new TypeErrorOf(`Failed to execute '${method}': Value ${cut(StringOf(value), 100)} is outside the '${type}' value range.`);
     }
-    return Math.trunc(n);
+    return trunc(n);
+  }
+
+  const U32_MAX = 0xffffffff;
+  const U64_MAX = Number.MAX_SAFE_INTEGER;
+
+  function optionalRange(value, max, method, type, fallback) {
+    return value === undefined ? fallback : enforceRange(value, max, method, type);
+  }
+
+  function cut(text, limit) {
+    return text.length > limit ? stringSlice(text, 0, limit) + "…" : text;
   }
 
   function label(descriptor) {
-    return descriptor && descriptor.label !== undefined ? String(descriptor.label) : "";
+    if (descriptor === null || typeof descriptor !== "object" || descriptor.label === undefined) return "";
+    return cut(StringOf(descriptor.label), MAX_LABEL_CHARS);
   }
 
   // The bytes a program hands over (writeBuffer, unmap), copied now: WebGPU copies at the call.
   function bytesOf(data, dataOffset, size, what) {
     let view;
     let unit = 1;
-    if (data instanceof ArrayBuffer) {
+    if (data instanceof ArrayBufferOf) {
       view = new U8(data);
-    } else if (ArrayBuffer.isView(data)) {
-      unit = data instanceof DataView ? 1 : data.BYTES_PER_ELEMENT;
-      view = new U8(data.buffer, data.byteOffset, data.byteLength);
+    } else if (isView(data)) {
+      if (data instanceof DataViewOf) {
+        view = new U8(viewBuffer(data), viewByteOffset(data), viewByteLength(data));
+      } else {
+        unit = data.BYTES_PER_ELEMENT;
+        view = new U8(typedBuffer(data), typedByteOffset(data), typedByteLength(data));
+      }
     } else {
-      throw new TypeError(`${what}: data must be an ArrayBuffer, a TypedArray or a DataView`);
+      throw new TypeErrorOf(`${what}: data must be an ArrayBuffer, a TypedArray or a DataView`);
     }
-    const start = (dataOffset || 0) * unit;
-    const length = size === undefined ? view.byteLength - start : size * unit;
-    if (start < 0 || length < 0 || start + length > view.byteLength) {
+    const length = typedLength(view);
+    const start = optionalRange(dataOffset, U64_MAX, what, "unsigned long long", 0) * unit;
+    const count = size === undefined ? length - start : enforceRange(size, U64_MAX, what, "unsigned long long") * unit;
+    if (count < 0 || start + count > length) {
       throw webgpuError("OperationError", `${what}: dataOffset and size run past the end of data`);
     }
-    return view.slice(start, start + length);
+    return typedSlice(view, start, start + count);
   }
 
   function viewType(data) {
-    if (data instanceof ArrayBuffer || data instanceof DataView) return "bytes";
-    return TYPE_NAMES.get(Object.getPrototypeOf(data).constructor) || "bytes";
+    if (data instanceof ArrayBufferOf || data instanceof DataViewOf) return "bytes";
+    const type = mapGet(TYPE_NAMES, getPrototypeOf(data));
+    return type === undefined ? "bytes" : type;
   }
 
   // -- console ---------------------------------------------------------------------------------
 
   function show(value, depth) {
     if (typeof value === "string") return value;
-    if (value instanceof Error) return value.stack ? `${value}\n${value.stack}` : String(value);
-    if (ArrayBuffer.isView(value) && !(value instanceof DataView)) {
-      const items = Array.prototype.slice.call(value, 0, 100).join(", ");
+    if (value instanceof ErrorOf) return value.stack ? `${value}\n${value.stack}` : StringOf(value);
+    if (isView(value) && !(value instanceof DataViewOf)) {
+      const items = arraySlice(value, 0, 100).join(", ");
       const more = value.length > 100 ? `, … ${value.length - 100} more` : "";
       return `${viewType(value)}(${value.length}) [${items}${more}]`;
     }
     if (typeof value === "function") return `[Function ${value.name || "anonymous"}]`;
     if (value && typeof value === "object" && depth < 2) {
-      if (Array.isArray(value)) return `[${value.slice(0, 100).map((v) => show(v, depth + 1)).join(", ")}]`;
-      const keys = Object.keys(value).slice(0, 50);
+      if (isArray(value)) return `[${arraySlice(value, 0, 100).map((v) => show(v, depth + 1)).join(", ")}]`;
+      const keys = arraySlice(objectKeys(value), 0, 50);
       return `{${keys.map((k) => `${k}: ${show(value[k], depth + 1)}`).join(", ")}}`;
     }
-    return String(value);
+    return StringOf(value);
   }
 
   function log(level) {
     return function (...args) {
-      record(level, args.map((a) => show(a, 0)).join(" "), callLine());
+      let text = "";
+      for (let i = 0; i < args.length; i++) text += (i ? " " : "") + show(args[i], 0);
+      record(level, text, callLine());
     };
   }
 
   function record(level, text, line) {
-    if (text.length > MAX_LINE_CHARS) text = text.slice(0, MAX_LINE_CHARS) + "…";
-    if (host.console.length >= MAX_CONSOLE_LINES || host.consoleChars + text.length > MAX_CONSOLE_CHARS) {
+    text = cut(StringOf(text), MAX_LINE_CHARS);
+    if (host.consoleLines >= MAX_CONSOLE_LINES || host.consoleChars + text.length > MAX_CONSOLE_CHARS) {
       host.consoleDropped++;
       return;
     }
     host.consoleChars += text.length;
-    host.console.push({ level: level, text: text, line: line });
+    host.consoleLines++;
+    const entry = `{"level":${jsonStringify(level)},"text":${jsonStringify(text)},"line":${encode(line, 0)}}`;
+    host.console += (host.console ? "," : "") + entry;
   }
 
   const consoleObject = {
@@ -195,9 +362,55 @@
     time() {},
     timeEnd() {},
     assert(condition, ...args) {
-      if (!condition) log("error")("Assertion failed:", ...args);
+      if (!condition) apply(log("error"), undefined, ["Assertion failed:", ...args]);
     },
   };
+
+  // -- built-ins the program uses that QuickJS cannot stop in ---------------------------------
+
+  // JSON.stringify with a replacer calls back into JavaScript for every value, and that call
+  // checks the native stack: a value nested too deep ends in a RangeError, not a crash.
+  function keep(key, value) {
+    return value;
+  }
+  function onlyKeys(names) {
+    const allowed = new MapOf();
+    for (let i = 0; i < names.length; i++) {
+      const name = names[i];
+      if (typeof name === "string" || typeof name === "number") mapSet(allowed, StringOf(name), true);
+    }
+    return function (key, value) {
+      if (key !== "" && !isArray(this) && !mapHas(allowed, key)) return undefined;
+      return value;
+    };
+  }
+  function stringify(value, replacer, space) {
+    const by = typeof replacer === "function" ? replacer : isArray(replacer) ? onlyKeys(replacer) : keep;
+    return jsonStringify(value, by, space);
+  }
+
+  // A sort without a comparator runs in C, where QuickJS's deadline cannot stop it; past
+  // MAX_SORT_NATIVE elements it is given the default order as a comparator written here,
+  // which runs as JavaScript and stops at the deadline, with its line.
+  function typedOrder(a, b) {
+    if (a < b) return -1;
+    if (a > b) return 1;
+    if (a === b) return a === 0 && 1 / a !== 1 / b ? (1 / a < 0 ? -1 : 1) : 0;
+    return a !== a ? (b !== b ? 0 : 1) : -1; // NaN last
+  }
+  function stringOrder(a, b) {
+    const x = StringOf(a);
+    const y = StringOf(b);
+    return x < y ? -1 : x > y ? 1 : 0;
+  }
+  function sortArray(compare) {
+    if (compare === undefined && this != null && this.length > MAX_SORT_NATIVE) return nativeSort(this, stringOrder);
+    return nativeSort(this, compare);
+  }
+  function sortTyped(compare) {
+    if (compare === undefined && typedLength(this) > MAX_SORT_NATIVE) return typedSort(this, typedOrder);
+    return typedSort(this, compare);
+  }
 
   // -- typed arrays: note how a program views a mapped range ------------------------------------
 
@@ -212,210 +425,276 @@
     Int16Array: "i16",
     Uint8ClampedArray: "u8",
   };
-  const TYPE_NAMES = new Map();
-  for (const name of Object.keys(TYPED)) {
+  const reflectConstruct = Reflect.construct;
+  const TYPE_NAMES = new MapOf(); // a typed array's prototype -> its dtype
+  const typedNames = objectKeys(TYPED);
+  for (let i = 0; i < typedNames.length; i++) {
+    const name = typedNames[i];
     const original = globalThis[name];
-    TYPE_NAMES.set(original, TYPED[name]);
-    globalThis[name] = new Proxy(original, {
+    const dtype = TYPED[name];
+    mapSet(TYPE_NAMES, original.prototype, dtype);
+    const wrapped = new Proxy(original, {
       construct(target, args, newTarget) {
-        const made = Reflect.construct(target, args, newTarget === globalThis[name] ? target : newTarget);
+        const made = reflectConstruct(target, args, newTarget === wrapped ? target : newTarget);
         const source = args[0];
-        if (source instanceof ArrayBuffer && host.mapped.has(source)) {
-          push("view", { buffer: host.mapped.get(source), dtype: TYPED[name] });
+        if (source instanceof ArrayBufferOf && weakHas(host.mapped, source)) {
+          push("view", { buffer: weakGet(host.mapped, source), dtype: dtype });
         }
         return made;
       },
     });
-    TYPE_NAMES.set(globalThis[name], TYPED[name]);
+    globalThis[name] = wrapped;
   }
-  const sliceBuffer = ArrayBuffer.prototype.slice;
-  ArrayBuffer.prototype.slice = function (...args) {
-    const copy = sliceBuffer.apply(this, args);
-    if (host.mapped.has(this)) host.mapped.set(copy, host.mapped.get(this));
+  ArrayBufferOf.prototype.slice = function slice(start, end) {
+    const copy = bufferSlice(this, start, end);
+    if (weakHas(host.mapped, this)) weakSet(host.mapped, copy, weakGet(host.mapped, this));
     return copy;
   };
+  JSON.stringify = stringify;
+  Array.prototype.sort = sortArray;
+  TypedArrayPrototype.sort = sortTyped;
 
   // -- constants --------------------------------------------------------------------------------
 
-  const GPUBufferUsage = Object.freeze({
+  const GPUBufferUsage = freeze({
     MAP_READ: 0x1, MAP_WRITE: 0x2, COPY_SRC: 0x4, COPY_DST: 0x8, INDEX: 0x10,
     VERTEX: 0x20, UNIFORM: 0x40, STORAGE: 0x80, INDIRECT: 0x100, QUERY_RESOLVE: 0x200,
   });
-  const GPUMapMode = Object.freeze({ READ: 0x1, WRITE: 0x2 });
-  const GPUShaderStage = Object.freeze({ VERTEX: 0x1, FRAGMENT: 0x2, COMPUTE: 0x4 });
+  const GPUMapMode = freeze({ READ: 0x1, WRITE: 0x2 });
+  const GPUShaderStage = freeze({ VERTEX: 0x1, FRAGMENT: 0x2, COMPUTE: 0x4 });
 
   // -- objects ----------------------------------------------------------------------------------
 
-  class GPUBuffer {
-    constructor(id, descriptor) {
-      this.__id = id;
-      this.label = label(descriptor);
-      this.size = descriptor.size;
-      this.usage = descriptor.usage;
-      this.mapState = descriptor.mappedAtCreation ? "mapped" : "unmapped";
-      this.__ranges = [];
-      this.__mapping = descriptor.mappedAtCreation ? { offset: 0, bytes: new U8(this.size), write: true } : null;
-    }
+  // An object's label, readable and writable as in a browser (the record keeps the label it
+  // was made with).
+  function labelled(prototype) {
+    defineProperty(prototype, "label", {
+      get() {
+        return stateOf(this, undefined, "label").label;
+      },
+      set(value) {
+        stateOf(this, undefined, "label").label = cut(StringOf(value), MAX_LABEL_CHARS);
+      },
+      configurable: true,
+    });
+  }
 
+  function getter(prototype, name, read) {
+    defineProperty(prototype, name, {
+      get() {
+        return read(stateOf(this, "GPUBuffer", name));
+      },
+      configurable: true,
+    });
+  }
+
+  class GPUBuffer {
     mapAsync(mode, offset, size) {
-      const start = offset || 0;
-      const length = size === undefined ? this.size - start : size;
-      if (this.mapState !== "unmapped") {
-        const error = webgpuError("OperationError", `mapAsync: buffer '${this.label}' is already ${this.mapState}`);
-        return Promise.reject(rejection(error, callLine()));
+      const state = stateOf(this, "GPUBuffer", "mapAsync: this");
+      const line = callLine();
+      let start;
+      let length;
+      let modeBits;
+      try {
+        modeBits = enforceRange(mode, U32_MAX, "mapAsync", "unsigned long");
+        start = optionalRange(offset, U64_MAX, "mapAsync", "unsigned long long", 0);
+        length = size === undefined ? state.size - start : enforceRange(size, U64_MAX, "mapAsync", "unsigned long long");
+      } catch (error) {
+        return promiseReject(rejection(error, line));
       }
-      this.mapState = "pending";
-      return request("mapAsync", { buffer: this.__id, mode: mode, offset: start, size: length }).then(
+      if (length < 0 || start + length > state.size) {
+        const error = webgpuError("OperationError", `mapAsync: the range (offset ${start}, size ${length}) is outside buffer '${state.label}' (${state.size} bytes)`);
+        return promiseReject(rejection(error, line));
+      }
+      if (state.mapState !== "unmapped") {
+        const error = webgpuError("OperationError", `mapAsync: buffer '${state.label}' is already ${state.mapState}`);
+        return promiseReject(rejection(error, line));
+      }
+      state.mapState = "pending";
+      return promiseThen(
+        request("mapAsync", { buffer: state.id, mode: modeBits, offset: start, size: length }),
         (answer) => {
-          this.mapState = "mapped";
-          this.__mapping = { offset: start, bytes: new U8(answer.data), write: (mode & GPUMapMode.WRITE) !== 0 };
+          state.mapState = "mapped";
+          const mapping = bare();
+          mapping.offset = start;
+          mapping.bytes = new U8(answer.data);
+          mapping.write = (modeBits & GPUMapMode.WRITE) !== 0;
+          state.mapping = mapping;
+        },
+        (error) => {
+          state.mapState = "unmapped";
+          throw error;
         }
       );
     }
 
     getMappedRange(offset, size) {
-      if (this.mapState !== "mapped" || !this.__mapping) {
-        throw webgpuError("OperationError", `getMappedRange: buffer '${this.label}' is not mapped (mapState is ${this.mapState})`);
+      const state = stateOf(this, "GPUBuffer", "getMappedRange: this");
+      const mapping = state.mapping;
+      if (state.mapState !== "mapped" || !mapping) {
+        throw webgpuError("OperationError", `getMappedRange: buffer '${state.label}' is not mapped (mapState is ${state.mapState})`);
       }
-      const mapping = this.__mapping;
-      const start = (offset || 0) - mapping.offset;
-      const length = size === undefined ? mapping.bytes.length - start : size;
-      if (start < 0 || length < 0 || start + length > mapping.bytes.length) {
+      const available = typedLength(mapping.bytes);
+      const start = optionalRange(offset, U64_MAX, "getMappedRange", "unsigned long long", 0) - mapping.offset;
+      const length = size === undefined ? available - start : enforceRange(size, U64_MAX, "getMappedRange", "unsigned long long");
+      if (start < 0 || length < 0 || start + length > available) {
         throw webgpuError("OperationError", "getMappedRange: the range is outside the mapped range");
       }
-      const range = mapping.bytes.slice(start, start + length).buffer;
-      host.mapped.set(range, this.__id);
-      this.__ranges.push({ offset: mapping.offset + start, buffer: range });
+      const range = typedBuffer(typedSlice(mapping.bytes, start, start + length));
+      weakSet(host.mapped, range, state.id);
+      state.ranges[state.rangeCount++] = { offset: mapping.offset + start, buffer: range };
       return range;
     }
 
     unmap() {
-      const mapping = this.__mapping;
+      const state = stateOf(this, "GPUBuffer", "unmap: this");
+      const mapping = state.mapping;
       const ranges = [];
       if (mapping && mapping.write) {
-        for (const range of this.__ranges) {
-          ranges.push({ offset: range.offset, blob: blob(new U8(range.buffer).slice()) });
+        for (let i = 0; i < state.rangeCount; i++) {
+          const range = state.ranges[i];
+          ranges[i] = { offset: range.offset, blob: blob(typedSlice(new U8(range.buffer))) };
         }
       }
-      push("unmap", { buffer: this.__id, ranges: ranges });
-      this.__mapping = null;
-      this.__ranges = [];
-      this.mapState = "unmapped";
+      push("unmap", { buffer: state.id, ranges: ranges });
+      state.mapping = null;
+      state.ranges = bare();
+      state.rangeCount = 0;
+      state.mapState = "unmapped";
     }
 
     destroy() {
-      push("destroyBuffer", { buffer: this.__id });
-      this.__mapping = null;
-      this.mapState = "unmapped";
+      const state = stateOf(this, "GPUBuffer", "destroy: this");
+      push("destroyBuffer", { buffer: state.id });
+      state.mapping = null;
+      state.mapState = "unmapped";
     }
   }
+  labelled(GPUBuffer.prototype);
+  getter(GPUBuffer.prototype, "size", (state) => state.size);
+  getter(GPUBuffer.prototype, "usage", (state) => state.usage);
+  getter(GPUBuffer.prototype, "mapState", (state) => state.mapState);
 
   class GPUShaderModule {
-    constructor(id, descriptor) {
-      this.__id = id;
-      this.label = label(descriptor);
-    }
-
     getCompilationInfo() {
-      return request("getCompilationInfo", { module: this.__id }).then((answer) => ({ messages: answer.messages }));
+      const id = idOf(this, "GPUShaderModule", "getCompilationInfo: this");
+      return promiseThen(request("getCompilationInfo", { module: id }), () => ({ messages: [] }));
     }
   }
+  labelled(GPUShaderModule.prototype);
 
-  class GPUBindGroupLayout {
-    constructor(id, name) {
-      this.__id = id;
-      this.label = name;
-    }
-  }
+  class GPUBindGroupLayout {}
+  labelled(GPUBindGroupLayout.prototype);
+  class GPUPipelineLayout {}
+  labelled(GPUPipelineLayout.prototype);
+  class GPUBindGroup {}
+  labelled(GPUBindGroup.prototype);
+  class GPUCommandBuffer {}
+  labelled(GPUCommandBuffer.prototype);
 
   class GPUComputePipeline {
-    constructor(id, descriptor) {
-      this.__id = id;
-      this.label = label(descriptor);
-    }
-
     getBindGroupLayout(index) {
+      const pipeline = idOf(this, "GPUComputePipeline", "getBindGroupLayout: this");
+      const group = enforceRange(index, U32_MAX, "getBindGroupLayout", "unsigned long");
       const id = host.nextId++;
-      push("getBindGroupLayout", { id: id, pipeline: this.__id, index: index });
-      return new GPUBindGroupLayout(id, "");
+      push("getBindGroupLayout", { id: id, pipeline: pipeline, index: group });
+      return made(new GPUBindGroupLayout(), "GPUBindGroupLayout", id, undefined);
     }
   }
+  labelled(GPUComputePipeline.prototype);
 
   class GPUComputePassEncoder {
-    constructor(encoder, id, descriptor) {
-      this.__encoder = encoder;
-      this.__id = id;
-      this.label = label(descriptor);
-    }
-
     setPipeline(pipeline) {
-      push("setPipeline", { encoder: this.__encoder, pipeline: idOf(pipeline, "setPipeline: pipeline") });
+      const state = stateOf(this, "GPUComputePassEncoder", "setPipeline: this");
+      push("setPipeline", { encoder: state.encoder, pipeline: idOf(pipeline, "GPUComputePipeline", "setPipeline: pipeline") });
     }
 
     setBindGroup(index, group, dynamicOffsets) {
-      const offsets = dynamicOffsets ? Array.prototype.slice.call(dynamicOffsets) : [];
-      const id = group === null ? null : idOf(group, "setBindGroup: bindGroup");
-      push("setBindGroup", { encoder: this.__encoder, index: index, group: id, offsets: offsets });
+      const state = stateOf(this, "GPUComputePassEncoder", "setBindGroup: this");
+      const slot = enforceRange(index, U32_MAX, "setBindGroup", "unsigned long");
+      const offsets = [];
+      if (dynamicOffsets !== undefined && dynamicOffsets !== null) {
+        const given = arrayFrom(dynamicOffsets);
+        for (let i = 0; i < given.length && i < 64; i++) {
+          offsets[i] = enforceRange(given[i], U32_MAX, "setBindGroup", "unsigned long");
+        }
+      }
+      const id = group === null ? null : idOf(group, "GPUBindGroup", "setBindGroup: bindGroup");
+      push("setBindGroup", { encoder: state.encoder, index: slot, group: id, offsets: offsets });
     }
 
     dispatchWorkgroups(x, y, z) {
-      const counts = [x, y === undefined ? 1 : y, z === undefined ? 1 : z].map((c) =>
-        enforceRange(c, 0xffffffff, "dispatchWorkgroups", "unsigned long"));
-      push("dispatchWorkgroups", { encoder: this.__encoder, pass: this.__id, workgroups: counts });
+      const state = stateOf(this, "GPUComputePassEncoder", "dispatchWorkgroups: this");
+      const counts = [
+        enforceRange(x, U32_MAX, "dispatchWorkgroups", "unsigned long"),
+        optionalRange(y, U32_MAX, "dispatchWorkgroups", "unsigned long", 1),
+        optionalRange(z, U32_MAX, "dispatchWorkgroups", "unsigned long", 1),
+      ];
+      push("dispatchWorkgroups", { encoder: state.encoder, pass: state.id, workgroups: counts });
     }
 
     end() {
-      push("endPass", { encoder: this.__encoder, pass: this.__id });
+      const state = stateOf(this, "GPUComputePassEncoder", "end: this");
+      push("endPass", { encoder: state.encoder, pass: state.id });
     }
 
     pushDebugGroup() {}
     popDebugGroup() {}
     insertDebugMarker() {}
   }
+  labelled(GPUComputePassEncoder.prototype);
   GPUComputePassEncoder.prototype.dispatchWorkgroupsIndirect = notSupported("dispatchWorkgroupsIndirect");
 
   class GPUCommandEncoder {
-    constructor(id, descriptor) {
-      this.__id = id;
-      this.label = label(descriptor);
-    }
-
     beginComputePass(descriptor) {
+      const encoder = idOf(this, "GPUCommandEncoder", "beginComputePass: this");
       const id = host.nextId++;
-      push("beginComputePass", { encoder: this.__id, pass: id, label: label(descriptor) });
-      return new GPUComputePassEncoder(this.__id, id, descriptor);
+      push("beginComputePass", { encoder: encoder, pass: id, label: label(descriptor) });
+      return made(new GPUComputePassEncoder(), "GPUComputePassEncoder", id, descriptor, { encoder: encoder });
     }
 
     copyBufferToBuffer(source, a, b, c, d) {
       // (source, sourceOffset, destination, destinationOffset, size) or (source, destination, size)
-      const short = typeof a === "object";
-      const destination = short ? a : b;
-      const fields = {
-        encoder: this.__id,
-        source: idOf(source, "copyBufferToBuffer: source"),
-        sourceOffset: short ? 0 : a,
-        destination: idOf(destination, "copyBufferToBuffer: destination"),
-        destinationOffset: short ? 0 : c,
-        size: short ? b : d,
-      };
-      if (fields.size === undefined) fields.size = source.size - fields.sourceOffset;
-      push("copyBufferToBuffer", fields);
+      const encoder = idOf(this, "GPUCommandEncoder", "copyBufferToBuffer: this");
+      const short = a !== null && typeof a === "object";
+      const from = stateOf(source, "GPUBuffer", "copyBufferToBuffer: source");
+      const to = stateOf(short ? a : b, "GPUBuffer", "copyBufferToBuffer: destination");
+      const method = "copyBufferToBuffer";
+      const sourceOffset = short ? 0 : enforceRange(a, U64_MAX, method, "unsigned long long");
+      const destinationOffset = short ? 0 : enforceRange(c, U64_MAX, method, "unsigned long long");
+      const size = short ? b : d;
+      push("copyBufferToBuffer", {
+        encoder: encoder,
+        source: from.id,
+        sourceOffset: sourceOffset,
+        destination: to.id,
+        destinationOffset: destinationOffset,
+        size: size === undefined ? from.size - sourceOffset : enforceRange(size, U64_MAX, method, "unsigned long long"),
+      });
     }
 
     clearBuffer(buffer, offset, size) {
-      push("clearBuffer", { encoder: this.__id, buffer: idOf(buffer, "clearBuffer: buffer"), offset: offset || 0, size: size === undefined ? null : size });
+      const encoder = idOf(this, "GPUCommandEncoder", "clearBuffer: this");
+      push("clearBuffer", {
+        encoder: encoder,
+        buffer: idOf(buffer, "GPUBuffer", "clearBuffer: buffer"),
+        offset: optionalRange(offset, U64_MAX, "clearBuffer", "unsigned long long", 0),
+        size: size === undefined ? null : enforceRange(size, U64_MAX, "clearBuffer", "unsigned long long"),
+      });
     }
 
     finish(descriptor) {
+      const encoder = idOf(this, "GPUCommandEncoder", "finish: this");
       const id = host.nextId++;
-      push("finish", { encoder: this.__id, id: id });
-      return { __id: id, label: label(descriptor) };
+      push("finish", { encoder: encoder, id: id });
+      return made(new GPUCommandBuffer(), "GPUCommandBuffer", id, descriptor);
     }
 
     pushDebugGroup() {}
     popDebugGroup() {}
     insertDebugMarker() {}
   }
+  labelled(GPUCommandEncoder.prototype);
   GPUCommandEncoder.prototype.beginRenderPass = notSupported("beginRenderPass");
   GPUCommandEncoder.prototype.copyBufferToTexture = notSupported("copyBufferToTexture");
   GPUCommandEncoder.prototype.copyTextureToBuffer = notSupported("copyTextureToBuffer");
@@ -424,137 +703,186 @@
 
   class GPUQueue {
     submit(commandBuffers) {
-      const ids = Array.from(commandBuffers || [], (cb) => idOf(cb, "submit: command buffer"));
+      const given = arrayFrom(commandBuffers || []);
+      const ids = [];
+      for (let i = 0; i < given.length; i++) ids[i] = idOf(given[i], "GPUCommandBuffer", "submit: command buffer");
       push("submit", { commandBuffers: ids });
     }
 
     writeBuffer(buffer, bufferOffset, data, dataOffset, size) {
+      const id = idOf(buffer, "GPUBuffer", "writeBuffer: buffer");
+      const offset = optionalRange(bufferOffset, U64_MAX, "writeBuffer", "unsigned long long", 0);
       const bytes = bytesOf(data, dataOffset, size, "writeBuffer");
-      if (bytes.length % 4 !== 0) {
-        throw webgpuError("OperationError", `writeBuffer: the number of bytes to write (${bytes.length}) is not a multiple of 4`);
+      if (typedLength(bytes) % 4 !== 0) {
+        throw webgpuError("OperationError", `writeBuffer: the number of bytes to write (${typedLength(bytes)}) is not a multiple of 4`);
       }
-      push("writeBuffer", {
-        buffer: idOf(buffer, "writeBuffer: buffer"),
-        offset: bufferOffset || 0,
-        blob: blob(bytes),
-        dtype: viewType(data),
-      });
+      push("writeBuffer", { buffer: id, offset: offset, blob: blob(bytes), dtype: viewType(data) });
     }
 
     onSubmittedWorkDone() {
-      return request("onSubmittedWorkDone", {}).then(() => undefined);
+      return promiseThen(request("onSubmittedWorkDone", {}), () => undefined);
     }
   }
   GPUQueue.prototype.writeTexture = notSupported("queue.writeTexture");
   GPUQueue.prototype.copyExternalImageToTexture = notSupported("queue.copyExternalImageToTexture");
 
-  function layoutId(layout) {
-    return layout === "auto" ? "auto" : idOf(layout, "layout");
-  }
-
   function computeStage(descriptor) {
     const compute = descriptor.compute || {};
+    const constants = bare();
+    if (compute.constants !== undefined && compute.constants !== null) {
+      const names = objectKeys(compute.constants);
+      for (let i = 0; i < names.length && i < MAX_CONSTANTS; i++) {
+        const value = NumberOf(compute.constants[names[i]]);
+        if (!isFiniteNumber(value)) {
+          throw new TypeErrorOf(`createComputePipeline: constant '${cut(names[i], 100)}' is not a finite number`);
+        }
+        constants[cut(names[i], MAX_LABEL_CHARS)] = value;
+      }
+    }
     return {
-      module: idOf(compute.module, "compute.module"),
-      entryPoint: compute.entryPoint === undefined ? null : String(compute.entryPoint),
-      constants: compute.constants || {},
+      module: idOf(compute.module, "GPUShaderModule", "compute.module"),
+      entryPoint: compute.entryPoint === undefined ? null : cut(StringOf(compute.entryPoint), MAX_LABEL_CHARS),
+      constants: constants,
     };
+  }
+
+  function descriptorOf(descriptor, what) {
+    if (descriptor === null || typeof descriptor !== "object") {
+      throw new TypeErrorOf(`${what}: the descriptor must be an object`);
+    }
+    return descriptor;
   }
 
   class GPUDevice {
     constructor(answer, descriptor) {
-      this.label = label(descriptor);
       this.features = new Set(answer.features);
-      this.limits = Object.freeze(answer.limits);
+      this.limits = freeze(answer.limits);
       this.adapterInfo = answer.info;
       this.queue = new GPUQueue();
-      this.lost = new Promise(() => {});
+      this.lost = new PromiseOf(() => {});
       this.onuncapturederror = null;
     }
 
     createBuffer(descriptor) {
-      const d = Object.assign({}, descriptor);
-      d.size = enforceRange(d.size, Number.MAX_SAFE_INTEGER, "createBuffer", "unsigned long long");
-      if (d.mappedAtCreation && d.size % 4 !== 0) {
-        throw new RangeError(`createBuffer: a buffer mapped at creation needs a size that is a multiple of 4 (got ${d.size})`);
+      const d = descriptorOf(descriptor, "createBuffer");
+      const size = enforceRange(d.size, U64_MAX, "createBuffer", "unsigned long long");
+      const usage = enforceRange(d.usage, U32_MAX, "createBuffer", "unsigned long");
+      const mappedAtCreation = !!d.mappedAtCreation;
+      if (mappedAtCreation && size % 4 !== 0) {
+        throw new RangeErrorOf(`createBuffer: a buffer mapped at creation needs a size that is a multiple of 4 (got ${size})`);
       }
       const id = host.nextId++;
-      push("createBuffer", { id: id, label: label(d), size: d.size, usage: d.usage, mappedAtCreation: !!d.mappedAtCreation, caller: caller() });
-      return new GPUBuffer(id, { label: d.label, size: d.size, usage: d.usage, mappedAtCreation: !!d.mappedAtCreation });
+      push("createBuffer", { id: id, label: label(d), size: size, usage: usage, mappedAtCreation: mappedAtCreation, caller: caller() });
+      const buffer = made(new GPUBuffer(), "GPUBuffer", id, d, { size: size, usage: usage, mapState: "unmapped", rangeCount: 0 });
+      const state = weakGet(objects, buffer);
+      state.ranges = bare();
+      state.mapping = null;
+      if (mappedAtCreation) {
+        // Made only once the record has the buffer: Python refuses a size over its caps.
+        const mapping = bare();
+        mapping.offset = 0;
+        mapping.bytes = new U8(size);
+        mapping.write = true;
+        state.mapping = mapping;
+        state.mapState = "mapped";
+      }
+      return buffer;
     }
 
     createShaderModule(descriptor) {
+      const d = descriptorOf(descriptor, "createShaderModule");
       const id = host.nextId++;
-      push("createShaderModule", { id: id, label: label(descriptor), code: String(descriptor.code) });
-      return new GPUShaderModule(id, descriptor);
+      push("createShaderModule", { id: id, label: label(d), code: StringOf(d.code) });
+      return made(new GPUShaderModule(), "GPUShaderModule", id, d);
     }
 
     createComputePipeline(descriptor) {
+      const d = descriptorOf(descriptor, "createComputePipeline");
+      const layout = d.layout === "auto" ? "auto" : idOf(d.layout, "GPUPipelineLayout", "createComputePipeline: layout");
       const id = host.nextId++;
-      push("createComputePipeline", { id: id, label: label(descriptor), layout: layoutId(descriptor.layout), compute: computeStage(descriptor) });
-      return new GPUComputePipeline(id, descriptor);
+      push("createComputePipeline", { id: id, label: label(d), layout: layout, compute: computeStage(d) });
+      return made(new GPUComputePipeline(), "GPUComputePipeline", id, d);
     }
 
     createComputePipelineAsync(descriptor) {
-      return Promise.resolve(this.createComputePipeline(descriptor));
+      try {
+        return promiseResolve(this.createComputePipeline(descriptor));
+      } catch (error) {
+        return promiseReject(error);
+      }
     }
 
     createBindGroupLayout(descriptor) {
-      const entries = Array.from(descriptor.entries || [], (entry) => {
+      const d = descriptorOf(descriptor, "createBindGroupLayout");
+      const given = arrayFrom(d.entries || []);
+      const entries = [];
+      for (let i = 0; i < given.length; i++) {
+        const entry = given[i] || {};
         if (!entry.buffer) {
           notSupported("A bind group layout entry that is not a buffer (texture, sampler)")();
         }
-        return {
-          binding: entry.binding,
-          visibility: entry.visibility,
+        const method = "createBindGroupLayout";
+        entries[i] = {
+          binding: enforceRange(entry.binding, U32_MAX, method, "unsigned long"),
+          visibility: enforceRange(entry.visibility, U32_MAX, method, "unsigned long"),
           buffer: {
-            type: entry.buffer.type || "uniform",
+            type: entry.buffer.type === undefined ? "uniform" : cut(StringOf(entry.buffer.type), 40),
             hasDynamicOffset: !!entry.buffer.hasDynamicOffset,
-            minBindingSize: entry.buffer.minBindingSize || 0,
+            minBindingSize: optionalRange(entry.buffer.minBindingSize, U64_MAX, method, "unsigned long long", 0),
           },
         };
-      });
+      }
       const id = host.nextId++;
-      push("createBindGroupLayout", { id: id, label: label(descriptor), entries: entries });
-      return new GPUBindGroupLayout(id, label(descriptor));
+      push("createBindGroupLayout", { id: id, label: label(d), entries: entries });
+      return made(new GPUBindGroupLayout(), "GPUBindGroupLayout", id, d);
     }
 
     createPipelineLayout(descriptor) {
-      const layouts = Array.from(descriptor.bindGroupLayouts || [], (l) => idOf(l, "bindGroupLayouts"));
+      const d = descriptorOf(descriptor, "createPipelineLayout");
+      const given = arrayFrom(d.bindGroupLayouts || []);
+      const layouts = [];
+      for (let i = 0; i < given.length; i++) layouts[i] = idOf(given[i], "GPUBindGroupLayout", "bindGroupLayouts");
       const id = host.nextId++;
-      push("createPipelineLayout", { id: id, label: label(descriptor), bindGroupLayouts: layouts });
-      return { __id: id, label: label(descriptor) };
+      push("createPipelineLayout", { id: id, label: label(d), bindGroupLayouts: layouts });
+      return made(new GPUPipelineLayout(), "GPUPipelineLayout", id, d);
     }
 
     createBindGroup(descriptor) {
-      const entries = Array.from(descriptor.entries || [], (entry) => {
-        const resource = entry.resource instanceof GPUBuffer ? { buffer: entry.resource } : entry.resource || {};
-        if (!(resource.buffer instanceof GPUBuffer)) {
+      const d = descriptorOf(descriptor, "createBindGroup");
+      const given = arrayFrom(d.entries || []);
+      const entries = [];
+      for (let i = 0; i < given.length; i++) {
+        const entry = given[i] || {};
+        const direct = weakGet(objects, entry.resource);
+        const resource = direct !== undefined && direct.kind === "GPUBuffer" ? { buffer: entry.resource } : entry.resource || {};
+        if (weakGet(objects, resource.buffer) === undefined) {
           notSupported("A bind group entry that is not a buffer (texture, sampler)")();
         }
-        return {
-          binding: entry.binding,
-          buffer: resource.buffer.__id,
-          offset: resource.offset || 0,
-          size: resource.size === undefined ? null : resource.size,
+        const method = "createBindGroup";
+        entries[i] = {
+          binding: enforceRange(entry.binding, U32_MAX, method, "unsigned long"),
+          buffer: idOf(resource.buffer, "GPUBuffer", "createBindGroup: buffer"),
+          offset: optionalRange(resource.offset, U64_MAX, method, "unsigned long long", 0),
+          size: resource.size === undefined ? null : enforceRange(resource.size, U64_MAX, method, "unsigned long long"),
         };
-      });
+      }
+      const layout = idOf(d.layout, "GPUBindGroupLayout", "createBindGroup: layout");
       const id = host.nextId++;
-      push("createBindGroup", { id: id, label: label(descriptor), layout: idOf(descriptor.layout, "createBindGroup: layout"), entries: entries });
-      return { __id: id, label: label(descriptor) };
+      push("createBindGroup", { id: id, label: label(d), layout: layout, entries: entries });
+      return made(new GPUBindGroup(), "GPUBindGroup", id, d);
     }
 
     createCommandEncoder(descriptor) {
       const id = host.nextId++;
       push("createCommandEncoder", { id: id, label: label(descriptor) });
-      return new GPUCommandEncoder(id, descriptor);
+      return made(new GPUCommandEncoder(), "GPUCommandEncoder", id, descriptor);
     }
 
     pushErrorScope() {}
 
     popErrorScope() {
       // The replay stops at the first error, so a scope that is popped held none.
-      return request("popErrorScope", {}).then(() => null);
+      return promiseThen(request("popErrorScope", {}), () => null);
     }
 
     addEventListener() {}
@@ -572,27 +900,24 @@
   class GPUAdapter {
     constructor(answer) {
       this.features = new Set(answer.features);
-      this.limits = Object.freeze(answer.limits);
+      this.limits = freeze(answer.limits);
       this.info = answer.info;
       this.isFallbackAdapter = false;
     }
 
     requestDevice(descriptor) {
       const d = descriptor || {};
-      return request("requestDevice", {
-        requiredLimits: d.requiredLimits || {},
-        requiredFeatures: Array.from(d.requiredFeatures || []),
-      }).then((answer) => new GPUDevice(answer, d));
+      return promiseThen(request("requestDevice", {}), (answer) => new GPUDevice(answer, d));
     }
 
     requestAdapterInfo() {
-      return Promise.resolve(this.info);
+      return promiseResolve(this.info);
     }
   }
 
   const gpu = {
-    requestAdapter(options) {
-      return request("requestAdapter", { options: options || {} }).then((answer) => new GPUAdapter(answer));
+    requestAdapter() {
+      return promiseThen(request("requestAdapter", {}), (answer) => new GPUAdapter(answer));
     },
     getPreferredCanvasFormat() {
       return "bgra8unorm";
@@ -608,171 +933,208 @@
       this.status = 200;
       this.statusText = "OK";
       this.url = answer.url;
-      this.__bytes = answer.data;
+      defineProperty(this, "__bytes", { value: answer.data });
     }
 
     arrayBuffer() {
-      return Promise.resolve(this.__bytes.slice(0));
+      return promiseResolve(bufferSlice(this.__bytes, 0));
     }
 
     text() {
       const bytes = new U8(this.__bytes);
       let text = "";
-      for (let i = 0; i < bytes.length; i += 8192) {
-        text += String.fromCharCode.apply(null, bytes.subarray(i, i + 8192));
+      for (let i = 0; i < typedLength(bytes); i += 8192) {
+        text += apply(fromCharCode, null, typedSubarray(bytes, i, i + 8192));
       }
-      return Promise.resolve(decodeURIComponent(escape(text)));
+      return promiseResolve(decodeText(escapeText(text)));
     }
 
     json() {
-      return this.text().then((text) => JSON.parse(text));
+      return promiseThen(this.text(), (text) => jsonParse(text));
     }
   }
 
   function fetch(resource) {
     const url = typeof resource === "string" ? resource : resource && resource.url;
-    return request("fetch", { url: String(url) }).then((answer) => new Response(answer));
+    return promiseThen(request("fetch", { url: cut(StringOf(url), MAX_URL_CHARS) }), (answer) => new Response(answer));
   }
 
   // -- timers: run in order as soon as the program waits, with no real delay --------------------
 
   function setTimeout(callback, delay, ...args) {
-    if (host.timerCount >= MAX_TIMERS) throw new RangeError(`setTimeout: more than ${MAX_TIMERS} timers`);
+    if (host.timerCount >= MAX_TIMERS) throw new RangeErrorOf(`setTimeout: more than ${MAX_TIMERS} timers`);
     const id = ++host.timerCount;
-    host.timers.push({ id: id, callback: callback, args: args });
+    mapSet(host.timers, id, { callback: callback, args: args });
     return id;
   }
 
   function clearTimeout(id) {
-    host.timers = host.timers.filter((t) => t.id !== id);
+    mapDelete(host.timers, id);
   }
 
-  // -- what Python calls ------------------------------------------------------------------------
+  // -- what Python calls (through the function this script returns) ---------------------------
 
-  globalThis.__host = {
-    start(offset, program) {
-      host.offset = offset;
-      let running;
+  function start(offset, program) {
+    host.offset = offset;
+    // Awaited, not chained with then(): a promise resolved with a promise looks up its
+    // `then`, which the program may have replaced.
+    const running = (async () => {
+      await program(programHost);
+      // The page's events come once the calls its script dropped are done, as they came
+      // after the program's own code: a reader clicks a page that has loaded.
+      while (mapSize(host.floating)) {
+        const next = iteratorNext(mapKeys(host.floating)).value;
+        const promise = mapGet(host.floating, next);
+        mapDelete(host.floating, next);
+        await promise;
+      }
+      for (let i = 0; i < host.afterCount; i++) await host.afterProgram[i]();
+    })();
+    promiseThen(
+      running,
+      () => {
+        if (host.state === "running") host.state = "done";
+      },
+      (error) => fail(error, false)
+    );
+  }
+
+  // A promise the program made and dropped: `main();` as a statement (js.py writes it as
+  // `__host.floating(main());`), a timer's async callback. Nobody awaits it, so its
+  // rejection is what a browser's console prints as "Uncaught (in promise)", with the line
+  // it was thrown at; it ends the replay.
+  function floating(promise) {
+    if (!promise || typeof promise.then !== "function") return;
+    const watched = (async () => {
       try {
-        running = program();
+        await promise;
       } catch (error) {
-        running = Promise.reject(error);
+        fail(error, true);
       }
-      running = running.then(async () => {
-        // The page's events come once the calls its script dropped are done, as they came
-        // after the program's own code: a reader clicks a page that has loaded.
-        while (host.floating.length) await Promise.all(host.floating.splice(0));
-        for (const run of host.afterProgram) await run();
-      });
-      running.then(
-        () => {
-          if (host.state === "running") host.state = "done";
-        },
-        (error) => fail(error, false)
-      );
-    },
-
-    // A promise the program made and dropped: `main();` as a statement, a timer's async
-    // callback. Nobody awaits it, so its rejection is what a browser's console prints as
-    // "Uncaught (in promise)", with the line it was thrown at; it ends the replay.
-    floating(promise) {
-      if (!promise || typeof promise.then !== "function") return;
-      host.floating.push(Promise.resolve(promise).then(undefined, (error) => fail(error, true)));
-    },
-
-    // The record since the last call, as JSON; blobs stay here until blob(i) reads them.
-    take() {
-      const taken = {
-        record: host.record,
-        blobs: host.blobs.length,
-        state: host.state,
-        error: host.error,
-        pending: host.pending.size,
-        timers: host.timers.length,
-      };
-      host.record = [];
-      return JSON.stringify(taken);
-    },
-
-    // Blob i as escape()d Latin-1 text: fromCharCode and escape run in C, so this is the
-    // cheapest way out of QuickJS (its strings reach Python through C strings: no NUL bytes).
-    blob(i) {
-      const bytes = host.blobs[i];
-      const parts = [];
-      for (let k = 0; k < bytes.length; k += 8192) {
-        parts.push(String.fromCharCode.apply(null, bytes.subarray(k, k + 8192)));
-      }
-      return escape(parts.join(""));
-    },
-
-    dropBlobs() {
-      host.blobs = [];
-    },
-
-    // Settle request id. answer is JSON; with words (a JSON list of numbers that a
-    // Uint32Array stores as the data's words, see js.py), answer.data becomes an ArrayBuffer
-    // of answer.size bytes. set() from a list is 3x faster than the constructor from one.
-    answer(id, answerJson, words) {
-      const answer = JSON.parse(answerJson);
-      const waiting = host.pending.get(id);
-      host.pending.delete(id);
-      if (words !== undefined) {
-        const list = JSON.parse(words);
-        const array = new U32(list.length);
-        array.set(list);
-        answer.data = sliceBuffer.call(array.buffer, 0, answer.size);
-      }
-      if (answer.failed) waiting.reject(rejection(new TypeError(answer.failed), waiting.line));
-      else waiting.resolve(answer);
-    },
-
-    runTimer() {
-      const timer = host.timers.shift();
-      if (!timer) return false;
-      if (typeof timer.callback === "function") {
-        try {
-          globalThis.__host.floating(timer.callback(...timer.args));
-        } catch (error) {
-          fail(error, false);
-        }
-      }
-      return true;
-    },
-
-    console() {
-      return JSON.stringify({ lines: host.console, dropped: host.consoleDropped });
-    },
-
-    // For page.js: text the program put on its page, shown with the console; with the line
-    // of the call that wrote it, or none (QuickJS knows the line of a call, not of the
-    // assignment that ran a setter: it would name the line of the last call before it).
-    pageText(text, byCall) {
-      record("page", String(text), byCall ? callLine() : null);
-    },
-
-    // For page.js: run after the program's own code, as its part of the program.
-    afterProgram(run) {
-      host.afterProgram.push(run);
-    },
-  };
+    })();
+    mapSet(host.floating, host.floatingCount++, watched);
+  }
+  // All the program's own code can name of the shim: the one function drop_bare_calls()
+  // writes calls to.
+  const programHost = freeze({ floating: floating });
 
   // The first error ends the program; inPromise: nobody awaited the promise it rejected.
   function fail(error, inPromise) {
     if (host.state === "failed") return;
     host.state = "failed";
-    host.error = Object.assign(describe(error), { inPromise: inPromise });
+    const described = describe(error);
+    described.inPromise = inPromise;
+    host.error = encode(described, 0);
   }
 
-  function describe(error) {
-    if (error instanceof Error) {
-      const line = error.programLine !== undefined ? error.programLine : programLine(error.stack);
-      return { name: error.name, message: error.message, line: line, stack: String(error.stack || "") };
+  // The record since the last call, and where the program is, as JSON text.
+  function take() {
+    const taken =
+      `{"record":[${host.record}],"blobs":${host.nextBlob},"state":${jsonStringify(host.state)},` +
+      `"error":${host.error === null ? "null" : host.error},"pending":${mapSize(host.pending)},` +
+      `"timers":${mapSize(host.timers)}}`;
+    host.record = "";
+    return taken;
+  }
+
+  // Blob i as escape()d Latin-1 text: fromCharCode and escape run in C, so this is the
+  // cheapest way out of QuickJS (its strings reach Python through C strings: no NUL bytes).
+  function readBlob(i) {
+    const bytes = mapGet(host.blobs, i);
+    if (bytes === undefined) return null;
+    let text = "";
+    for (let k = 0; k < typedLength(bytes); k += 8192) {
+      text += apply(fromCharCode, null, typedSubarray(bytes, k, k + 8192));
     }
-    return { name: "Error", message: `Uncaught ${show(error, 0)}`, line: null, stack: "" };
+    return escapeText(text);
+  }
+
+  // Settle request id. answerJson is JSON; with words (a JSON list of numbers that a
+  // Uint32Array stores as the data's words, see js.py), answer.data becomes an ArrayBuffer
+  // of answer.size bytes. set() from a list is 3x faster than the constructor from one.
+  function answer(id, answerJson, words) {
+    const answer = jsonParse(answerJson);
+    const waiting = mapGet(host.pending, id);
+    if (waiting === undefined) return;
+    mapDelete(host.pending, id);
+    if (words !== undefined && words !== null) {
+      const list = jsonParse(words);
+      const array = new U32(list.length);
+      typedSet(array, list);
+      defineProperty(answer, "data", { value: bufferSlice(typedBuffer(array), 0, answer.size), enumerable: true });
+    }
+    if (answer.failed) waiting.reject(rejection(new TypeErrorOf(cut(StringOf(answer.failed), MAX_MESSAGE_CHARS)), waiting.line));
+    else waiting.resolve(answer);
+  }
+
+  function runTimer() {
+    const next = iteratorNext(mapKeys(host.timers));
+    if (next.done) return false;
+    const timer = mapGet(host.timers, next.value);
+    mapDelete(host.timers, next.value);
+    if (typeof timer.callback === "function") {
+      try {
+        floating(apply(timer.callback, undefined, timer.args));
+      } catch (error) {
+        fail(error, false);
+      }
+    }
+    return true;
+  }
+
+  function consoleText() {
+    return `{"lines":[${host.console}],"dropped":${host.consoleDropped}}`;
+  }
+
+  // What the program threw, as JSON text for Python: name, message, line and stack of an
+  // Error (each cut to its cap here), or the value itself shown, for anything else.
+  function describe(error) {
+    let described;
+    try {
+      if (error instanceof ErrorOf) {
+        const stack = cut(StringOf(error.stack || ""), MAX_STACK_CHARS);
+        const marked = error.programLine;
+        described = {
+          name: cut(StringOf(error.name), MAX_LABEL_CHARS),
+          message: cut(StringOf(error.message), MAX_MESSAGE_CHARS),
+          line: typeof marked === "number" || marked === null ? marked : programLine(stack),
+          stack: stack,
+          thrown: "",
+        };
+      } else {
+        const shown = typeof error === "string" ? jsonStringify(cut(error, MAX_LABEL_CHARS)) : cut(show(error, 0), MAX_LABEL_CHARS);
+        described = { name: "", message: "", line: null, stack: "", thrown: shown };
+      }
+    } catch (failure) {
+      described = { name: "", message: "", line: null, stack: "", thrown: "a value that could not be read" };
+    }
+    return described;
+  }
+
+  function command(name, a, b, c) {
+    switch (name) {
+      case "start":
+        return start(a, b);
+      case "take":
+        return take();
+      case "blob":
+        return readBlob(a);
+      case "dropBlobs":
+        host.blobs = new MapOf();
+        return null;
+      case "answer":
+        return answer(a, b, c);
+      case "runTimer":
+        return runTimer();
+      case "console":
+        return consoleText();
+      default:
+        throw new TypeErrorOf(`unknown command ${name}`);
+    }
   }
 
   const navigator = { gpu: gpu, userAgent: "Kernelbin (WebGPU compute replay)", hardwareConcurrency: 1 };
-  Object.assign(globalThis, {
+  const globals = {
     navigator: navigator,
     console: consoleObject,
     GPUBufferUsage: GPUBufferUsage,
@@ -783,9 +1145,25 @@
     Response: Response,
     setTimeout: setTimeout,
     clearTimeout: clearTimeout,
-    queueMicrotask: (callback) => Promise.resolve().then(callback),
+    queueMicrotask: (callback) => promiseThen(promiseResolve(), callback),
     performance: { now: () => Date.now() },
     window: globalThis,
     self: globalThis,
+  };
+  const globalNames = objectKeys(globals);
+  for (let i = 0; i < globalNames.length; i++) globalThis[globalNames[i]] = globals[globalNames[i]];
+
+  return freeze({
+    command: command,
+    // For page.js: text the program put on its page, shown with the console; with the line
+    // of the call that wrote it, or none (QuickJS knows the line of a call, not of the
+    // assignment that ran a setter: it would name the line of the last call before it).
+    pageText(text, byCall) {
+      record("page", StringOf(text), byCall ? callLine() : null);
+    },
+    // For page.js: run after the program's own code, as its part of the program.
+    afterProgram(run) {
+      host.afterProgram[host.afterCount++] = run;
+    },
   });
 })();
