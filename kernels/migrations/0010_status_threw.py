@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('kernels', '0008_run_by_job'),
+        ('kernels', '0009_fork_ids_of_130_bits'),
     ]
 
     operations = [
