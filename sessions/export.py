@@ -7,6 +7,8 @@ import base64
 from datetime import datetime
 from typing import Any
 
+from django.urls import reverse
+
 from sessions.importers.kernelbin import FORMAT
 from sessions.markdown import fence_for
 from sessions.models import Session
@@ -83,6 +85,17 @@ def export_session(session: Session) -> dict[str, Any]:
             }
             for file in session.files.order_by("name")
         ],
+        # The pictures the turns show (meta["images"] names them by sha256), as base64.
+        "images": [
+            {
+                "sha256": image.sha256,
+                "content_type": image.content_type,
+                "width": image.width,
+                "height": image.height,
+                "data": base64.b64encode(bytes(image.data)).decode(),
+            }
+            for image in session.images.order_by("sha256")
+        ],
     }
 
 
@@ -105,6 +118,9 @@ def export_markdown(session: Session) -> str:
             version = turn.kernel_version
             heading += f" · kernel `{version.kernel.name}` v{version.number}"
         lines += [heading, "", turn.content.rstrip(), ""]
+        for k, image in enumerate(turn.meta.get("images") or [], 1):
+            url = reverse("sessions:image", args=[session.slug, image.get("name", "")])
+            lines += [f"[Image {k} ({image.get('width')}×{image.get('height')})]({url})", ""]
     for kernel in session.kernels.prefetch_related("versions").order_by("name"):
         lines += [f"## Kernel `{kernel.name}`", ""]
         for version in kernel.versions.all():

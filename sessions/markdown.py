@@ -90,20 +90,46 @@ def _lexer(name: str, **options: object) -> Lexer:
     return get_lexer_by_name(name, **options)
 
 
-def _highlight(code: str, lang: str, _attrs: str) -> str:
+def _highlight(code: str, lang: str, attrs: str) -> str:
     if lang.strip().lower() == "ansi":
         return ansi.to_html(code)
     if lang.strip().lower() == "diff":
         return diffs.to_html(code)
+    start = _start_line(attrs)
     name = LANGUAGES.get(lang.strip().lower())
-    if name is None:
+    lexer = None
+    if name is not None:
+        try:
+            lexer = _lexer(name)
+        except ClassNotFound:
+            name = None
+    if lexer is None and start is None:
         return ""  # markdown-it then writes an escaped <pre><code>
-    try:
-        lexer = _lexer(name)
-    except ClassNotFound:
-        return ""
-    body = highlight(code, lexer, _formatter)
-    return f'<pre class="highlight lang-{name}"><code>{body}</code></pre>\n'
+    body = highlight(code, lexer, _formatter) if lexer else html.escape(code)
+    if start is not None:
+        body = _numbered(body, start)
+    css = f"highlight lang-{name}" if lexer else "plain"
+    return f'<pre class="{css}"><code>{body}</code></pre>\n'
+
+
+# A fence's "startline=N" (a file read from line N): its lines are numbered.
+_START_LINE = re.compile(r"(?:^|\s)startline=([0-9]{1,7})(?:\s|$)")
+
+
+def _start_line(attrs: str) -> int | None:
+    found = _START_LINE.search(attrs or "")
+    return int(found[1]) if found else None
+
+
+def _numbered(body: str, start: int) -> str:
+    """Highlighted lines, each after its number (not selected when the code is copied)."""
+    lines = body.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    width = len(str(start + len(lines) - 1))
+    return "".join(
+        f'<span class="linenos">{n:>{width}}</span> {line}\n' for n, line in enumerate(lines, start)
+    )
 
 
 def _render_image_as_link(self, tokens, idx, options, env) -> str:

@@ -245,3 +245,27 @@ class Turn(models.Model):
         result = super().delete(*args, **kwargs)
         self.session.touch()
         return result
+
+
+class SessionImage(models.Model):
+    """A picture shown in a session's turns (Turn.meta["images"] names it by sha256):
+    re-encoded on import by sessions.images, served only as an image."""
+
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="images")
+    sha256 = models.CharField(max_length=64)
+    content_type = models.CharField(max_length=20)
+    data = models.BinaryField()
+    width = models.PositiveIntegerField()
+    height = models.PositiveIntegerField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["session", "sha256"], name="session_image_unique"),
+            models.CheckConstraint(
+                condition=Q(content_type__in=["image/png", "image/jpeg"]),
+                name="session_image_type",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.session.slug} {self.sha256[:12]}"

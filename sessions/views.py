@@ -23,7 +23,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 from config.context_processors import site_origin
 from kernels import pictures
 from kernels.models import KernelVersion
-from sessions import embedding, navigation, search
+from sessions import embedding, images, navigation, search
 from sessions.access import get_embeddable_session, get_session_for_user
 from sessions.export import export_markdown, export_session
 from sessions.forms import CappedUploadHandler, ImportForm
@@ -323,6 +323,25 @@ def export_md(request: HttpRequest, slug: str) -> HttpResponse:
     body = _cached_export(session, "md", lambda: export_markdown(session))
     response = HttpResponse(body, content_type="text/markdown; charset=utf-8")
     response["Content-Disposition"] = _export_filename(session, "md")
+    return response
+
+
+@require_GET
+def image(request: HttpRequest, slug: str, name: str) -> HttpResponse:
+    """A picture of a session, as the image it is and nothing else: never a page, never
+    in a frame, to whoever may read the session."""
+    sha, _, extension = name.partition(".")
+    session = get_session_for_user(request, slug)
+    found = session.images.filter(sha256=sha).first() if len(sha) == 64 else None
+    if found is None or images.EXTENSIONS.get(found.content_type) != extension:
+        raise Http404("This session has no such image.")
+    response = HttpResponse(bytes(found.data), content_type=found.content_type)
+    response["X-Content-Type-Options"] = "nosniff"
+    response["Content-Security-Policy"] = "default-src 'none'; sandbox"
+    response["Content-Disposition"] = f'inline; filename="{name}"'
+    # Named by its content, so it never changes; a private session's stays private.
+    shared = session.visibility != Session.Visibility.PRIVATE
+    response["Cache-Control"] = f"{'public' if shared else 'private'}, max-age=31536000, immutable"
     return response
 
 

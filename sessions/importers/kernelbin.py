@@ -24,10 +24,12 @@ from django.utils.text import slugify
 from kernels.engine.harness import HarnessError, parse_harness
 from kernels.engine.outcome import Status
 from kernels.models import Kernel, check_file_name
+from sessions import images
 from sessions.importers.options import ImportOptions
 from sessions.importers.redact import Scrubber
 from sessions.importers.writer import (
     FileSpec,
+    ImageSpec,
     ImportProblem,
     ImportReport,
     Item,
@@ -108,6 +110,7 @@ class _Plan:
     turns: list[dict[str, Any]]
     kernels: list[dict[str, Any]]
     files: list[FileSpec]
+    images: list[ImageSpec]
 
 
 def _validate(data: Any) -> _Plan:
@@ -122,7 +125,10 @@ def _validate(data: Any) -> _Plan:
     kernels = _validate_kernels(_get(data, "kernels", list, "file", required=False) or [], numbers)
     _check_kernel_refs(turns, kernels)
     files = _validate_files(_get(data, "files", list, "file", required=False) or [])
-    return _Plan(session=session, tags=tags, turns=turns, kernels=kernels, files=files)
+    images = _validate_images(_get(data, "images", list, "file", required=False) or [], turns)
+    return _Plan(
+        session=session, tags=tags, turns=turns, kernels=kernels, files=files, images=images
+    )
 
 
 def _validate_session(raw_session: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -273,6 +279,38 @@ def _validate_files(raw_files: list[Any]) -> list[FileSpec]:
     return files
 
 
+def _validate_images(raw_images: list[Any], turns: list[dict[str, Any]]) -> list[ImageSpec]:
+    """The session's pictures, re-encoded here as on any import (the bytes of a file are
+    never trusted); the turns that name one by its old sha256 are pointed at the new."""
+    found: dict[str, ImageSpec] = {}
+    renamed: dict[str, dict[str, Any]] = {}
+    for index, raw in enumerate(raw_images):
+        where = f"images[{index}]"
+        if not isinstance(raw, dict):
+            raise ImportProblem(f"{where}: must be an object.")
+        try:
+            image = images.from_base64(_get(raw, "data", str, where))
+        except images.ImageRefused as refused:
+            raise ImportProblem(f"{where}.data: {refused}.") from None
+        found[image.sha256] = ImageSpec(
+            sha256=image.sha256,
+            content_type=image.content_type,
+            data=image.data,
+            width=image.width,
+            height=image.height,
+        )
+        renamed[str(raw.get("sha256", image.sha256))] = image.ref
+    for turn in turns:
+        refs = turn["meta"].get("images")
+        if isinstance(refs, list):
+            turn["meta"]["images"] = [
+                renamed[ref["sha256"]]
+                for ref in refs
+                if isinstance(ref, dict) and ref.get("sha256") in renamed
+            ]
+    return list(found.values())
+
+
 def _check_kernel_refs(turns: list[dict[str, Any]], kernels: list[dict[str, Any]]) -> None:
     """Every kernel version a turn points at is in the file."""
     known = {
@@ -304,6 +342,7 @@ def _items(plan: _Plan) -> Iterator[Item]:
         for version in kernel["versions"]:
             yield VersionSpec(kernel=kernel["name"], **version)
     yield from plan.files
+    yield from plan.images
 
 
 def import_session(

@@ -26,7 +26,7 @@ from django.db.models import Max, QuerySet
 from django.utils.text import slugify
 
 from kernels.models import Kernel, KernelVersion, SessionFile, sha256_text
-from sessions.models import Session, Tag, Turn
+from sessions.models import Session, SessionImage, Tag, Turn
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -139,9 +139,20 @@ class FileSpec:
     content_type: str = ""
 
 
+@dataclass
+class ImageSpec:
+    """A picture the turns show (sessions.models.SessionImage), already re-encoded."""
+
+    sha256: str
+    content_type: str
+    data: bytes
+    width: int
+    height: int
+
+
 # What an importer hands the writer, in order: a turn, or a kernel, or a version of a
-# kernel handed over before, or a session file.
-Item = TurnSpec | KernelSpec | VersionSpec | FileSpec
+# kernel handed over before, or a session file, or a picture.
+Item = TurnSpec | KernelSpec | VersionSpec | FileSpec | ImageSpec
 
 
 @dataclass
@@ -288,6 +299,10 @@ class _Batches:
         elif isinstance(item, FileSpec):
             SessionFile.objects.create(
                 session=self.session, name=item.name, data=item.data, content_type=item.content_type
+            )
+        elif isinstance(item, ImageSpec):
+            SessionImage.objects.get_or_create(
+                session=self.session, sha256=item.sha256, defaults=vars(item)
             )
         else:
             raise TypeError(f"cannot write {type(item).__name__}")
@@ -543,6 +558,7 @@ def write_session(
                 for name in spec.tags
             )
         session.kernels.all().delete()
+        session.images.all().delete()
         if spec.replace_files:
             session.files.all().delete()
         batches = _Batches(session, frozen, batch_size or WRITE_BATCH, batch_commits=created)

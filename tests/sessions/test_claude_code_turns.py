@@ -165,8 +165,8 @@ class TurnsTestCase(ImportingTestCase):
         self.assertEqual(session.created.isoformat(), "2026-05-02T10:00:03+00:00")
         self.assertEqual(self.by_number[3].meta["source_id"], self.by_number[3].meta["uuid"])
 
-    def test_images_are_placeholders(self) -> None:
-        self.assertIn("*[image: image/png, not stored]*", self.by_number[11].content)
+    def test_a_broken_image_is_noted_in_its_turn(self) -> None:
+        self.assertIn("*[An image was not kept: not valid base64.]*", self.by_number[11].content)
         self.assertNotIn("iVBORw0KGgo", self.by_number[11].content)
 
 

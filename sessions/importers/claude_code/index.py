@@ -52,7 +52,9 @@ class Stats:
     skipped: list[tuple[int, str]] = field(default_factory=list)
     skipped_total: int = 0
     hidden: Counter[str] = field(default_factory=Counter)
-    images: int = 0  # images and documents left out, each marked by a placeholder
+    images: int = 0  # documents left out, each marked by a placeholder
+    images_kept: int = 0
+    images_refused: Counter[str] = field(default_factory=Counter)  # why → how many
     # Failed or rejected edits of files that would have made versions, by what they are.
     rejected_edits: Counter[str] = field(default_factory=Counter)
     # Joined files: the number of the first line of each, counted across all of them.

@@ -15,6 +15,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from sessions import ansi
+from sessions.importers.claude_code import pictures
 from sessions.importers.claude_code.index import Index, as_numpy
 from sessions.importers.claude_code.kernels import KernelHistory
 from sessions.importers.claude_code.lines import (
@@ -202,13 +203,18 @@ class TranscriptReader:
             meta["command"] = command.split(None, 1)[0]
             words = command
         parts = [words] if words else []
+        images = [block for block in blocks if block.get("type") == "image"]
+        stored, refs, notes = pictures.keep(images, self.stats)
+        if refs:
+            meta["images"] = refs
+        parts += notes
         for block in blocks:
-            if block.get("type") in ("image", "document"):
+            if block.get("type") == "document":
                 self.stats.images += 1
                 source = dict_at(block, "source")
                 media = source.get("media_type", block["type"])
                 parts.append(f"*[{block['type']}: {media}, not stored]*")
-            elif block.get("type") not in ("text", None):
+            elif block.get("type") not in ("text", "image", None):
                 parts.append(f"*[a {block.get('type')} block, kept raw:]*\n\n{raw_json(block)}")
         text = "\n\n".join(parts)
         meta["source_id"] = meta["uuid"]
@@ -217,8 +223,11 @@ class TranscriptReader:
             # A sub-agent's prompt comes from the main agent, not from the learner.
             role, meta["kind"], meta["typed"] = Turn.Role.TUTOR, "agent_prompt", False
             text = f"*The main agent's request to this sub-agent:*\n\n{text}"
-        turn = self.turns.turn(role, text, timestamp_of(line.get("timestamp")), meta)
+        turn = self.turns.turn(
+            role, text or "*(an image)*", timestamp_of(line.get("timestamp")), meta
+        )
         versions = self.history.learner_text(text, {"uuid": meta["uuid"]})
+        yield from stored
         yield from self.turns.with_versions(turn, versions)
 
     def _steering(self, line: dict[str, Any]) -> Iterator[Item]:
@@ -311,7 +320,7 @@ class TranscriptReader:
                 if self._call_shown(block.get("tool_use_id")):
                     continue
                 text, images = result_text(block.get("content"))
-                self.stats.images += images
+                self.stats.images += len(images)
                 yield from self.responses.close()
                 yield self.turns.turn(
                     Turn.Role.TOOL,
@@ -405,9 +414,16 @@ class TranscriptReader:
             notes.append(f"Failed or rejected edits, which made no version: {listed}.")
         for path, why in self.history.unresolved[:10]:
             notes.append(f"No version from an edit of {path}: {why}.")
+        if self.stats.images_kept:
+            kept = self.stats.images_kept
+            notes.append(f"Kept {kept} image(s), re-encoded, shown in their turns.")
+        if refused := self.stats.images_refused:
+            why = "; ".join(f"{n} {reason}" for reason, n in sorted(refused.items()))
+            notes.append(f"Images not kept (a note in each turn says so): {why}.")
         if self.stats.images:
             notes.append(
-                f"{self.stats.images} image(s) were not stored (a placeholder marks each)."
+                f"{self.stats.images} document(s) or image(s) of results whose call is not "
+                "shown were not stored (a placeholder marks each)."
             )
         return notes
 

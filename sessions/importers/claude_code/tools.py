@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from sessions.diffs import unified
+from sessions.importers.claude_code import pictures
 from sessions.importers.claude_code.decisions import (
     REJECTED,
     Answer,
@@ -35,6 +36,7 @@ from sessions.importers.claude_code.plan import Plan
 from sessions.importers.claude_code.source import LineSource, ToolResult
 from sessions.importers.claude_code.turns import TurnMaker, code, raw_json, short
 from sessions.importers.writer import Item, TurnSpec
+from sessions.markdown import fence_for
 from sessions.models import Turn
 
 if TYPE_CHECKING:
@@ -46,6 +48,9 @@ RESULT_MAX_CHARS = 20_000
 
 _LEADING_BLANK = re.compile(r"\A\s*\n")
 _TOOL_ERROR = re.compile(r"</?tool_use_error>")
+_TICKS = re.compile(r"`+")
+# The tail Claude Code adds to a sub-agent's report: "agentId: … <usage>…</usage>".
+_USAGE_NUMBER = re.compile(r"duration_ms: ?([0-9]{1,12})")
 _LANG_BY_SUFFIX = {
     "wgsl": "wgsl",
     "js": "js",
@@ -67,29 +72,29 @@ _LANG_BY_SUFFIX = {
 }
 
 
-def result_text(content: Any) -> tuple[str, int]:
-    """A tool result's text, and how many images it held."""
+def result_text(content: Any) -> tuple[str, list[dict[str, Any]]]:
+    """A tool result's text, and the image blocks it held (shown under it)."""
+    images: list[dict[str, Any]] = []
     if isinstance(content, str):
-        text, images = content, 0
+        text = content
     elif isinstance(content, list):
-        parts, images = [], 0
+        parts = []
         for item in content:
             if isinstance(item, str):
                 parts.append(item)
             elif isinstance(item, dict) and item.get("type") == "text":
                 parts.append(str(item.get("text", "")))
             elif isinstance(item, dict) and item.get("type") == "image":
-                images += 1
-                parts.append("[image, not stored]")
+                images.append(item)
             elif isinstance(item, dict) and item.get("type") == "tool_reference":
                 parts.append(f"[tool: {item.get('tool_name')}]")
             else:
                 parts.append(json.dumps(item, ensure_ascii=False))
         text = "\n".join(parts)
     elif content is None:
-        text, images = "", 0
+        text = ""
     else:
-        text, images = json.dumps(content, ensure_ascii=False), 0
+        text = json.dumps(content, ensure_ascii=False)
     # Blank lines go; the first line's indentation stays (cat -n numbers are padded).
     return _LEADING_BLANK.sub("", REMINDER.sub("", text)).rstrip(), images
 
@@ -161,8 +166,45 @@ def describe(name: str, params: Any, target: str, detail: Any = None) -> str:
         return f"{head}\n\n{params['plan']}"
     if name in ("Task", "Agent") and str_or_none(params.get("prompt")):
         quoted = "\n".join(f"> {x}" for x in params["prompt"][:4000].splitlines())
-        return f"{head}\n\n{quoted}"
-    return f"{head}\n\n{raw_json(params)}"
+        rest = {k: v for k, v in params.items() if k not in ("prompt", "description")}
+        return "\n\n".join([head, quoted, *([params_table(rest)] if rest else [])])
+    if name == "PowerShell" and str_or_none(params.get("command")):
+        rest = {k: v for k, v in params.items() if k != "command"}
+        table = [params_table(rest)] if rest else []
+        return "\n\n".join([head, code(params["command"]), *table])
+    return f"{head}\n\n{params_table(params)}" if params else head
+
+
+# A value longer than this, or on several lines, is shown in a block under the table.
+CELL_MAX_CHARS = 200
+
+
+def params_table(params: dict[str, Any]) -> str:
+    """A call's parameters as a table (name, value) that wraps: short values in the
+    table, long or multi-line ones and nested values each in a block of their own."""
+    rows, blocks = [], []
+    for key, value in params.items():
+        name = str(key).replace("|", "\\|")
+        if isinstance(value, str) and "\n" not in value and len(value) <= CELL_MAX_CHARS:
+            cell = _cell(value) if value else "*(empty)*"
+        elif isinstance(value, bool | int | float) or value is None:
+            cell = _cell(json.dumps(value))
+        elif isinstance(value, str):
+            cell = "*(below)*"
+            blocks.append(f"**{name}**\n\n{code(value)}")
+        else:
+            cell = "*(below)*"
+            blocks.append(f"**{name}**\n\n{raw_json(value)}")
+        rows.append(f"| `{name}` | {cell} |")
+    table = "\n".join(["| Parameter | Value |", "| --- | --- |", *rows])
+    return "\n\n".join([table, *blocks])
+
+
+def _cell(value: str) -> str:
+    """A value as a code span in a table cell (its pipes escaped, as tables need)."""
+    ticks = "`" * (max((len(r) for r in _TICKS.findall(value)), default=0) + 1)
+    pad = " " if value.startswith("`") or value.endswith("`") else ""
+    return f"{ticks}{pad}{value.replace('|', chr(92) + '|')}{pad}{ticks}"
 
 
 def _status(found: bool, rejected: bool, is_error: bool, text: str) -> str:
@@ -175,7 +217,7 @@ def _status(found: bool, rejected: bool, is_error: bool, text: str) -> str:
     return "" if found else " · no result"
 
 
-def _result_section(text: str, rejected: bool, is_error: bool) -> str:
+def _result_section(text: str, rejected: bool, is_error: bool, name: str, path: str) -> str:
     label = (
         "**Result** · rejected by the user"
         if rejected
@@ -191,7 +233,38 @@ def _result_section(text: str, rejected: bool, is_error: bool) -> str:
             + f"\n… ({len(text) - RESULT_MAX_CHARS:,} more characters not kept)"
         )
     )
-    return f"{label}\n\n{code(shown) if shown else '*(no output)*'}"
+    if not shown:
+        return f"{label}\n\n*(no output)*"
+    if name in ("Task", "Agent") and label == "**Result**":
+        # A sub-agent's report is Markdown, written to be read as such.
+        return f"**Report**\n\n{_report(shown)}"
+    if name == "Read" and (numbered := _numbered_lines(shown)):
+        start, body = numbered
+        fence = fence_for(body)
+        return f"{label}\n\n{fence}{lang_of(path) or 'text'} startline={start}\n{body}\n{fence}"
+    return f"{label}\n\n{code(shown)}"
+
+
+def _report(text: str) -> str:
+    """A sub-agent's report without the tail Claude Code adds for the main agent."""
+    at = text.rfind("\nagentId:")
+    return text[:at].rstrip() if at >= 0 else text
+
+
+def _numbered_lines(text: str) -> tuple[int, str] | None:
+    """A file read as Claude Code shows it ("   12→code", or cat -n's tab): the first
+    line's number and the lines without their numbers; None if it is not that."""
+    start, lines = None, []
+    for line in text.split("\n"):
+        number, arrow, rest = line.partition("→")
+        if not arrow:
+            number, arrow, rest = line.partition("\t")
+        number = number.strip()
+        if not arrow or not number.isdigit() or len(number) > 7:
+            return None
+        start = int(number) if start is None else start
+        lines.append(rest)
+    return (start, "\n".join(lines)) if start is not None else None
 
 
 class ToolCalls:
@@ -234,8 +307,8 @@ class ToolCalls:
         tool_id = str(block.get("id") or "")
         params = block.get("input")
         found = self._result(tool_id)
-        text, images = result_text(found.block.get("content")) if found else ("", 0)
-        self.stats.images += images
+        text, image_blocks = result_text(found.block.get("content")) if found else ("", [])
+        stored, image_refs, image_notes = pictures.keep(image_blocks, self.stats)
         is_error = bool(found and found.block.get("is_error"))
         if _TOOL_ERROR.search(text):
             is_error, text = True, _TOOL_ERROR.sub("", text).strip()
@@ -264,8 +337,14 @@ class ToolCalls:
         versions: list[NewVersion] = []
         if found is None:
             parts.append("*No result was recorded for this call.*")
+        elif text or not image_refs:
+            path = str(params.get("file_path", "")) if isinstance(params, dict) else ""
+            parts.append(_result_section(text, rejected, is_error, name, path))
         else:
-            parts.append(_result_section(text, rejected, is_error))
+            parts.append("**Result**")  # its images, shown under the turn
+        parts += image_notes
+        if image_refs:
+            meta["images"] = image_refs
         detail = found.detail if found else None
         where: dict[str, Any] = {"tool_use_id": tool_id}
         if self.turns.nesting:
@@ -278,7 +357,7 @@ class ToolCalls:
         versions += made
         content = "\n\n".join(p for p in parts if p)
         turn = self.turns.turn(Turn.Role.TOOL, content, response.timestamp, meta)
-        items = list(self.turns.with_versions(turn, versions))
+        items: list[Item] = [*stored, *self.turns.with_versions(turn, versions)]
         if found is not None:
             items += self._decision(name, tool_id, found, text, given)
         if name in ("Task", "Agent") and self.subagents is not None:
