@@ -15,7 +15,7 @@ from typing import Any
 
 from kernels import replay, trace_pictures
 from kernels.engine.host.harness_program import harness_host
-from kernels.engine.host.trace import Trace
+from kernels.engine.host.trace import Trace, module_sources
 from kernels.engine.outcome import Status
 from kernels.engine.run import SEVERITY
 from kernels.models import KernelVersion, version_diff
@@ -38,7 +38,10 @@ def host_of(version: KernelVersion, outcome: dict | None = None) -> Host:
     the inputs of the case whose outputs the outcome shows, when it has cases)."""
     if version.host_program:
         trace = ((outcome or {}).get("program") or {}).get("trace")
-        modules = {m["name"]: version.source for m in (trace or {}).get("modules", [])}
+        # Traces stored before modules carried their code: each module was read as the
+        # version's own WGSL.
+        own = {m["name"]: version.source for m in (trace or {}).get("modules", [])}
+        modules = own | module_sources(trace or {})
         return Host(version.host_program, True, trace, modules)
     try:
         harness = replay.parsed_harness(version)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from kernels import pictures
-from kernels.engine.outcome import Outcome, Status
-from kernels.engine.wgsl import tokenize
+from kernels.engine.outcome import Outcome, RunWarning, Status, WarningCode
+from kernels.engine.run_warnings import warnings_of
 from kernels.host_context import case_rows
 from kernels.replay import Replay
 from sessions.markdown import render_source
@@ -37,40 +37,23 @@ def editor_marks(outcome: Outcome | None) -> dict[str, str]:
 
 # Statuses of a run that got as far as computing something.
 RAN = {Status.PASSED, Status.MISMATCH, Status.NONFINITE, Status.NO_REFERENCE}
-# A guard's condition is short; past this many tokens an "if" is not looked into further.
-GUARD_TOKENS = 200
 
 
-def _has_bounds_check(source: str) -> bool:
-    """Whether the kernel compares before it indexes (an "if" with < or > in its
-    condition) or asks a buffer its length."""
-    tokens = tokenize(source).tokens
-    for i, token in enumerate(tokens):
-        if token.text == "arrayLength":
-            return True
-        if token.text == "if":
-            for later in tokens[i + 1 : i + GUARD_TOKENS]:
-                if later.text == "{":
-                    break
-                if later.text in ("<", ">"):
-                    return True
-    return False
-
-
-def shown_warnings(outcome: Outcome, source: str) -> list[str]:
-    """The outcome's warnings that could mislead about this run. llvmpipe's caveats
-    (kernels/engine/run.py) are left out where they cannot: nothing ran (a compile
-    error); the loop cap for a run that gave the right answer; dropped out-of-bounds
-    writes for a kernel that checks its bounds."""
+def shown_warnings(outcome: Outcome) -> list[RunWarning]:
+    """The outcome's warnings that could mislead about this run: llvmpipe's caveats are
+    left out where nothing ran (a compile error), and the loop cap beside a run that gave
+    the right answer. Runs stored before warnings had codes warned of dropped writes for
+    every kernel: with no store named, those are left out."""
     status = outcome["status"]
     shown = []
-    for warning in outcome.get("warnings", []):
-        if "llvmpipe" in warning:
+    for warning in warnings_of(outcome):
+        code = warning["code"]
+        if code in (WarningCode.LOOP_CAP, WarningCode.DROPPED_WRITES):
             if status not in RAN:
                 continue
-            if "loop" in warning and status not in (Status.MISMATCH, Status.NONFINITE):
+            if code == WarningCode.LOOP_CAP and status not in (Status.MISMATCH, Status.NONFINITE):
                 continue
-            if "Out-of-bounds" in warning and _has_bounds_check(source):
+            if code == WarningCode.DROPPED_WRITES and not warning["data"]:
                 continue
         shown.append(warning)
     return shown
@@ -94,7 +77,7 @@ def outcome_context(shown: Replay | None) -> dict:
         "figures": figures,
         # The legend of the colours that mark cells, for the pictures that mark them.
         "legend": any(figure.get("marks") for figure in figures),
-        "warnings": shown_warnings(outcome, version.source) if outcome and version else [],
+        "warnings": shown_warnings(outcome) if outcome and version else [],
         "cases": case_rows(outcome),
         "source_html": render_source(version.source, "wgsl", marked) if version else "",
         "marks": editor_marks(outcome),

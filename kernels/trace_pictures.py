@@ -20,33 +20,15 @@ from typing import Any
 
 import numpy as np
 
+from kernels.engine.host import trace as traces
 from kernels.engine.host.harness_program import trimmed, workgroup
-from kernels.engine.host.trace import NP_VIEWS
+from kernels.engine.host.trace import NP_VIEWS, Dispatch, DispatchBinding
 from kernels.engine.layout import LayoutError, binding_type, struct_layout
-from kernels.engine.wgsl import entry_points, parse, resource_numbers
+from kernels.engine.wgsl import parse, resource_numbers
 
 MAX_SHOWN_BUFFERS = 40
 MAX_SHOWN_WORDS = 64
 STRIP_WIDTH = 640  # px for a uniform's bytes, at most 24 px a byte
-
-
-@dataclass
-class _Binding:
-    group: int
-    binding: int
-    buffer: str
-    size: int | None
-
-
-@dataclass
-class _Dispatch:
-    number: int  # the pass's number, 1-based
-    pipeline: str
-    entry_point: str
-    source: str
-    workgroups: list[int]
-    bindings: list[_Binding]
-    line: int | None
 
 
 @dataclass
@@ -56,7 +38,7 @@ class _Reading:
     trace: Mapping[str, Any]
     sources: Mapping[str, str]
     buffers: dict[str, Mapping[str, Any]] = field(default_factory=dict)
-    dispatches: list[_Dispatch] = field(default_factory=list)
+    dispatches: list[Dispatch] = field(default_factory=list)
     findings: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -68,7 +50,7 @@ def host_picture(
     when it stopped at one: a bind group WebGPU refused is drawn with it."""
     reading = _Reading(trace, sources)
     reading.buffers = {b["name"]: b for b in trace.get("buffers", [])}
-    reading.dispatches = _dispatches(reading)
+    reading.dispatches = traces.dispatches(trace, sources)
     buffers = [_buffer(reading, b) for b in trace.get("buffers", [])[:MAX_SHOWN_BUFFERS]]
     passes = _passes(reading)
     _shared_uniforms(reading, {b["name"]: b.get("layout") for b in buffers})
@@ -86,35 +68,6 @@ def host_picture(
 
 
 # -- reading the trace ------------------------------------------------------------------------
-
-
-def _dispatches(reading: _Reading) -> list[_Dispatch]:
-    trace = reading.trace
-    pipelines = {p["name"]: p for p in trace.get("pipelines", [])}
-    groups = {g["name"]: g for g in trace.get("bind_groups", [])}
-    found = []
-    for number, traced in enumerate(trace.get("passes", []), start=1):
-        for dispatch in traced["dispatches"]:
-            pipeline = pipelines.get(dispatch["pipeline"], {})
-            source = reading.sources.get(pipeline.get("module", ""), "")
-            entry = pipeline.get("entry_point") or next(iter(entry_points(source)), "")
-            bindings = [
-                _Binding(int(index), e["binding"], e["buffer"], e.get("size"))
-                for index, name in sorted(dispatch["bind_groups"].items())
-                for e in groups.get(name, {}).get("entries", [])
-            ]
-            found.append(
-                _Dispatch(
-                    number,
-                    dispatch["pipeline"],
-                    entry,
-                    source,
-                    list(dispatch["workgroups"]),
-                    bindings,
-                    dispatch.get("line"),
-                )
-            )
-    return found
 
 
 def _written_bytes(reading: _Reading, name: str, size: int) -> bytes:
@@ -226,7 +179,7 @@ def _segments(described: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def _short_uniform(
-    traced: Mapping[str, Any], described: Mapping[str, Any], b: _Binding, dispatch: _Dispatch
+    traced: Mapping[str, Any], described: Mapping[str, Any], b: DispatchBinding, dispatch: Dispatch
 ) -> dict[str, Any]:
     fields = described["fields"]
     end = max((f["offset"] + f["size"] for f in fields), default=0)
@@ -259,7 +212,7 @@ def _passes(reading: _Reading) -> list[dict[str, Any]]:
     return list(shown.values())
 
 
-def _dispatch(reading: _Reading, dispatch: _Dispatch) -> dict[str, Any]:
+def _dispatch(reading: _Reading, dispatch: Dispatch) -> dict[str, Any]:
     size = workgroup(dispatch.source, dispatch.entry_point) if dispatch.source else (1, 1, 1)
     grid = [count * per for count, per in zip(dispatch.workgroups, size, strict=True)]
     invocations = math.prod(grid)
@@ -287,7 +240,7 @@ def _dispatch(reading: _Reading, dispatch: _Dispatch) -> dict[str, Any]:
     }
 
 
-def _binding(reading: _Reading, b: _Binding) -> dict[str, Any]:
+def _binding(reading: _Reading, b: DispatchBinding) -> dict[str, Any]:
     buffer = reading.buffers.get(b.buffer, {})
     return {
         "group": b.group,
@@ -316,7 +269,7 @@ def _unbound_groups(reading: _Reading, error: Mapping[str, Any] | None) -> list[
         if group["name"] in bound and not failed:
             continue
         entries = [
-            _binding(reading, _Binding(-1, e["binding"], e["buffer"], e.get("size")))
+            _binding(reading, DispatchBinding(-1, e["binding"], e["buffer"], e.get("size")))
             for e in group["entries"]
         ]
         message = str((error or {}).get("message", "")) if failed else ""
@@ -326,7 +279,7 @@ def _unbound_groups(reading: _Reading, error: Mapping[str, Any] | None) -> list[
     return shown
 
 
-def _written_buffer(reading: _Reading, dispatch: _Dispatch) -> tuple[str, int] | None:
+def _written_buffer(reading: _Reading, dispatch: Dispatch) -> tuple[str, int] | None:
     """The last buffer the dispatch binds to a read_write storage variable, and its
     element count (4-byte elements)."""
     if not dispatch.source:
@@ -346,7 +299,7 @@ def _written_buffer(reading: _Reading, dispatch: _Dispatch) -> tuple[str, int] |
 
 
 def _short_dispatch(
-    dispatch: _Dispatch, size: tuple[int, int, int], invocations: int, name: str, count: int
+    dispatch: Dispatch, size: tuple[int, int, int], invocations: int, name: str, count: int
 ) -> dict[str, Any]:
     workgroups = " × ".join(trimmed(dispatch.workgroups))
     per = " × ".join(trimmed(size))
@@ -366,7 +319,7 @@ def _shared_uniforms(reading: _Reading, layouts: Mapping[str, Any]) -> None:
     every dispatch reads the same bytes, whatever the host wrote in between."""
     if reading.trace.get("submits", 0) != 1:
         return
-    users: dict[tuple[str, str], list[_Dispatch]] = {}
+    users: dict[tuple[str, str], list[Dispatch]] = {}
     for dispatch in reading.dispatches:
         for b in dispatch.bindings:
             if _kind(list(reading.buffers.get(b.buffer, {}).get("usage", []))) == "uniform":

@@ -16,6 +16,7 @@ import math
 
 from kernels.engine.harness import HarnessError, parse_harness
 from kernels.engine.outcome import EntryPointFacts, Outcome, Status, output_list
+from kernels.engine.run_warnings import warnings_of
 from tutor import evidence, host_review
 from tutor.quoting import quote, source_line
 
@@ -82,8 +83,8 @@ def outcome_for_model(outcome: Outcome) -> str:
         outputs.append(entry)
     if outputs:
         facts["outputs"] = outputs
-    if outcome.get("warnings"):
-        facts["warnings"] = outcome["warnings"]
+    if warnings := warnings_of(outcome):
+        facts["warnings"] = warnings
     if label := (outcome.get("environment") or {}).get("label"):
         facts["ran_on"] = label
     return json.dumps(facts, ensure_ascii=False)

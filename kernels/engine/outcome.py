@@ -137,6 +137,35 @@ class SourceFacts(TypedDict):
     bindings: list[BindingFacts]
 
 
+class WarningCode(StrEnum):
+    """What a warning is about; pages, templates and the reviewer decide by it.
+
+    LOOP_CAP        llvmpipe ends a loop after 65,535 iterations, and a loop the run
+                    ran may reach that (its count is not known before it runs)
+    DROPPED_WRITES  llvmpipe drops stores past a buffer's end, and a store the run ran
+                    is not guarded against that (no bounds check before it)
+    UNUSED_BINDING  a harness binds a buffer at a binding the kernel does not declare:
+                    the binding was left out of the bind group
+    NOTE            a sentence of a run stored before warnings had codes
+    """
+
+    LOOP_CAP = "llvmpipe_loop_cap"
+    DROPPED_WRITES = "llvmpipe_dropped_writes"
+    UNUSED_BINDING = "unused_binding"
+    NOTE = "note"
+
+
+class RunWarning(TypedDict):
+    """Something about a run that could mislead a reader: a code, the facts it is about
+    (data: kernel, entry_point, line, and per code: condition for LOOP_CAP; buffer and
+    index for DROPPED_WRITES; pass, group, binding and buffer for UNUSED_BINDING), and
+    text, the sentence a reader is shown (made from code and data by run_warnings.py)."""
+
+    code: str
+    text: str
+    data: dict[str, Any]
+
+
 class Outcome(TypedDict):
     """What one replay ended in.
 
@@ -148,7 +177,9 @@ class Outcome(TypedDict):
                  description, software, wgpu, wgpu_native, runner, label, id); {} when
                  no device was opened
     timings      Timings
-    warnings     what about the backend could mislead a reader (llvmpipe's loop cap)
+    warnings     what about the run could mislead a reader, as RunWarning items (a
+                 code and its data); outcomes stored before codes hold sentences, which
+                 warnings_of() reads
     outputs      per output buffer, compare_output's verdict: name, dtype, shape, count,
                  bad, unwritten, nonfinite, max_abs_err, max_rel_err, worst_index,
                  first_bad, grid, and got/expected for small buffers (pack_values; read
@@ -175,7 +206,7 @@ class Outcome(TypedDict):
     error: NotRequired[str]
     environment: dict[str, Any]
     timings: Timings
-    warnings: list[str]
+    warnings: list[RunWarning]
     outputs: list[dict[str, Any]]
     compile: NotRequired[CompileError]
     analysis: NotRequired[dict[str, SourceFacts]]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import math
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -52,10 +53,19 @@ from kernels.engine.naga import (
     compile_message,
     parse_compile_error,
 )
-from kernels.engine.outcome import SENTINEL_BITS, CompileError, Outcome, Status, Stop, no_timings
+from kernels.engine.outcome import (
+    SENTINEL_BITS,
+    CompileError,
+    Outcome,
+    RunWarning,
+    Status,
+    Stop,
+    no_timings,
+)
 from kernels.engine.resident import DeviceBuffers, RunBuffers, writable_buffers
+from kernels.engine.run_warnings import Dispatched, backend_warnings, unused_binding
 from kernels.engine.webgpu import module_refusal, pipeline_refusal
-from kernels.engine.wgsl import declared_bindings, has_loop
+from kernels.engine.wgsl import declared_bindings
 
 if TYPE_CHECKING:
     import wgpu
@@ -156,7 +166,7 @@ class _Run:
         self.limits = limits
         self.memo = memo
         self.timings = no_timings()
-        self.warnings: list[str] = []
+        self.warnings: list[RunWarning] = []
         self.buffers = buffers
         self.device_check_from: int | None = None
 
@@ -317,17 +327,21 @@ class _Run:
     # -- before the device -------------------------------------------------------------
 
     def warn_about_backend(self, harness: Harness) -> None:
-        if not self.env.software:
-            return
-        self.warnings.append(
-            "Out-of-bounds writes are silently dropped on this backend (llvmpipe), "
-            "so a missing bounds check does not show here."
-        )
-        if any(has_loop(self.sources[k]) for k in harness.kernel_names()):
-            self.warnings.append(
-                "llvmpipe stops any loop after 65,535 iterations per invocation, so a "
-                "mismatch in a long loop may not happen on a real GPU."
+        dispatched = [
+            Dispatched(
+                p.kernel,
+                self.sources[p.kernel],
+                p.entry_point,
+                p.dispatch,
+                {
+                    (b.group, b.binding): math.prod(shape)
+                    for b in p.bind
+                    if (shape := harness.buffer(b.buffer).shape)
+                },
             )
+            for p in harness.passes
+        ]
+        self.warnings += backend_warnings(self.env.software, dispatched)
 
     # -- on the device -----------------------------------------------------------------
 
@@ -456,10 +470,7 @@ class _Run:
             else:
                 unused.append(b)
         for b in unused:
-            self.warnings.append(
-                f"{where}: the harness binds @binding({b.binding}) to buffer {b.buffer}, "
-                "but the kernel does not use that binding, so it was left out."
-            )
+            self.warnings.append(unused_binding(where, kernel, group, b.binding, b.buffer))
         if not used:
             return None
         try:

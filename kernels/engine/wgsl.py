@@ -30,7 +30,6 @@ COMMENT_STOPS = re.compile(r"[/*\n]")
 TWO_CHAR_PUNCT = frozenset(
     ("->", "&&", "||", "==", "!=", "++", "--", "+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=")
 )
-LOOP_KEYWORDS = frozenset(("for", "while", "loop"))
 # Expressions in constant arguments are short; anything nested deeper is not evaluated.
 MAX_EXPRESSION_DEPTH = 32
 
@@ -539,10 +538,6 @@ def declared_bindings(source: str) -> list[tuple[int, int, str]]:
         if group is not None and binding is not None:
             found.append((group, binding, variable.name))
     return found
-
-
-def has_loop(source: str) -> bool:
-    return any(t.kind == IDENT and t.text in LOOP_KEYWORDS for t in parse(source).tokens)
 
 
 def bracket_pairs(tokens: list[Token]) -> dict[int, int]:

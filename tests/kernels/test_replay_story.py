@@ -3,47 +3,63 @@ they could mislead; naga's words read as code."""
 
 import re
 
+from django.template.loader import render_to_string
 from django.test import SimpleTestCase
 
 from kernels import pictures
+from kernels.engine.outcome import WarningCode
+from kernels.engine.run_warnings import coded, unused_binding, warnings_of
 from kernels.outcome_context import shown_warnings
 from sessions.models import Turn
 from sessions.templatetags.kernelbin import code_spans, naga_text
-from tests.base import ADD_SOURCE, BaseTestCase, add_kernel, make_session, store_run
+from tests.base import BaseTestCase, add_kernel, make_session, store_run
 from tests.kernels.test_replay_embed import OUTPUT
 
-OUT_OF_BOUNDS = (
+LEGACY_OUT_OF_BOUNDS = (
     "Out-of-bounds writes are silently dropped on this backend (llvmpipe), so a missing "
     "bounds check does not show here."
 )
-LOOP_CAP = (
+LEGACY_LOOP_CAP = (
     "llvmpipe stops any loop after 65,535 iterations per invocation, so a mismatch in a "
     "long loop may not happen on a real GPU."
 )
-GUARDED = ADD_SOURCE.replace(
-    "    out[id.x]", "    if (id.x >= arrayLength(&out)) { return; }\n    out[id.x]"
-)
+WHERE = {"kernel": "self", "entry_point": "main", "line": 4}
+LOOP_CAP = coded(WarningCode.LOOP_CAP, {**WHERE, "condition": "i < dims.k"})
+DROPPED = coded(WarningCode.DROPPED_WRITES, {**WHERE, "buffer": "out", "index": "i"})
+UNUSED = unused_binding("Pass 1 (self), group 0", "self", 0, 3, "extra")
 
 
 class WarningsTestCase(SimpleTestCase):
-    def warnings(self, status: str, source: str = ADD_SOURCE) -> list[str]:
-        outcome = {"status": status, "warnings": [OUT_OF_BOUNDS, LOOP_CAP, "binding 3 unused"]}
-        return shown_warnings(outcome, source)
+    def shown(self, status: str, warnings: list | None = None) -> list[str]:
+        outcome = {"status": status, "warnings": warnings or [DROPPED, LOOP_CAP, UNUSED]}
+        return [w["code"] for w in shown_warnings(outcome)]
 
     def test_nothing_ran_so_the_backend_cannot_mislead(self) -> None:
         for status in ("compile_error", "pipeline_error", "rejected"):
             with self.subTest(status=status):
-                self.assertEqual(self.warnings(status), ["binding 3 unused"])
+                self.assertEqual(self.shown(status), ["unused_binding"])
 
     def test_the_loop_cap_only_beside_a_wrong_result(self) -> None:
-        self.assertNotIn(LOOP_CAP, self.warnings("passed"))
-        self.assertIn(LOOP_CAP, self.warnings("mismatch"))
+        self.assertNotIn("llvmpipe_loop_cap", self.shown("passed"))
+        self.assertIn("llvmpipe_loop_cap", self.shown("mismatch"))
+        self.assertIn("llvmpipe_dropped_writes", self.shown("passed"))
 
-    def test_dropped_writes_only_for_a_kernel_without_a_bounds_check(self) -> None:
-        self.assertIn(OUT_OF_BOUNDS, self.warnings("passed"))
-        self.assertNotIn(OUT_OF_BOUNDS, self.warnings("passed", GUARDED))
-        guarded = ADD_SOURCE.replace("    out[id.x]", "    if (id.x < 128u) {}\n    out[id.x]")
-        self.assertNotIn(OUT_OF_BOUNDS, self.warnings("mismatch", guarded))
+    def test_sentences_of_runs_stored_before_codes_are_read_as_codes(self) -> None:
+        legacy = [LEGACY_OUT_OF_BOUNDS, LEGACY_LOOP_CAP, "Pass 1: binding 3 unused"]
+        self.assertEqual(
+            [w["code"] for w in warnings_of({"warnings": legacy})],
+            ["llvmpipe_dropped_writes", "llvmpipe_loop_cap", "note"],
+        )
+        # The old warning of dropped writes named no store: it said so of every kernel.
+        self.assertEqual(self.shown("mismatch", legacy), ["llvmpipe_loop_cap", "note"])
+
+    def test_the_page_shows_the_text_and_the_code(self) -> None:
+        html = render_to_string(
+            "kernels/_outcome.html",
+            {"warnings": shown_warnings({"status": "passed", "warnings": [DROPPED]})},
+        )
+        self.assertIn('data-code="llvmpipe_dropped_writes"', html)
+        self.assertIn("out[i] on line 4", html)
 
 
 class TextTestCase(SimpleTestCase):

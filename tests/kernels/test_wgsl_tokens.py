@@ -195,7 +195,6 @@ def test_it_reads_entry_points_sizes_and_bindings() -> None:
     assert wgsl.workgroup_size(MODULE, "unknown") == 1  # cannot tell: the deadline decides
     assert wgsl.workgroup_size(MODULE, "") == 128  # a pipeline that names no entry point
     assert wgsl.declared_bindings(MODULE) == [(0, 1, "out"), (0, 2, "params")]
-    assert wgsl.has_loop(MODULE) and not wgsl.has_loop("// for\nfn f() {}")
 
 
 def test_the_facts_for_the_reviewer() -> None:
@@ -270,5 +269,6 @@ def test_the_showcase_reads_as_it_did() -> None:
             assert importer_entry_points(source) == list(sizes), name
             assert {e: wgsl.workgroup_size(source, e) for e in sizes} == sizes, name
             assert sorted(wgsl.declared_bindings(source)) == bindings, name
-            assert wgsl.has_loop(source) == loops, name
+            facts = analysis.source_facts(source)
+            assert any(e["loops"] for e in facts["entry_points"]) == loops, name
             assert uniformity.uniformity_error("self", source) is None, name

@@ -587,11 +587,14 @@ class Timeline:
             raise self.compile_error(entry, refused)
         self.objects[entry["id"]], self.names[entry["id"]] = module, name
         self.sources[entry["id"]] = entry["code"]
-        traces.append(
-            self.trace,
-            "modules",
-            {"name": name, "bytes": len(entry["code"].encode()), "line": entry["line"]},
-        )
+        traced: traces.TracedModule = {
+            "name": name,
+            "bytes": len(entry["code"].encode()),
+            "line": entry["line"],
+        }
+        if len(entry["code"]) <= traces.MAX_MODULE_CODE:
+            traced["code"] = entry["code"]
+        traces.append(self.trace, "modules", traced)
 
     def compile_error(self, entry: Entry, info: CompileError) -> HostError:
         """A module that does not compile, named as a browser's console names it: the

@@ -36,6 +36,7 @@ from kernels.engine.host.js import Interrupted, OutOfMemory, Script, ScriptError
 from kernels.engine.host.trace import NP_VIEWS, Trace, new_trace
 from kernels.engine.limits import DEFAULT_LIMITS, Limits, MiB
 from kernels.engine.outcome import CompileError, Outcome, Status
+from kernels.engine.run_warnings import program_warnings
 
 JS_HEAP_BYTES = 256 * MiB
 COMPARABLE = ("f32", "u32", "i32")
@@ -309,7 +310,7 @@ def program_outcome(
         "message": "",
         "environment": env.as_dict(),
         "timings": {"compile_ms": None, "run_ms": result.run_ms, "wall_ms": None},
-        "warnings": [],
+        "warnings": program_warnings(env.software, result.trace or new_trace()),
         "outputs": [],
         "program": result.report(),
     }

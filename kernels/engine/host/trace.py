@@ -8,14 +8,20 @@ a buffer without one. Lists are capped at MAX_ENTRIES and values at MAX_VALUES p
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, NotRequired, TypedDict
 
 import numpy as np
 
 from kernels.engine.compare import json_number
+from kernels.engine.wgsl import entry_points
 
 MAX_ENTRIES = 200
 MAX_VALUES = 256
+# A module's WGSL travels in the trace up to this many characters (the picture and the
+# warnings read each dispatch against its own module's code).
+MAX_MODULE_CODE = 64 * 1024
 
 USAGE_NAMES = (
     "MAP_READ",
@@ -64,6 +70,7 @@ class TracedModule(TypedDict):
     name: str  # label, or "module N"
     bytes: int
     line: int | None
+    code: NotRequired[str]  # its WGSL, when under MAX_MODULE_CODE (absent in older traces)
 
 
 class TracedPipeline(TypedDict):
@@ -176,3 +183,62 @@ def values_of(data: bytes, dtype: str) -> list[Any]:
 def itemsize(dtype: str) -> int:
     """Bytes per value of a view's dtype ("f32": 4); a dtype not known is bytes."""
     return int(np.dtype(NP_VIEWS.get(dtype, np.uint8)).itemsize)
+
+
+@dataclass
+class DispatchBinding:
+    group: int
+    binding: int
+    buffer: str
+    size: int | None
+
+
+@dataclass
+class Dispatch:
+    """A traced dispatch with what it ran: its pipeline's entry point and module source,
+    and the buffers its bind groups bound."""
+
+    number: int  # the pass's number, 1-based
+    pipeline: str
+    module: str
+    entry_point: str
+    source: str
+    workgroups: list[int]
+    bindings: list[DispatchBinding]
+    line: int | None
+
+
+def dispatches(trace: Mapping[str, Any], sources: Mapping[str, str]) -> list[Dispatch]:
+    """The trace's dispatches in order; sources maps module names to their WGSL (a module
+    it lacks has source "")."""
+    pipelines = {p["name"]: p for p in trace.get("pipelines", [])}
+    groups = {g["name"]: g for g in trace.get("bind_groups", [])}
+    found = []
+    for number, traced in enumerate(trace.get("passes", []), start=1):
+        for dispatch in traced["dispatches"]:
+            pipeline = pipelines.get(dispatch["pipeline"], {})
+            source = sources.get(pipeline.get("module", ""), "")
+            entry = pipeline.get("entry_point") or next(iter(entry_points(source)), "")
+            bindings = [
+                DispatchBinding(int(index), e["binding"], e["buffer"], e.get("size"))
+                for index, name in sorted(dispatch["bind_groups"].items())
+                for e in groups.get(name, {}).get("entries", [])
+            ]
+            found.append(
+                Dispatch(
+                    number,
+                    dispatch["pipeline"],
+                    pipeline.get("module", ""),
+                    entry,
+                    source,
+                    list(dispatch["workgroups"]),
+                    bindings,
+                    dispatch.get("line"),
+                )
+            )
+    return found
+
+
+def module_sources(trace: Mapping[str, Any]) -> dict[str, str]:
+    """The WGSL of each traced module that carries it, by module name."""
+    return {m["name"]: m["code"] for m in trace.get("modules", []) if m.get("code")}

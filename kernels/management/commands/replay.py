@@ -10,6 +10,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from kernels import replay
 from kernels.engine.outcome import Outcome, json_number, output_list
 from kernels.engine.pool import Pool
+from kernels.engine.run_warnings import warnings_of
 from sessions.models import Session
 
 
@@ -37,7 +38,7 @@ def describe(outcome: Outcome) -> str:
             if timings.get(key) is not None
         ]
         lines.append(f"ran on {environment['label']}; " + ", ".join(spent))
-    lines += [f"warning: {warning}" for warning in outcome.get("warnings", [])]
+    lines += [f"warning ({w['code']}): {w['text']}" for w in warnings_of(outcome)]
     return "\n".join(lines)
 
 
