@@ -75,7 +75,7 @@ def _refused(request: HttpRequest, turn: Turn, refused: forks.ForkRefused) -> Ht
     return response
 
 
-def _get_fork(request: HttpRequest, fork_id: str) -> Fork:
+def get_fork(request: HttpRequest, fork_id: str) -> Fork:
     """The fork, if this user may open its session; 404 otherwise, private or not."""
     forks_seen = Fork.objects.viewable_by(request.user)
     return get_object_or_404(
@@ -85,7 +85,7 @@ def _get_fork(request: HttpRequest, fork_id: str) -> Fork:
 
 @require_GET
 def fork_page(request: HttpRequest, fork_id: str) -> HttpResponse:
-    made = _get_fork(request, fork_id)
+    made = get_fork(request, fork_id)
     version = made.version
     session = version.kernel.session
     # As on a replay page: a fork whose run is not stored (a new adapter) runs again.
@@ -113,6 +113,12 @@ def fork_page(request: HttpRequest, fork_id: str) -> HttpResponse:
         if session.is_embeddable
         else "",
         "has_host": bool(version.host_program),
+        "share": {
+            "title": embedding.fork_target(made).title,
+            "description": f"A reader's edit of {version.kernel.name} v{version.number}, "
+            f"run on the server.",
+            "image": origin + reverse("kernels:fork_card", args=[made.id]),
+        },
     }
     return render(request, "kernels/fork.html", context)
 
@@ -120,7 +126,7 @@ def fork_page(request: HttpRequest, fork_id: str) -> HttpResponse:
 @require_GET
 def fork_json(request: HttpRequest, fork_id: str) -> JsonResponse:
     """The fork's outcome in the shape of a turn's replay.json, and what it forks."""
-    made = _get_fork(request, fork_id)
+    made = get_fork(request, fork_id)
     version = made.version
     number = replay_turn_number(version)
     forked_from = {

@@ -125,9 +125,24 @@ def replay_page(request: HttpRequest, slug: str, number: int) -> HttpResponse:
         "introduced_at": version.turn,
         "intent": story.intent(version, outcome),
         "explained_at": story.explaining_turn(turn),
+        "share": _share(request, turn),
         **_embedding_context(request, turn),
     }
     return render(request, "kernels/replay.html", context)
+
+
+def _share(request: HttpRequest, turn: Turn) -> dict:
+    """What a shared link to a replay page shows: its URL, title and card."""
+    version, origin = turn.kernel_version, site_origin(request)
+    title = f"{version.kernel.name} v{version.number} replayed · {turn.session.title}"
+    card = reverse("kernels:turn_card", args=[turn.session.slug, turn.number])
+    description = f"Kernel {version.kernel.name} v{version.number}, replayed on the server."
+    return {
+        "title": title,
+        "description": f"{version.note} {description}" if version.note else description,
+        "url": origin + request.path,
+        "image": origin + card,
+    }
 
 
 def _embedding_context(request: HttpRequest, turn: Turn) -> dict:

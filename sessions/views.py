@@ -138,11 +138,23 @@ def detail(request: HttpRequest, slug: str) -> HttpResponse:
         seconds = seconds if complete else settings.EMBED_PENDING_CACHE_SECONDS
         cache.set(body_key, body, timeout=seconds)
     link = f"{origin}{session.get_absolute_url()}"
+    canonical = f"{link}?page={page_number}" if page_number > 1 else link
+    # A link to a turn shows that turn: its own URL, and its kernel's card.
+    if "turn" in request.GET:
+        number = int(request.GET["turn"])  # _asked_page found the turn
+        og_url, og_title = f"{link}?turn={number}", f"{session.title} · turn {number}"
+        card = reverse("kernels:turn_card", args=[session.slug, number])
+    else:
+        og_url, og_title = canonical, session.title
+        card = reverse("kernels:session_card", args=[session.slug])
     context = {
         "session": session,
         "body": body,
+        "og_url": og_url,
+        "og_title": og_title,
+        "og_image": origin + card,
         "oembed_href": embedding.oembed_href(origin, f"{link}?{query}" if query else link),
-        "canonical": f"{link}?page={page_number}" if page_number > 1 else link,
+        "canonical": canonical,
         "can_embed": session.is_embeddable,
     }
     response = render(request, "sessions/detail.html", context)

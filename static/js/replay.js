@@ -1,23 +1,57 @@
-// Replay page: while the run is queued or running, ask the server until it is done,
-// then show the finished page (rendered on the server, pictures included).
+// Replay and fork pages: while the run is queued or running, ask the server how it goes
+// and say so in place; once it is done, fetch the page again and swap in the parts that
+// show the outcome (rendered on the server, pictures included), without reloading.
 (function () {
   var page = document.querySelector(".replay");
   if (!page || page.dataset.state === "done") return;
   if (!document.querySelector(".running, .busy")) return;
   // Ask about the run this page shows; with none yet (every worker was busy), ask for one.
   var url = page.dataset.jsonUrl + (page.dataset.run ? "?run=" + page.dataset.run + "&" : "?");
+  var started = Date.now();
+  var STATES = { queued: "Waiting for a free replay worker…", running: "Running this kernel on the server…" };
+
+  function progress(state) {
+    var shown = document.querySelector(".run-progress");
+    if (!shown) return;
+    var seconds = Math.round((Date.now() - started) / 1000);
+    shown.textContent = (STATES[state] || STATES.running) + (seconds ? " " + seconds + " s" : "");
+  }
+
+  function swapIn() {
+    fetch(location.pathname, { credentials: "same-origin", headers: { Accept: "text/html" } })
+      .then(function (response) {
+        if (!response.ok) throw new Error(response.status);
+        return response.text();
+      })
+      .then(function (html) {
+        var fresh = new DOMParser().parseFromString(html, "text/html");
+        var parts = document.querySelectorAll("[data-live]");
+        parts.forEach(function (old) {
+          var next = fresh.querySelector('[data-live="' + old.dataset.live + '"]');
+          if (next) old.replaceWith(document.importNode(next, true));
+        });
+        var article = fresh.querySelector(".replay");
+        if (article) page.dataset.state = article.dataset.state;
+        if (page.dataset.state !== "done") poll(1000);
+      })
+      .catch(function () { location.reload(); });
+  }
 
   function poll(delay) {
     setTimeout(function () {
       fetch(url + "wait=3", { headers: { Accept: "application/json" }, credentials: "same-origin" })
         .then(function (response) {
-          if (response.status === 200) { location.reload(); return; }
+          if (response.status === 200) { swapIn(); return; }
           if (response.status === 503) {
             var retry = parseInt(response.headers.get("Retry-After") || "5", 10);
             poll(Math.max(1, retry) * 1000);
             return;
           }
-          if (response.status === 202) { poll(250); return; }
+          if (response.status === 202) {
+            response.json().then(function (body) { progress(body.state); }, function () {});
+            poll(250);
+            return;
+          }
           location.reload();
         })
         .catch(function () { poll(3000); });

@@ -35,11 +35,15 @@ def test_the_bug_shows_then_the_next_version_fixes_it(live_server, browser, show
 
     bug = f"{live_server.url}/s/{SLUG}/turns/{reviewed('matmul', 3)}/replay/"
     page.route(bug, keep)
+    navigations = []
+    page.on("framenavigated", lambda frame: navigations.append(frame.url))
     page.goto(bug)
     page.wait_for_selector(".outcome.status-mismatch", timeout=60_000)
-    # Nothing had run it: the page said it was running, then reloaded itself when done.
+    # Nothing had run it: the page said it was running, then, when the run was done,
+    # fetched itself again and showed the outcome in place: no second navigation.
     assert "Running this kernel on the server" in loads[0]
     assert len(loads) >= 2
+    assert navigations == [bug]
     assert page.locator(".running").count() == 0
     assert "cells wrong" in page.inner_text(".outcome-message")
     assert page.locator(".outcome svg").count() >= 1  # expected, got and error heatmaps
