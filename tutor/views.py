@@ -237,10 +237,14 @@ class EventStream:
             }
         if name == "done":
             guided.refresh_from_db()
+            # Token counts are for staff running the server, not for learners.
+            usage = (
+                render_to_string("tutor/_usage.html", {"guided": guided, **_usage_context(guided)})
+                if request.user.is_staff
+                else ""
+            )
             return {
-                "usage_html": render_to_string(
-                    "tutor/_usage.html", {"guided": guided, **_usage_context(guided)}
-                ),
+                "usage_html": usage,
                 "objectives_html": render_to_string(
                     "tutor/_objectives.html", {"objectives": _objectives(guided)}
                 ),

@@ -85,7 +85,7 @@
         compare.insertBefore(option, compare.options[1] || null);
       }
       if (data.version && lastSubmitted) {
-        lastSubmitted.textContent = "(last submitted: v" + data.version + ")";
+        lastSubmitted.textContent = "last submitted: v" + data.version;
       }
     },
     run: function (data) {
@@ -240,16 +240,15 @@
       event.preventDefault();
       post(editorForm, root.getAttribute("data-submit-url"), note);
     });
-    // The code editor takes Tab and Ctrl+Enter itself; this is for the bare textarea, in
-    // which Tab moves on as anywhere else.
-    [editor, hostEditor].forEach(function (textarea) {
-      if (!textarea) return;
-      textarea.addEventListener("keydown", function (event) {
-        if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) {
-          event.preventDefault();
-          editorForm.requestSubmit();
-        }
-      });
+    // Ctrl+Enter (Cmd+Enter) submits and runs from anywhere on the page but the message
+    // box, where it sends the message. The code editor takes it itself first.
+    document.addEventListener("keydown", function (event) {
+      if (event.key !== "Enter" || !(event.ctrlKey || event.metaKey) || event.defaultPrevented) {
+        return;
+      }
+      if (composer && composer.contains(event.target)) return;
+      event.preventDefault();
+      editorForm.requestSubmit();
     });
   }
 

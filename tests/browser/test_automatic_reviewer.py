@@ -65,7 +65,7 @@ def test_the_automatic_reviewer_names_the_builtin(live_server, browser, settings
 
     replace_code(page, "#kernel-field", LOCAL_ID)
     replace_code(page, "#host-field", add_host("Math.ceil(n / 64)"))
-    page.click("#editor-form button[type=submit]")
+    page.click("#submit-run")
     page.wait_for_selector("#run-panel .status-pill.status-mismatch", timeout=60_000)
     text = last_review(page, "never written")
     assert "local_invocation_id" in text
@@ -87,7 +87,7 @@ def test_the_host_editor_submits_the_dispatch_and_math_floor_is_named(
 
     replace_code(page, "#kernel-field", add_kernel())
     replace_code(page, "#host-field", add_host("Math.floor(n / 64)"))
-    page.click("#editor-form button[type=submit]")
+    page.click("#submit-run")
     page.wait_for_selector("#run-panel .status-pill.status-mismatch", timeout=60_000)
     text = last_review(page, "Your host program dispatches")
     assert "15 workgroups" in text
@@ -98,7 +98,7 @@ def test_the_host_editor_submits_the_dispatch_and_math_floor_is_named(
     assert "What the host did" in page.inner_text("#run-panel")
 
     replace_code(page, "#host-field", add_host("Math.ceil(n / 64)"))
-    page.click("#editor-form button[type=submit]")
+    page.click("#submit-run")
     page.wait_for_selector("#run-panel .status-pill.status-passed", timeout=60_000)
     assert "v2" in page.inner_text("#run-panel .run-title")
     page.close()

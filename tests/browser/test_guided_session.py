@@ -67,7 +67,7 @@ def test_a_learner_is_taught_and_every_submission_runs(live_server, browser, tut
     replace_code(page, "#kernel-field", WRONG_SUM)
     # The lesson's host program, its dispatch written: the submission runs as a program.
     replace_code(page, "#host-field", add_host("Math.ceil(n / 64)"))
-    page.click("#editor-form button[type=submit]")
+    page.click("#submit-run")
     page.wait_for_selector("#run-panel .status-pill.status-mismatch", timeout=60_000)
     assert "v1" in page.inner_text("#run-panel .run-title")
     # The submission's badge in the conversation follows the run without a reload.

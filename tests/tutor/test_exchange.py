@@ -58,8 +58,9 @@ class LessonExchangeTestCase(TutorRunTestCase):
         self.assertIn('<span class="badge-status">wrong results</span>', reply["html"])
         self.assertTrue(reply["replaces_live"])
         self.assertIn("<code>@workgroup_size(32)</code>", reply["html"])
-        self.assertIn("in 120 · out 42 · cache read 2000 · cache write 300", reply["html"])
-        self.assertIn("usage_html", first[-1][1])
+        # Token counts are the operator's: a learner's page has none.
+        self.assertNotIn("cache read", reply["html"])
+        self.assertEqual(first[-1][1]["usage_html"], "")
 
         # Stored: learner submission → version → tutor review, linked both ways.
         turns = list(guided.session.turns.order_by("number"))
@@ -182,6 +183,11 @@ class MessageExchangeTestCase(TutorTestCase):
         guided = self.start()
         with FakeAPI(text_reply("One question.")).patch():
             read_events(self.say(guided, "Hi"))
+        page = self.client.get(self.url(guided, "session"))
+        self.assertNotContains(page, "tokens this session")
+        self.assertNotContains(page, "cache read")
+        # Staff, who run the server, read them on the same page.
+        self.client.force_login(self.charlie)
         page = self.client.get(self.url(guided, "session"))
         self.assertContains(page, "2,462 of 500,000 tokens this session (1 API call)")
         self.assertContains(page, "cache read 2000")

@@ -62,7 +62,7 @@ class StartTestCase(TutorTestCase):
         self.assertEqual(guided.kernel.harness, {})
         self.assertEqual(guided.kernel.name, "kernel")
         page = self.client.get(self.url(guided, "session"))
-        self.assertContains(page, "Runs your host program and shows what it reads back")
+        self.assertContains(page, "runs your host program and shows what it reads back")
 
     def test_it_refuses_an_unknown_lesson(self) -> None:
         self.client.force_login(self.alice)
