@@ -12,6 +12,8 @@ regular expression.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import Any
 
 from kernels.engine.outcome import Outcome
 from tutor.quoting import quote, source_line
@@ -21,9 +23,9 @@ SHOWN = 12
 CONSOLE_LINES = 10
 
 
-def program(outcome: Outcome) -> dict:
+def program(outcome: Outcome) -> Mapping[str, Any]:
     """The program part of a program run's outcome; {} for a harness run."""
-    return outcome.get("program") or {}  # type: ignore[return-value]
+    return outcome.get("program") or {}
 
 
 def _line(value: object) -> str:
@@ -84,7 +86,7 @@ def trace_text(outcome: Outcome) -> str:
         lines.append(f"console.{entry['level']}{_line(entry.get('line'))}: {entry['text'][:200]}")
     if error := ran.get("error"):
         lines.append(f"stopped: {error['message'][:400]}")
-    check = outcome.get("check") or {}  # type: ignore[var-annotated]
+    check: Mapping[str, Any] = outcome.get("check") or {}
     if check.get("against") == "reference":
         lines.append(f"readbacks checked against numpy's {check.get('name')}")
     elif check.get("against") == "program":

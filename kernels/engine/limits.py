@@ -28,55 +28,58 @@ class Limits:
     @classmethod
     def from_dict(cls, overrides: Mapping[str, object]) -> Limits:
         known = {f.name for f in dataclasses.fields(cls)}
+        checked: dict[str, int] = {}
         for key, value in overrides.items():
             if key not in known:
                 raise ValueError(f"unknown limit {key!r}; known: {', '.join(sorted(known))}")
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"limit {key} must be a positive integer (got {value!r})")
-        return cls(**overrides)  # type: ignore[arg-type]
+            checked[key] = value
+        return dataclasses.replace(cls(), **checked)
 
 
 DEFAULT_LIMITS = Limits()
 
 
+def over(limits: Limits, cap: str, what: str, value: int) -> str:
+    """ "{what} is {value}, over the limit of {limit}" when value passes the cap named (a
+    field of Limits), else "". The one wording of every cap, for harness runs (refused
+    before running) and programs (refused at the call)."""
+    limit: int = getattr(limits, cap)
+    if value <= limit:
+        return ""
+    return f"{what} is {_amount(cap, value)}, over the limit of {_amount(cap, limit)}"
+
+
 def check_limits(harness: Harness, sources: Mapping[str, str], limits: Limits) -> None:
     """Refuse a run over the limits before any memory or device time is spent on it."""
 
-    def over(what: str, value: int, cap: int, unit: str = "") -> Stop:
-        value_text = f"{value:,}{unit}" + (f" ({_size(value)})" if unit else "")
-        cap_text = f"{cap:,}{unit}" + (f" ({_size(cap)})" if unit else "")
-        return Stop(
-            Status.REJECTED,
-            f"Rejected before running: {what} is {value_text}, over the limit of {cap_text}.",
-            f"{what}: {value} > {cap}",
-        )
+    def check(cap: str, what: str, value: int) -> None:
+        if problem := over(limits, cap, what, value):
+            raise Stop(
+                Status.REJECTED,
+                f"Rejected before running: {problem}.",
+                f"{what}: {value} > {getattr(limits, cap)}",
+            )
 
     for buf in harness.buffers:
-        if buf.nbytes > limits.max_buffer_bytes:
-            raise over(f"buffer {buf.name}", buf.nbytes, limits.max_buffer_bytes, " bytes")
-    total = sum(b.nbytes for b in harness.buffers)
-    if total > limits.max_total_bytes:
-        raise over("the total size of all buffers", total, limits.max_total_bytes, " bytes")
+        check("max_buffer_bytes", f"buffer {buf.name}", buf.nbytes)
+    check(
+        "max_total_bytes", "the total size of all buffers", sum(b.nbytes for b in harness.buffers)
+    )
     invocations = 0
     for number, p in enumerate(harness.passes, start=1):
         for axis, size in zip("xyz", p.dispatch, strict=True):
-            if size > limits.max_workgroups_per_dim:
-                raise over(
-                    f"pass {number}'s dispatch in {axis}", size, limits.max_workgroups_per_dim
-                )
+            check("max_workgroups_per_dim", f"pass {number}'s dispatch in {axis}", size)
         per_group = workgroup_size(sources[p.kernel], p.entry_point)
         invocations += math.prod(p.dispatch) * per_group
-    if invocations > limits.max_invocations:
-        raise over(
-            "the number of invocations (workgroups times workgroup size, all passes)",
-            invocations,
-            limits.max_invocations,
-        )
+    check(
+        "max_invocations",
+        "the number of invocations (workgroups times workgroup size, all passes)",
+        invocations,
+    )
     readback = sum(harness.buffer(name).nbytes for name in readback_names(harness))
-    if readback > limits.max_readback_bytes:
-        raise over(
-            "the size of the buffers read back", readback, limits.max_readback_bytes, " bytes"
-        )
+    check("max_readback_bytes", "the size of the buffers read back", readback)
 
 
 def readback_names(harness: Harness) -> list[str]:
@@ -94,8 +97,12 @@ def readback_names(harness: Harness) -> list[str]:
     return [name for name in dict.fromkeys(names) if name in bound]
 
 
-def _size(n: int) -> str:
+def _amount(cap: str, n: int) -> str:
+    """n as the cap counts it: bytes, with their size from 1 KiB up ("4,294,967,296
+    bytes (4 GiB)"), or a plain count."""
+    if not cap.endswith("_bytes"):
+        return f"{n:,}"
     for unit, scale in (("GiB", 1024**3), ("MiB", MiB), ("KiB", 1024)):
         if n >= scale:
-            return f"{n / scale:.4g} {unit}"
-    return f"{n} B"
+            return f"{n:,} bytes ({n / scale:.4g} {unit})"
+    return f"{n:,} bytes"

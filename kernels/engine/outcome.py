@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import math
+from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from typing import Any, NotRequired, TypedDict
 
@@ -166,6 +167,32 @@ class RunWarning(TypedDict):
     data: dict[str, Any]
 
 
+class CheckReport(TypedDict):
+    """outcome["check"] of a program run.
+
+    against  "reference" (a harness's numpy reference), "program" (another version's
+             readbacks), "values" (expected values the job gave), "none"
+    name     the reference's name, for "reference"
+    problem  why there is no verdict although one was asked for ("" when there is one)
+    """
+
+    against: str
+    name: str
+    problem: str
+
+
+class ProgramReport(TypedDict):
+    """outcome["program"] of a program run: its console (level, text, line), the lines
+    the console cap left out, its trace (host/trace.py's Trace), the error it stopped at
+    (host/program.py's ProgramError, or None) and how many dispatches it made."""
+
+    console: Sequence[Mapping[str, Any]]
+    console_dropped: int
+    trace: Mapping[str, Any] | None
+    error: Mapping[str, Any] | None
+    dispatches: int
+
+
 class Outcome(TypedDict):
     """What one replay ended in.
 
@@ -195,6 +222,8 @@ class Outcome(TypedDict):
     cases        for a harness with cases: each case's name, description, status,
                  message, outputs (cell values only for the worst, which the top level
                  shows), layout and report; the top level is the worst case's
+    program      for a program run: ProgramReport (console, trace, error, dispatches)
+    check        for a program run: what its readbacks were checked against (CheckReport)
     crash        on crashed, when the kernel itself ended its workers: Crash; such an
                  outcome is kept like a finished run (see cacheable)
     detail       for staff only: the dead workers' ids and the tails of their stderr, a
@@ -213,6 +242,8 @@ class Outcome(TypedDict):
     report: NotRequired[dict[str, Any]]
     layout: NotRequired[list[dict[str, Any]]]
     cases: NotRequired[list[dict[str, Any]]]
+    program: NotRequired[ProgramReport]
+    check: NotRequired[CheckReport]
     crash: NotRequired[Crash]
     detail: NotRequired[str]
 
@@ -228,6 +259,25 @@ def no_timings() -> Timings:
     return {"compile_ms": None, "run_ms": None, "wall_ms": None}
 
 
+def new_outcome(
+    status: Status,
+    message: str,
+    environment: dict[str, Any],
+    timings: Timings | None = None,
+    warnings: list[RunWarning] | None = None,
+    outputs: list[dict[str, Any]] | None = None,
+) -> Outcome:
+    """An outcome with the keys every one has; the rest are added by what made it."""
+    return {
+        "status": str(status),
+        "message": message,
+        "environment": environment,
+        "timings": timings or no_timings(),
+        "warnings": warnings or [],
+        "outputs": outputs or [],
+    }
+
+
 def failure(
     status: Status,
     message: str,
@@ -236,15 +286,10 @@ def failure(
     wall_ms: float | None = None,
 ) -> Outcome:
     """An outcome with nothing to show but why: the kernel did not run to the end."""
-    return {
-        "status": str(status),
-        "message": message,
-        "error": error,
-        "environment": environment or {},
-        "timings": {"compile_ms": None, "run_ms": None, "wall_ms": wall_ms},
-        "warnings": [],
-        "outputs": [],
-    }
+    outcome = new_outcome(status, message, environment or {})
+    outcome["timings"]["wall_ms"] = wall_ms
+    outcome["error"] = error
+    return outcome
 
 
 class Stop(Exception):

@@ -60,6 +60,7 @@ from kernels.engine.outcome import (
     RunWarning,
     Status,
     Stop,
+    new_outcome,
     no_timings,
 )
 from kernels.engine.resident import DeviceBuffers, RunBuffers, writable_buffers
@@ -180,14 +181,9 @@ class _Run:
         compile: CompileError | None = None,
         report: dict[str, Any] | None = None,
     ) -> Outcome:
-        result: Outcome = {
-            "status": str(status),
-            "message": message,
-            "environment": self.env.as_dict(),
-            "timings": self.timings,
-            "warnings": self.warnings,
-            "outputs": outputs or [],
-        }
+        result = new_outcome(
+            status, message, self.env.as_dict(), self.timings, self.warnings, outputs
+        )
         if error:
             result["error"] = error
         if compile is not None:

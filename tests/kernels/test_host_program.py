@@ -476,7 +476,7 @@ def test_buffers_over_the_limit_in_all_are_refused_naming_the_line(run, gpu):
 
     assert result.error is not None
     assert (result.error["kind"], result.error["line"]) == ("limit", 4)
-    assert "over the limit of 536,870,912 bytes in all" in result.error["message"]
+    assert "over the limit of 536,870,912 bytes (512 MiB)" in result.error["message"]
     assert program_outcome(result, gpu[1])["status"] == "rejected"
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any
 
 import numpy as np
 
@@ -21,22 +21,8 @@ from kernels.engine.harness import Harness, Pass
 from kernels.engine.host.trace import NP_VIEWS, Trace, TracedDispatch
 from kernels.engine.inputs import make_inputs, no_memo
 from kernels.engine.limits import DEFAULT_LIMITS
-from kernels.engine.outcome import Stop
+from kernels.engine.outcome import CheckReport, Stop
 from kernels.engine.references import REFERENCES
-
-
-class CheckReport(TypedDict):
-    """outcome["check"] of a program run.
-
-    against  "reference" (a harness's numpy reference), "program" (another version's
-             readbacks), "values" (expected values the job gave), "none"
-    name     the reference's name, for "reference"
-    problem  why there is no verdict although one was asked for ("" when there is one)
-    """
-
-    against: str
-    name: str
-    problem: str
 
 
 def new_check(against: str, name: str = "") -> CheckReport:

@@ -24,18 +24,19 @@ from kernels.engine.analysis import analyse
 from kernels.engine.compare import compare_output, mark_unwritten, no_reference_message, verdict
 from kernels.engine.device import Environment
 from kernels.engine.harness import Buffer, HarnessError, parse_harness
-from kernels.engine.host.check import (
-    CheckReport,
-    Unchecked,
-    new_check,
-    program_report,
-    reference_expected,
-)
+from kernels.engine.host.check import Unchecked, new_check, program_report, reference_expected
 from kernels.engine.host.gpu import SENTINEL_WORD, HostError, Readback, Timeline
 from kernels.engine.host.js import Interrupted, OutOfMemory, Script, ScriptError
 from kernels.engine.host.trace import NP_VIEWS, Trace, new_trace
 from kernels.engine.limits import DEFAULT_LIMITS, Limits, MiB
-from kernels.engine.outcome import CompileError, Outcome, Status
+from kernels.engine.outcome import (
+    CheckReport,
+    CompileError,
+    Outcome,
+    ProgramReport,
+    Status,
+    new_outcome,
+)
 from kernels.engine.run_warnings import program_warnings
 
 JS_HEAP_BYTES = 256 * MiB
@@ -81,7 +82,7 @@ class ProgramResult:
     # The bytes the program put in each buffer from the host, whole, by buffer name.
     written: dict[str, bytes] = field(default_factory=dict)
 
-    def report(self) -> dict[str, Any]:
+    def report(self) -> ProgramReport:
         """The JSON for the replay page: console, trace and error (readbacks are in trace)."""
         return {
             "console": self.console,
@@ -305,22 +306,24 @@ def program_outcome(
 ) -> Outcome:
     """The outcome of a run. expected lines up with result.readbacks (None: show only);
     sentinel is the diagnostic run, whose never-written cells mark the wrong ones here."""
-    outcome: dict[str, Any] = {
-        "status": "",
-        "message": "",
-        "environment": env.as_dict(),
-        "timings": {"compile_ms": None, "run_ms": result.run_ms, "wall_ms": None},
-        "warnings": program_warnings(env.software, result.trace or new_trace()),
-        "outputs": [],
-        "program": result.report(),
-    }
+    outcome = new_outcome(
+        Status.NO_REFERENCE,
+        "",
+        env.as_dict(),
+        {"compile_ms": None, "run_ms": result.run_ms, "wall_ms": None},
+        program_warnings(env.software, result.trace or new_trace()),
+    )
+    outcome["program"] = result.report()
     if result.error is not None:
         error = result.error
-        outcome.update(status=str(STATUS_OF_ERROR[error["kind"]]), message=error["message"])
+        outcome["status"], outcome["message"] = (
+            str(STATUS_OF_ERROR[error["kind"]]),
+            error["message"],
+        )
         outcome["error"] = error["detail"]
         if "compile" in error:
             outcome["compile"] = error["compile"]
-        return outcome  # type: ignore[return-value]
+        return outcome
     outputs = []
     for index, readback in enumerate(result.readbacks):
         if readback.dtype not in COMPARABLE:
@@ -345,17 +348,16 @@ def program_outcome(
     compared = [o for o in outputs if o["bad"] is not None]
     if not result.readbacks:
         what = "dispatched work but" if result.dispatches else "never dispatched and"
-        outcome.update(
-            status=str(Status.NO_REFERENCE),
-            message=f"The program ran to its end but {what} never read a buffer back "
-            f"(mapAsync and getMappedRange), so there is nothing to show.{_idle(result)}",
+        outcome["message"] = (
+            f"The program ran to its end but {what} never read a buffer back "
+            f"(mapAsync and getMappedRange), so there is nothing to show.{_idle(result)}"
         )
     elif compared:
-        status, message = verdict(compared)
-        outcome.update(status=str(status), message=message)
+        status, outcome["message"] = verdict(compared)
+        outcome["status"] = str(status)
     else:
-        outcome.update(status=str(Status.NO_REFERENCE), message=no_reference_message(outputs))
-    return outcome  # type: ignore[return-value]
+        outcome["message"] = no_reference_message(outputs)
+    return outcome
 
 
 def _idle(result: ProgramResult) -> str:
@@ -453,7 +455,7 @@ def run_program_job(device: Any, env: Environment, job: Mapping[str, Any]) -> Ou
     )
     if check["problem"] and outcome["status"] == Status.NO_REFERENCE:
         outcome["message"] += f" No verdict: {check['problem']}."
-    outcome["check"] = check  # type: ignore[typeddict-unknown-key]
+    outcome["check"] = check
     if report and outcome["outputs"]:
         outcome["report"] = report
     # What the reviewer reads of the version's kernel, as after a harness run.

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, NotRequired, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict
 
 import numpy as np
 
@@ -156,9 +156,15 @@ def new_trace() -> Trace:
     }
 
 
-def append(trace: Trace, key: str, entry: Any) -> None:
+# The lists of a Trace.
+Listed = Literal[
+    "buffers", "writes", "modules", "pipelines", "bind_groups", "passes", "copies", "readbacks"
+]
+
+
+def append(trace: Trace, key: Listed, entry: Any) -> None:
     """Add entry to the list trace[key] unless it is full (then count it as dropped)."""
-    entries = trace[key]  # type: ignore[literal-required]
+    entries: list[Any] = trace[key]
     if len(entries) < MAX_ENTRIES:
         entries.append(entry)
     else:
