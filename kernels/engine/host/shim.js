@@ -23,6 +23,7 @@ const shim = (() => {
   const isArray = Array.isArray;
   const isView = ArrayBuffer.isView;
   const arraySlice = uncurry(Array.prototype.slice);
+  const arrayJoin = uncurry(Array.prototype.join);
   const arrayFrom = Array.from;
   const jsonStringify = JSON.stringify;
   const jsonParse = JSON.parse;
@@ -94,14 +95,14 @@ const shim = (() => {
   const host = {
     offset: 0, // lines before the program's first line in this script
     nextId: 1,
-    record: "", // the calls since the last take(), as JSON objects joined by commas
+    record: [], // the calls since the last take(), each as the text of a JSON object
     calls: 0,
     blobs: new MapOf(), // index -> bytes a call handed over
     nextBlob: 0,
     pending: new MapOf(), // request id -> { resolve, reject, line }
     timers: new MapOf(), // id -> { callback, args }, in the order they were set
     timerCount: 0,
-    console: "", // console lines as JSON objects joined by commas
+    console: [], // console lines, each as the text of a JSON object
     consoleLines: 0,
     consoleChars: 0,
     consoleDropped: 0,
@@ -115,6 +116,14 @@ const shim = (() => {
   };
   // Each WebGPU object the shim handed out -> its state ({ kind, id, ... }).
   const objects = new WeakMapOf();
+
+  // Text is gathered in lists and joined once: QuickJS copies a string on every `+=`, so
+  // appending to one long string takes time that grows with the square of its length
+  // (100,000 calls took 125 s). Items are defined, not assigned, so no setter the program
+  // puts on Array.prototype sees them.
+  function append(list, value) {
+    defineProperty(list, list.length, { value: value, writable: true, enumerable: true, configurable: true });
+  }
 
   // -- where a call came from -------------------------------------------------------------------
 
@@ -173,18 +182,16 @@ const shim = (() => {
     if (type === "number") return isFiniteNumber(value) ? "" + value : "null";
     if (type === "boolean") return value ? "true" : "false";
     if (type !== "object" || depth > 4) return "null";
-    let out;
+    const parts = [];
     if (isArray(value)) {
-      out = "[";
-      for (let i = 0; i < value.length; i++) out += (i ? "," : "") + encode(value[i], depth + 1);
-      return out + "]";
+      for (let i = 0; i < value.length; i++) append(parts, encode(value[i], depth + 1));
+      return "[" + arrayJoin(parts, ",") + "]";
     }
     const names = objectKeys(value);
-    out = "{";
     for (let i = 0; i < names.length; i++) {
-      out += (i ? "," : "") + jsonStringify(names[i]) + ":" + encode(value[names[i]], depth + 1);
+      append(parts, jsonStringify(names[i]) + ":" + encode(value[names[i]], depth + 1));
     }
-    return out + "}";
+    return "{" + arrayJoin(parts, ",") + "}";
   }
 
   // One call into the record, as a JSON object of its own: op, line, the fields (built by
@@ -194,13 +201,13 @@ const shim = (() => {
       throw new RangeErrorOf(`The program made more than ${MAX_CALLS} WebGPU calls.`);
     }
     const at = line === undefined ? callLine() : line;
-    let text = `{"op":${jsonStringify(op)},"line":${encode(at, 0)}`;
-    if (requestId !== undefined) text += `,"request":${requestId}`;
+    const parts = [`{"op":${jsonStringify(op)}`, `"line":${encode(at, 0)}`];
+    if (requestId !== undefined) append(parts, `"request":${requestId}`);
     const names = objectKeys(fields);
     for (let i = 0; i < names.length; i++) {
-      text += "," + jsonStringify(names[i]) + ":" + encode(fields[names[i]], 1);
+      append(parts, jsonStringify(names[i]) + ":" + encode(fields[names[i]], 1));
     }
-    host.record += (host.record ? "," : "") + text + "}";
+    append(host.record, arrayJoin(parts, ",") + "}");
     return at;
   }
 
@@ -307,6 +314,15 @@ const shim = (() => {
     return typedSlice(view, start, start + count);
   }
 
+  // Bytes as a string of Latin-1 characters, one per byte (fromCharCode runs in C).
+  function latin1(bytes) {
+    const parts = [];
+    for (let k = 0; k < typedLength(bytes); k += 8192) {
+      append(parts, apply(fromCharCode, null, typedSubarray(bytes, k, k + 8192)));
+    }
+    return arrayJoin(parts, "");
+  }
+
   function viewType(data) {
     if (data instanceof ArrayBufferOf || data instanceof DataViewOf) return "bytes";
     const type = mapGet(TYPE_NAMES, getPrototypeOf(data));
@@ -334,9 +350,9 @@ const shim = (() => {
 
   function log(level) {
     return function (...args) {
-      let text = "";
-      for (let i = 0; i < args.length; i++) text += (i ? " " : "") + show(args[i], 0);
-      record(level, text, callLine());
+      const parts = [];
+      for (let i = 0; i < args.length && i < MAX_CONSOLE_LINES; i++) append(parts, show(args[i], 0));
+      record(level, arrayJoin(parts, " "), callLine());
     };
   }
 
@@ -348,8 +364,7 @@ const shim = (() => {
     }
     host.consoleChars += text.length;
     host.consoleLines++;
-    const entry = `{"level":${jsonStringify(level)},"text":${jsonStringify(text)},"line":${encode(line, 0)}}`;
-    host.console += (host.console ? "," : "") + entry;
+    append(host.console, `{"level":${jsonStringify(level)},"text":${jsonStringify(text)},"line":${encode(line, 0)}}`);
   }
 
   const consoleObject = {
@@ -941,12 +956,7 @@ const shim = (() => {
     }
 
     text() {
-      const bytes = new U8(this.__bytes);
-      let text = "";
-      for (let i = 0; i < typedLength(bytes); i += 8192) {
-        text += apply(fromCharCode, null, typedSubarray(bytes, i, i + 8192));
-      }
-      return promiseResolve(decodeText(escapeText(text)));
+      return promiseResolve(decodeText(escapeText(latin1(new U8(this.__bytes)))));
     }
 
     json() {
@@ -1030,10 +1040,10 @@ const shim = (() => {
   // The record since the last call, and where the program is, as JSON text.
   function take() {
     const taken =
-      `{"record":[${host.record}],"blobs":${host.nextBlob},"state":${jsonStringify(host.state)},` +
+      `{"record":[${arrayJoin(host.record, ",")}],"blobs":${host.nextBlob},"state":${jsonStringify(host.state)},` +
       `"error":${host.error === null ? "null" : host.error},"pending":${mapSize(host.pending)},` +
       `"timers":${mapSize(host.timers)}}`;
-    host.record = "";
+    host.record = [];
     return taken;
   }
 
@@ -1042,11 +1052,7 @@ const shim = (() => {
   function readBlob(i) {
     const bytes = mapGet(host.blobs, i);
     if (bytes === undefined) return null;
-    let text = "";
-    for (let k = 0; k < typedLength(bytes); k += 8192) {
-      text += apply(fromCharCode, null, typedSubarray(bytes, k, k + 8192));
-    }
-    return escapeText(text);
+    return escapeText(latin1(bytes));
   }
 
   // Settle request id. answerJson is JSON; with words (a JSON list of numbers that a
@@ -1083,7 +1089,7 @@ const shim = (() => {
   }
 
   function consoleText() {
-    return `{"lines":[${host.console}],"dropped":${host.consoleDropped}}`;
+    return `{"lines":[${arrayJoin(host.console, ",")}],"dropped":${host.consoleDropped}}`;
   }
 
   // What the program threw, as JSON text for Python: name, message, line and stack of an
