@@ -292,6 +292,9 @@ TUTOR_LESSONS_DIR = Path(os.getenv("TUTOR_LESSONS_DIR", str(BASE_DIR / "fixtures
 # The slowest inputs known take about 12 µs per character to render; at this size that
 # stays well under a second even on a busy machine.
 MARKDOWN_MAX_CHARS = envint("MARKDOWN_MAX_CHARS", 32_000)
+# A program's source on a page (replay, fork, tutor) shows its first whole lines within
+# this many characters, highlighted once per text and kept in the cache.
+SOURCE_PAGE_MAX_CHARS = envint("SOURCE_PAGE_MAX_CHARS", 100_000)
 # kernelbin/1 files larger than this are refused before parsing.
 IMPORT_MAX_BYTES = envint("IMPORT_MAX_BYTES", 64 * 1024 * 1024)
 # Claude Code transcripts (JSON Lines) are streamed, never read whole; files larger than

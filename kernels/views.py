@@ -126,6 +126,9 @@ def replay_page(request: HttpRequest, slug: str, number: int) -> HttpResponse:
         "intent": story.intent(version, outcome),
         "explained_at": story.explaining_turn(turn),
         "share": _share(request, turn),
+        # A version longer than a fork may be gets no editor (it would carry the whole
+        # text into the page, only to be refused).
+        "forkable": max(len(version.source), len(version.host_program)) <= settings.FORK_MAX_CHARS,
         **_embedding_context(request, turn),
     }
     return render(request, "kernels/replay.html", context)

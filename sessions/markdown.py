@@ -9,11 +9,13 @@ super-linear on inputs such as "[](" * 10_000 (12 s measured); markdown-it-py is
 
 from __future__ import annotations
 
+import hashlib
 import html
 import re
 
 import nh3
 from django.conf import settings
+from django.core.cache import cache
 from django.utils.safestring import SafeString, mark_safe
 from markdown_it import MarkdownIt
 from pygments import highlight
@@ -174,30 +176,63 @@ def render_markdown(text: str) -> str:
 
 
 def render_code(code: str, lang: str) -> SafeString:
-    """A highlighted code block outside any Markdown (diffs), ready for a template."""
+    """A highlighted code block outside any Markdown (diffs), ready for a template; its
+    first whole lines within SOURCE_PAGE_MAX_CHARS, with a note when that is not all."""
+    limit, note = settings.SOURCE_PAGE_MAX_CHARS, ""
+    if len(code) > limit:
+        code = code[: code.rfind("\n", 0, limit) + 1]
+        note = '<p class="render-note">Cut here: the rest is too long for a page.</p>\n'
     highlighted = _highlight(code, lang, "")
     # Sanitised here, like everything this module returns.
-    return mark_safe(_cleaner.clean(highlighted) if highlighted else plain_html(code))  # noqa: S308
+    shown = _cleaner.clean(highlighted) if highlighted else plain_html(code)
+    return mark_safe(shown + note)  # noqa: S308
 
 
 def render_source(
     code: str, lang: str, marked_lines: list[int] | tuple[int, ...] = ()
 ) -> SafeString:
-    """A kernel source with line numbers, the given (1-based) lines marked."""
-    # stripnl=False keeps leading blank lines, so numbers match naga's line numbers.
-    lexer = _lexer(LANGUAGES.get(lang, "text"), stripnl=False)
-    # Pygments closes its spans at each line end, so the output splits into lines cleanly.
-    lines = highlight(code, lexer, _formatter).split("\n")
-    if lines and not lines[-1]:
-        lines.pop()
+    """A program's source with line numbers, the given (1-based) lines marked.
+
+    Highlighted once per text and kept (Pygments took 10 s a view on a 2 MB script); a
+    text longer than SOURCE_PAGE_MAX_CHARS shows its first whole lines within that and
+    says so, so that the page stays small (that script made a 27 MB page)."""
+    lines, total = _source_lines(code, lang)
+    marked = set(marked_lines)
     width = len(str(len(lines)))
     rows = []
     for number, line in enumerate(lines, start=1):
         row = f'<span class="linenos">{number:>{width}}</span>{line}'
-        rows.append(f'<span class="hll">{row}</span>' if number in marked_lines else row)
+        rows.append(f'<span class="hll">{row}</span>' if number in marked else row)
     body = "\n".join(rows)
-    cleaned = _cleaner.clean(f'<pre class="highlight source"><code>{body}\n</code></pre>')
-    return mark_safe(cleaned)  # noqa: S308 (sanitised on the line above)
+    note = ""
+    if len(lines) < total:
+        note = (
+            f'<p class="render-note">Lines 1 to {len(lines):,} of {total:,}: the rest is too '
+            "long for a page. The session's JSON export holds all of it.</p>\n"
+        )
+    # The lines were sanitised when highlighted; the rest is our own markup.
+    return mark_safe(f'{note}<pre class="highlight source"><code>{body}\n</code></pre>')  # noqa: S308
+
+
+def _source_lines(code: str, lang: str) -> tuple[list[str], int]:
+    """The shown part of a source as sanitised, highlighted lines, and how many lines the
+    whole has; from the cache when this text was highlighted before."""
+    limit = settings.SOURCE_PAGE_MAX_CHARS
+    digest = hashlib.sha256(code.encode(errors="surrogatepass")).hexdigest()
+    key = f"source-lines:{lang}:{limit}:{digest}"
+    if (kept := cache.get(key)) is not None:
+        return kept
+    total = code.count("\n") + (not code.endswith("\n"))
+    shown = code if len(code) <= limit else code[: code.rfind("\n", 0, limit) + 1]
+    # stripnl=False keeps leading blank lines, so numbers match naga's line numbers.
+    lexer = _lexer(LANGUAGES.get(lang, "text"), stripnl=False)
+    # Pygments closes its spans at each line end, so the output splits into lines cleanly.
+    lines = _cleaner.clean(highlight(shown, lexer, _formatter)).split("\n")
+    if lines and not lines[-1]:
+        lines.pop()
+    kept = (lines, max(total, len(lines)))
+    cache.set(key, kept, timeout=settings.PAGE_CACHE_SECONDS)
+    return kept
 
 
 # Text a person typed in a terminal (a learner's prompt): shown as typed, line breaks and
