@@ -50,6 +50,14 @@ MAX_FRAME = 256 * 1024 * 1024
 MAX_FILE_BYTES = 16 * 1024 * 1024
 MEMO_BYTES = 512 * 1024 * 1024
 MEMO_ENTRIES = 256
+# Address space a worker may map. lavapipe reserves 1.3 GB of it for a device before any
+# job; the heaviest program measured (three 128 MiB buffers, a 64 MiB readback, a
+# JavaScript heap run out) peaked at 2.8 GB, and a harness at its caps (512 MiB of
+# buffers, the memo's 512 MiB of arrays) stays below 4 GiB too. Past it an allocation
+# fails in the worker, not in the web process.
+MEMORY_BYTES = 4 * 1024**3
+# Added to the worker's nice value: the web process (and /healthz) comes first.
+NICENESS = 10
 PR_SET_PDEATHSIG = 1
 
 log = logging.getLogger("kernels.engine.worker")
@@ -161,8 +169,15 @@ def protect_protocol() -> BinaryIO:
 
 
 def limit_resources() -> None:
-    # No RLIMIT_AS: lavapipe reserves well over 1 GiB of address space for a device.
-    for limit, value in ((resource.RLIMIT_FSIZE, MAX_FILE_BYTES), (resource.RLIMIT_CORE, 0)):
+    """Caps of the worker's own, so that no replay can starve the web process: a lower CPU
+    priority, an address space of MEMORY_BYTES, no big files, no core dumps."""
+    os.nice(NICENESS)
+    limits = (
+        (resource.RLIMIT_AS, MEMORY_BYTES),
+        (resource.RLIMIT_FSIZE, MAX_FILE_BYTES),
+        (resource.RLIMIT_CORE, 0),
+    )
+    for limit, value in limits:
         _, hard = resource.getrlimit(limit)
         capped = value if hard == resource.RLIM_INFINITY else min(value, hard)
         resource.setrlimit(limit, (capped, capped))

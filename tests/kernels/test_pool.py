@@ -303,3 +303,15 @@ def test_jobs_nobody_waits_for_any_more_are_dropped_before_they_run() -> None:
         # Dropped jobs leave nothing behind: the same key is a new job.
         again = pool.submit("gave-up-0", add_job(), wanted_for=30)
         assert again.result(timeout=30)["status"] == "passed"
+
+
+def test_workers_run_below_the_web_process_with_a_memory_cap_of_their_own(pool: Pool) -> None:
+    import resource
+
+    from kernels.engine.worker import MEMORY_BYTES, NICENESS
+
+    assert pool.run("nice-add", add_job(5))["status"] == "passed"
+    for pid in pool.status()["worker_pids"]:
+        lower = min(19, os.getpriority(os.PRIO_PROCESS, 0) + NICENESS)  # 19 is the lowest
+        assert os.getpriority(os.PRIO_PROCESS, pid) == lower
+        assert resource.prlimit(pid, resource.RLIMIT_AS) == (MEMORY_BYTES, MEMORY_BYTES)
