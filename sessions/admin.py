@@ -33,8 +33,9 @@ class SessionAdmin(admin.ModelAdmin):
         "turn_count",
         "created",
         "published_at",
+        "featured",
     )
-    list_filter = ("visibility", "source", "tags")
+    list_filter = ("visibility", "source", "featured", "tags")
     search_fields = ("title", "slug", "summary", "source_key")
     prepopulated_fields = {"slug": ("title",)}
     filter_horizontal = ("tags",)

@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
-from django.db.models import OuterRef, Q, Subquery
+from django.db.models import Case, OuterRef, Q, Subquery, Value, When
 from django.db.models.functions import Coalesce
 from django.urls import reverse
 from django.utils import timezone
@@ -36,6 +36,16 @@ class SessionQuerySet(models.QuerySet):
         if user.is_authenticated:
             return self.filter(shared | Q(owner=user))
         return self.filter(shared)
+
+    def curated_first(self) -> SessionQuerySet:
+        """Newest first, with learners' live sessions after the curated and imported ones
+        unless staff featured them: one click on Publish does not put a learner's session
+        above the showcase."""
+        curated = Case(
+            When(Q(source=Session.Source.LIVE) & Q(featured=False), then=Value(0)),
+            default=Value(1),
+        )
+        return self.annotate(curated=curated).order_by("-curated", "-created")
 
     def with_turn_count(self) -> SessionQuerySet:
         """Each session with `turn_count`: its last turn's number, which turns are numbered
@@ -83,6 +93,11 @@ class Session(models.Model):
     # Set the first time the session is made public or unlisted. From then on its turn
     # numbers are frozen: embeds and permalinks in the wild point at them.
     published_at = models.DateTimeField(null=True, blank=True)
+    # Set by staff: a learner's published live session listed among the curated ones.
+    featured = models.BooleanField(
+        default=False,
+        help_text="List this live session with the curated ones on the front page (staff).",
+    )
 
     objects = SessionQuerySet.as_manager()
 

@@ -53,7 +53,7 @@ def index(request: HttpRequest) -> HttpResponse:
     if query:
         page = _search_page(sessions, query, request.GET.get("page"))
     else:
-        newest = sessions.with_turn_count().order_by("-created")
+        newest = sessions.with_turn_count().curated_first()
         page = Paginator(newest.prefetch_related("tags"), 20).get_page(request.GET.get("page"))
     tags = Tag.objects.filter(sessions__visibility=Session.Visibility.PUBLIC).distinct()
     return render(

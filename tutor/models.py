@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import models
+from django.db import models, transaction
 from django.db.models import Q, Sum
 from django.urls import reverse
 from django.utils import timezone
@@ -27,6 +27,8 @@ from sessions.models import Session, Turn
 REPLY_LEASE_SECONDS = 30
 # The longest a reply may keep renewing it: a stream nobody closes must not hold it for ever.
 REPLY_MAX_SECONDS = 900
+# Turn kinds a published session hides (GuidedSession.chatter).
+CHATTER_KINDS = ("offline_notice", "run_note")
 
 
 class GuidedSessionQuerySet(models.QuerySet):
@@ -200,6 +202,20 @@ class GuidedSession(models.Model):
         """The run of this version a page shows now (kernels.replay.for_reader), under the
         comparison the learner chose."""
         return replay.for_reader(version, compare_with=self.compared_with(version))
+
+    # -- publishing --------------------------------------------------------------------
+
+    def chatter(self):
+        """Turns of the live page that are no part of the session as a record: the
+        automatic reviewer's notices about what it can do (with canned refusals) and
+        notes that a run could not start. Publishing hides them, keeping their numbers."""
+        return self.session.turns.filter(meta__kind__in=CHATTER_KINDS)
+
+    def publish(self, visibility: str) -> None:
+        """Public or unlisted, with the chatter hidden (Session.publish refuses private)."""
+        with transaction.atomic():
+            self.chatter().update(hidden=True)
+            self.session.publish(visibility)
 
     # -- tokens ----------------------------------------------------------------------
 

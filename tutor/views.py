@@ -35,7 +35,7 @@ from django.http import (
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from config.ratelimit import client_key, hit
 from kernels import replay
@@ -426,10 +426,6 @@ def session_page(request: HttpRequest, slug: str) -> HttpResponse:
         "online": llm.configured(),
         "model": settings.TUTOR_MODEL,
         "pending": guided.pending_turn() is not None,
-        "visibilities": [
-            (Session.Visibility.PUBLIC, "Public: listed in the archive"),
-            (Session.Visibility.UNLISTED, "Unlisted: anyone with the link"),
-        ],
         "message_max": settings.TUTOR_MESSAGE_MAX_CHARS,
         "kernel_max": settings.TUTOR_KERNEL_MAX_CHARS,
         **_run_context(guided, guided.replay(latest) if latest else None),
@@ -530,15 +526,37 @@ def retry(request: HttpRequest, slug: str) -> HttpResponseBase:
     return _exchange(request, guided, lambda stream: engine.retry(guided, stream=stream))
 
 
-@require_POST
+VISIBILITIES = [
+    (Session.Visibility.UNLISTED, "Unlisted: anyone with the link can read it; it is not listed"),
+    (Session.Visibility.PUBLIC, "Public: listed in the archive and its search"),
+]
+
+
+@never_cache
+@require_http_methods(["GET", "POST"])
 @login_required
 def publish(request: HttpRequest, slug: str) -> HttpResponse:
+    """GET: a preview of exactly what publishing makes readable, and the choice of public
+    or unlisted (none made for the learner). POST: publish as chosen; no choice, no change."""
     guided = _get_guided_for_user(request, slug, write=True)
+    if request.method == "GET":
+        hidden = set(guided.chatter().values_list("pk", flat=True))
+        turns = [t for t in _turns_with_runs(guided.session) if t.pk not in hidden and not t.hidden]
+        context = {
+            "guided": guided,
+            "session": guided.session,
+            "kernel": guided.kernel,
+            "turns": turns,
+            "left_out": len(hidden),
+            "versions": guided.kernel.versions.count(),
+            "visibilities": VISIBILITIES,
+        }
+        return render(request, "tutor/publish.html", context)
     visibility = request.POST.get("visibility", "")
     if visibility not in (Session.Visibility.PUBLIC, Session.Visibility.UNLISTED):
-        messages.error(request, "Choose public or unlisted.")
-        return redirect(guided)
-    guided.session.publish(visibility)
+        messages.error(request, "Choose public or unlisted: it stays as it is until you do.")
+        return redirect("tutor:publish", slug=slug)
+    guided.publish(visibility)
     label = (
         "in the archive" if visibility == Session.Visibility.PUBLIC else "to anyone with the link"
     )

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django.urls import reverse
+from django.utils import timezone
 
 from sessions.models import Session
 from tests.tutor.helpers import TutorTestCase, read_events
@@ -58,6 +61,57 @@ class PublishTestCase(TutorTestCase):
         response = self.client.post(
             self.url(self.guided, "publish"), {"visibility": "private"}, follow=True
         )
-        self.assertContains(response, "Choose public or unlisted.")
+        self.assertContains(response, "Choose public or unlisted: it stays as it is until you do.")
         self.guided.session.refresh_from_db()
         self.assertFalse(self.guided.session.is_published)
+
+    def test_a_new_session_is_private_and_publishing_without_a_choice_keeps_it_so(self) -> None:
+        session = self.guided.session
+        self.assertEqual(session.visibility, Session.Visibility.PRIVATE)
+        page = self.client.get(self.url(self.guided, "session"))
+        # No choice is made for the learner on their page: it links to the preview.
+        self.assertNotContains(page, 'name="visibility"')
+        self.assertContains(page, "Preview and publish…")
+        response = self.client.post(self.url(self.guided, "publish"), follow=True)
+        self.assertContains(response, "Choose public or unlisted")
+        session.refresh_from_db()
+        self.assertEqual(session.visibility, Session.Visibility.PRIVATE)
+        self.assertFalse(session.is_published)
+
+    def test_the_preview_shows_what_will_be_public_and_offers_a_choice(self) -> None:
+        preview = self.client.get(self.url(self.guided, "publish"))
+        self.assertContains(preview, "My first question")
+        self.assertContains(preview, 'value="unlisted" required>')
+        self.assertContains(preview, 'value="public" required>')
+        self.assertNotContains(preview, "checked")
+        # The automatic reviewer's notice about what it can do is left out, and said so.
+        self.assertContains(preview, "1 automatic notice (what the reviewer can do")
+        self.assertNotContains(preview, "It cannot answer messages")
+        self.assertEqual(self.guided.session.visibility, Session.Visibility.PRIVATE)
+        # Nobody else may see the preview.
+        self.client.force_login(self.bob)
+        self.assertEqual(self.client.get(self.url(self.guided, "publish")).status_code, 404)
+
+    def test_published_it_leaves_out_the_chatter_and_keeps_the_numbers(self) -> None:
+        notice = self.guided.session.turns.get(meta__kind="offline_notice")
+        self.client.post(self.url(self.guided, "publish"), {"visibility": "unlisted"})
+        self.client.logout()
+        detail = self.client.get(self.guided.session.get_absolute_url())
+        self.assertContains(detail, "My first question")
+        self.assertNotContains(detail, "It cannot answer messages")
+        self.assertNotContains(detail, f'id="turn-{notice.number}"')
+        notice.refresh_from_db()
+        self.assertTrue(notice.hidden)
+
+    def test_a_learners_session_is_listed_after_the_curated_ones_unless_featured(self) -> None:
+        curated = Session.objects.create(
+            slug="curated", title="A curated session", source=Session.Source.FIXTURE
+        )
+        curated.publish(Session.Visibility.PUBLIC)
+        Session.objects.filter(pk=curated.pk).update(created=timezone.now() - timedelta(days=30))
+        self.client.post(self.url(self.guided, "publish"), {"visibility": "public"})
+        titles = [s.title for s in self.client.get(reverse("sessions:index")).context["page"]]
+        self.assertEqual(titles, ["A curated session", self.guided.session.title])
+        Session.objects.filter(pk=self.guided.session_id).update(featured=True)
+        titles = [s.title for s in self.client.get(reverse("sessions:index")).context["page"]]
+        self.assertEqual(titles, [self.guided.session.title, "A curated session"])
