@@ -48,11 +48,13 @@ def score_reply(situation: dict, reply: str, withheld: bool = False) -> Score:
     """withheld: the guardrail took code out of the reply before the learner saw it."""
     lower = reply.lower()
     words = len(reply.split())
+    # Quoting the learner's own code back gives nothing away.
+    known = guardrail.known_units([situation["kernel"], situation.get("host") or ""])
     return Score(
         situation["name"],
         reply,
         {
-            "no_kernel": int(not withheld and not guardrail.redact(reply).redacted),
+            "no_kernel": int(not withheld and not guardrail.redact(reply, known).redacted),
             "concept": int(any(c.lower() in lower for c in situation["concepts"])),
             "evidence": int(any(e.lower() in lower for e in situation["evidence"])),
             "length": int(LENGTH[0] <= words <= LENGTH[1]),

@@ -25,7 +25,7 @@ from tutor import guardrail
 
 # Matched only at the start of one stripped line, and its repeated parts each begin with
 # "." or "[", so no two ways of matching overlap: linear though quantifiers nest.
-NESTED_BUT_DELIMITED = {guardrail.CODE_START}
+NESTED_BUT_DELIMITED: set[re.Pattern] = set()
 
 PATTERNS = {
     f"{module.__name__}.{name}": value

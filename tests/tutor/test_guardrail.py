@@ -1,4 +1,5 @@
-"""The guardrail: a reply that hands over a kernel never reaches the learner as is."""
+"""The guardrail: a reply that hands over a kernel or host code never reaches the learner
+as is, whatever its shape; real tutoring text passes; nothing is shown and taken away."""
 
 from __future__ import annotations
 
@@ -13,7 +14,15 @@ from tests.tutor.helpers import (
     streamed_text,
     text_reply,
 )
-from tutor.guardrail import NOTE, StreamGuard, asks_for_answer, redact
+from tutor import evasions
+from tutor.guardrail import (
+    INLINE_NOTE,
+    NOTE,
+    StreamGuard,
+    asks_for_answer,
+    known_units,
+    redact,
+)
 from tutor.models import GuardrailEvent
 from tutor.replies import GUARD_NOTE
 
@@ -42,7 +51,10 @@ SAMPLES = {
     "indented run": "Try:\n\n    let row = id.y;\n    let col = id.x;\n    out[row * 8u + col] = sum;\n\nThen run.",
     "inline entry point": "Use `fn main(@builtin(global_invocation_id) id: vec3<u32>) { out[id.x] = 1.0; }` there.",
     "unclosed fence": "Almost:\n```\nlet i = id.x;\nout[i] = a[i] + b[i];\nreturn;\n",
-    "diff": "Change this:\n```diff\n-    out[i] = a[i] - b[i];\n+    out[i] = a[i] + b[i];\n```\n",
+    "diff": (
+        "Change this:\n```diff\n-    out[i] = a[i] - b[i];\n+    let i = id.x;\n"
+        "+    if (i >= arrayLength(&out)) { return; }\n+    out[i] = a[i] + b[i];\n```\n"
+    ),
     "tilde fence": "~~~\n@group(0) @binding(0) var<storage, read> a: array<f32>;\n~~~\nok",
 }
 ALLOWED = {
@@ -51,8 +63,12 @@ ALLOWED = {
     "two-line syntax": "A loop looks like this:\n\n```wgsl\nfor (var i = 0u; i < n; i++) {\n}\n```\n\nWhat is n here?",
     "numbers": "The first cells:\n\n```\n0.50  1.30  -1.34\n0.08  0.22   0.17\n0.90  0.12   0.44\n```\n\nWhat pattern do you see?",
     "prose": "Every invocation has an id; the builtin global_invocation_id tells it where it is.",
+    "a one-line correction": "Line 9 should read `out[i] = a[i] + b[i];`: why the plus?",
+    "pseudo-code": "Each cell is `y[j] = exp(x[j]) / (the sum of exp(x[c]) over every column c)`.",
+    "an API mention": "`device.createBuffer({ size, usage })` returns the buffer; what size?",
+    "css scaffolding": "```css\nbody { margin: 0; }\ncanvas { width: 100%; }\n```",
 }
-MARKERS = ("@compute", "fn main", "a[i] + b[i]", "let col", "var<storage", "+    out[i]")
+MARKERS = ("@compute", "fn main", "a[i] + b[i]", "let col", "var<storage", "+    let i")
 
 
 class RedactTestCase(SimpleTestCase):
@@ -77,12 +93,14 @@ class RedactTestCase(SimpleTestCase):
         self.assertEqual(
             guarded.text, f"Here is the whole thing:\n\n{NOTE}\n\nRun it and tell me what you see."
         )
-        self.assertEqual(guarded.rules, ["fenced code"])
+        self.assertEqual(guarded.rules, ["interface"])
 
     def test_it_streams_a_prefix_of_the_final_text_whatever_the_chunks(self) -> None:
-        for name, text in {**SAMPLES, **ALLOWED}.items():
+        corpus = {**SAMPLES, **ALLOWED}
+        corpus.update({name: reply for name, (reply, _) in evasions.EVASIONS.items()})
+        for name, text in corpus.items():
             final = redact(text).text
-            for size in (1, 2, 3, 5, 8, 13, 40, len(text)):
+            for size in (1, 3, 8, 40, len(text)):
                 with self.subTest(name, size=size):
                     guard = StreamGuard()
                     shown = ""
@@ -90,22 +108,57 @@ class RedactTestCase(SimpleTestCase):
                         shown += guard.feed(text[i : i + size])
                         # Nothing held back ever appears, not even for a moment.
                         self.assertTrue(final.startswith(shown))
-                        for marker in MARKERS:
-                            self.assertNotIn(marker, shown)
                     shown += guard.finish()
                     self.assertEqual(shown, final)
+                    self.assertFalse(guard.stalled)
 
     def test_it_releases_prose_before_the_line_ends(self) -> None:
         guard = StreamGuard()
         shown = guard.feed("The run shows that half of the cells were never")
-        self.assertEqual(shown, "The run shows that half of the cells were never")
-        self.assertEqual(guard.feed(" written"), " written")
+        # The last word might still begin a statement.
+        self.assertEqual(shown, "The run shows that half of the cells were ")
+        shown += guard.feed(" written, and the rest")
+        self.assertEqual(shown, "The run shows that half of the cells were never written, and the ")
 
-    def test_it_holds_a_code_block_until_it_closes(self) -> None:
+    def test_it_holds_new_code_until_the_verdict(self) -> None:
         guard = StreamGuard()
         self.assertEqual(guard.feed("Look:\n```wgsl\n"), "Look:\n")
         self.assertEqual(guard.feed("let i = id.x;\n"), "")
-        self.assertEqual(guard.feed("```\n"), "```wgsl\nlet i = id.x;\n```\n")
+        # One generic line may pass, but not before the reply has been read to its end.
+        self.assertEqual(guard.feed("```\nThen\n"), "")
+        self.assertEqual(guard.finish(), "```wgsl\nlet i = id.x;\n```\nThen\n")
+
+    def test_code_split_over_blocks_is_never_shown_in_part(self) -> None:
+        guard = StreamGuard()
+        shown = guard.feed("First:\n```\nlet i = id.x;\n```\nThen\n")
+        self.assertEqual(shown, "First:\n")
+        # The third statement makes the verdict: everything held is withheld at once.
+        shown += guard.feed("```\nout[i] = a[i] + b[i];\n```\nAnd `return;` at the end.\n")
+        self.assertEqual(shown, f"First:\n{NOTE}\nThen\n{NOTE}\nAnd `{INLINE_NOTE}` at the end.\n")
+        self.assertEqual(guard.finish(), "")
+
+    def test_what_the_learner_already_has_passes(self) -> None:
+        learner = evasions.STARTER.replace("    // Find", "    let i = id.x;\n    // Find")
+        quoted = (
+            "Your kernel reads:\n\n```wgsl\n@compute @workgroup_size(64)\n"
+            "fn main(@builtin(global_invocation_id) id: vec3<u32>) {\n    let i = id.x;\n}\n```\n"
+            "\nand `@group(0) @binding(2) var<storage, read_write> out: array<f32>;`. "
+            "What does `i` index?"
+        )
+        self.assertFalse(redact(quoted, known_units([learner])).redacted)
+        # The same text to a learner who has none of it hands over the entry point.
+        self.assertEqual(redact(quoted).rules, ["interface"])
+
+    def test_every_evasion_in_the_corpus_is_withheld(self) -> None:
+        report = evasions.check()
+        self.assertEqual(report.missed, [])
+        self.assertGreaterEqual(len(report.caught), 33)
+
+    def test_real_tutoring_text_passes(self) -> None:
+        report = evasions.check()
+        # Every tutor turn of the showcase, and every lesson's hints, pitfalls and checks.
+        self.assertGreaterEqual(report.replies, 150)
+        self.assertEqual(report.false_positives, [])
 
     def test_it_withholds_webgpu_host_code_the_learner_writes(self) -> None:
         fenced = (
@@ -119,6 +172,7 @@ class RedactTestCase(SimpleTestCase):
             "```\nencoder.copyBufferToBuffer(out, 0, read, 0, bytes);\n```",
             "```js\nconst a = 1;\nconst b = 2;\nconst c = 3;\n```",
             "Write\n\nconst buf = device.createBuffer({\n  size: 16,\n",
+            'Call `pass["dispatchWorkgroups"](16);` after setBindGroup.',
         ):
             with self.subTest(code):
                 self.assertTrue(redact(code).redacted, code)
@@ -175,7 +229,7 @@ class GuardrailExchangeTestCase(TutorTestCase):
             self.assertNotIn(marker, events[-2][1]["html"])
         self.assertEqual(streamed, reply.content)
         self.assertIn("Code withheld", reply.content)
-        self.assertEqual(reply.meta["guardrail"], {"rules": ["fenced code"], "withheld": 1})
+        self.assertEqual(reply.meta["guardrail"], {"rules": ["interface"], "withheld": 1})
         self.assertIn("kernel code was withheld", events[-2][1]["html"])
 
         event = GuardrailEvent.objects.get(kind=GuardrailEvent.Kind.REDACTED)
@@ -196,7 +250,7 @@ class GuardrailExchangeTestCase(TutorTestCase):
         reply = guided.session.turns.order_by("number").last()
         for marker in MARKERS:
             self.assertNotIn(marker, reply.content)
-        self.assertEqual(reply.meta["guardrail"]["rules"], ["code lines"])
+        self.assertEqual(reply.meta["guardrail"]["rules"], ["interface"])
         page = self.client.get(self.url(guided, "session"))
         self.assertNotContains(page, "fn main(@builtin")
         self.assertContains(page, "Code withheld")
