@@ -262,10 +262,20 @@ TUTOR_BASE_URL = os.getenv("TUTOR_BASE_URL", "")
 # in its DEPRECATED_MODELS and retires on 2026-11-30.
 TUTOR_MODEL = os.getenv("TUTOR_MODEL", "claude-sonnet-5-5")
 TUTOR_MAX_TOKENS = envint("TUTOR_MAX_TOKENS", 1500)
-# Seconds to wait for the API (per request; a stream may take longer in total).
-TUTOR_TIMEOUT = envfloat("TUTOR_TIMEOUT", 60.0)
-# The SDK's own retries of 429/5xx/529 before the learner sees an error and a retry button.
+# A tutor reply's deadlines (tutor/llm.py), in seconds: the whole reply, and the longest
+# wait between two events of its stream (an upstream that sends only pings is stalled).
+# A request that writes a reply (its tool rounds included) holds its web thread for at
+# most TUTOR_REQUEST_BUDGET (plus one stall at worst); at most TUTOR_CONCURRENT_REPLIES
+# replies are written at once per web process, so tutoring never takes every thread.
+TUTOR_REPLY_DEADLINE = envfloat("TUTOR_REPLY_DEADLINE", 90.0)
+TUTOR_STALL_TIMEOUT = envfloat("TUTOR_STALL_TIMEOUT", 20.0)
+TUTOR_REQUEST_BUDGET = envfloat("TUTOR_REQUEST_BUDGET", 150.0)
+TUTOR_CONCURRENT_REPLIES = envint("TUTOR_CONCURRENT_REPLIES", 2)
+# The SDK's own retries of 429/5xx/529 before the learner sees an error and a retry button,
+# and the longest retry-after they may wait out on a web thread: a longer one is told to
+# the learner ("Press Retry in N s").
 TUTOR_MAX_RETRIES = envint("TUTOR_MAX_RETRIES", 1)
+TUTOR_RETRY_WAIT = envfloat("TUTOR_RETRY_WAIT", 2.0)
 # run_kernel calls the tutor may make before it must answer.
 TUTOR_MAX_TOOL_ROUNDS = envint("TUTOR_MAX_TOOL_ROUNDS", 3)
 # Token budgets count every token an API call processed: input, output, cache writes and

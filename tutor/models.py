@@ -164,12 +164,16 @@ class GuidedSession(models.Model):
 
     def pending_turn(self) -> Turn | None:
         """The turn still waiting for the tutor's answer: the last turn, when it is the
-        learner's (or a tool result the tutor has not answered)."""
+        learner's (or a tool result the tutor has not answered), or the one a reply cut
+        off began to answer."""
         last = self.session.turns.order_by("-number").first()
         if last is None:
             return None
         if last.role == Turn.Role.LEARNER or last.kind == "tool_result":
             return last
+        if last.meta.get("incomplete"):
+            # A reply cut off answers nothing: the turn it began to answer is still waiting.
+            return self.session.turns.filter(number=last.meta.get("reply_to") or 0).first()
         return None
 
     def latest_version(self):
@@ -312,7 +316,7 @@ class GuardrailEvent(models.Model):
     )
     turn = models.ForeignKey(Turn, null=True, blank=True, on_delete=models.SET_NULL)
     kind = models.CharField(max_length=20, choices=Kind.choices)
-    # Which rules fired (fenced code, kernel markers, a run of code lines, inline code).
+    # Which rule of tutor/guardrail.py the reply crossed (function, interface, statements).
     rules = models.JSONField(default=list, blank=True)
     # What was withheld, for curators in the admin; never shown to the learner.
     withheld = models.TextField(blank=True)

@@ -309,8 +309,10 @@ def _block(turn: Turn) -> tuple[str, dict] | None:
             return "user", {"type": "text", "text": text}
         return "user", {"type": "text", "text": turn.content}
     if turn.role == Turn.Role.TUTOR:
-        if meta.get("kind") == "offline_notice":
-            return None  # the app's notice while Claude was unreachable, not Claude's words
+        if meta.get("kind") == "offline_notice" or meta.get("incomplete"):
+            # The app's notice while Claude was unreachable, or a reply cut off: neither is
+            # Claude's answer (Retry asks again for one).
+            return None
         text = turn.content
         if meta.get("automatic") and meta.get("kind") != "welcome":
             text = f"(Automatic review by the offline reviewer.)\n\n{text}"

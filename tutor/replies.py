@@ -9,10 +9,13 @@ ends the reply. The events yielded are those tutor/engine.py describes.
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 
 import anthropic
+import httpx2
 from anthropic.types import Message, ToolUseBlock
 from django.conf import settings
 
@@ -25,6 +28,10 @@ from tutor.review import status_label
 
 # (name, data): the events tutor/engine.py describes.
 Event = tuple[str, dict]
+
+INCOMPLETE_NOTE = "*(Cut off: this reply is incomplete. Press Retry for a whole one.)*"
+# How soon to try again when every reply slot of this process is taken.
+BUSY_RETRY_AFTER = 5
 
 GUARD_NOTE = (
     "<note>Your previous reply contained kernel code, which was withheld from the learner "
@@ -164,9 +171,38 @@ def _notes(guided: GuidedSession, pending: Turn | None) -> list[str]:
     return notes
 
 
+def _known(guided: GuidedSession) -> frozenset[str]:
+    """The code the learner already has: quoting it back gives nothing away."""
+    latest = guided.latest_version()
+    sources = [guided.starter, guided.host_starter]
+    if latest is not None:
+        sources += [latest.source, latest.host_program]
+    return guardrail.known_units(sources)
+
+
 def _error(guided: GuidedSession, kind: str, message: str, retry: bool, **extra) -> Event:
     guided.set_error(message)
     return "error", {"kind": kind, "message": message, "retry": retry, **extra}
+
+
+# Replies being written in this process (at most settings.TUTOR_CONCURRENT_REPLIES).
+_slots_lock = threading.Lock()
+_slots_taken = 0
+
+
+def _take_slot() -> bool:
+    global _slots_taken
+    with _slots_lock:
+        if _slots_taken >= settings.TUTOR_CONCURRENT_REPLIES:
+            return False
+        _slots_taken += 1
+        return True
+
+
+def _give_slot() -> None:
+    global _slots_taken
+    with _slots_lock:
+        _slots_taken -= 1
 
 
 def tutor_reply(
@@ -175,11 +211,41 @@ def tutor_reply(
     reviewed: KernelVersion | None = None,
     stream: bool = True,
 ) -> Iterator[Event]:
-    """Claude's answer to the pending turn, with as many run_kernel rounds as allowed."""
+    """Claude's answer to the pending turn, with as many run_kernel rounds as allowed,
+    within the request's time budget, if a reply slot of this process is free."""
+    if not _take_slot():
+        yield _error(
+            guided,
+            "busy",
+            "The tutor is writing as many replies as this server allows at once. Your "
+            f"message is saved. Press Retry in {BUSY_RETRY_AFTER} s or later.",
+            retry=True,
+            retry_after=BUSY_RETRY_AFTER,
+        )
+        return
+    try:
+        yield from _rounds(guided, pending, reviewed, stream)
+    finally:
+        _give_slot()
+
+
+def _rounds(
+    guided: GuidedSession, pending: Turn | None, reviewed: KernelVersion | None, stream: bool
+) -> Iterator[Event]:
     client = llm.get_client()
     notes = _notes(guided, pending)
     rounds = 0
+    ends = time.time() + settings.TUTOR_REQUEST_BUDGET
     while True:
+        if ends - time.time() < 1:
+            yield _error(
+                guided,
+                "out_of_time",
+                f"The tutor ran out of the {settings.TUTOR_REQUEST_BUDGET:g} s a message may "
+                "take. Your message is saved. Press Retry to ask again.",
+                retry=True,
+            )
+            return
         if problem := budget_problem(guided):
             yield _error(
                 guided,
@@ -193,7 +259,8 @@ def tutor_reply(
             guided, notes, final_round=rounds >= settings.TUTOR_MAX_TOOL_ROUNDS
         )
         yield "start", {"round": rounds}
-        answer = yield from _ask(client, guided, params, stream)
+        deadline = min(time.time() + settings.TUTOR_REPLY_DEADLINE, ends)
+        answer = yield from _ask(client, guided, params, stream, deadline, pending)
         if answer is None:
             return
         first_turn = yield from _store_text(guided, answer, pending, reviewed, notes)
@@ -214,40 +281,83 @@ def tutor_reply(
 
 
 def _ask(
-    client: anthropic.Anthropic, guided: GuidedSession, params: dict, stream: bool
+    client: anthropic.Anthropic,
+    guided: GuidedSession,
+    params: dict,
+    stream: bool,
+    deadline: float,
+    pending: Turn | None,
 ) -> Generator[Event, None, Answer | None]:
     """Ask Claude once, streaming the text the guardrail releases; record the call. None
-    when the API failed: the learner is told, and nothing of the reply is kept."""
-    guard = guardrail.StreamGuard()
+    when the API failed or the reply was cut off (a deadline passed, the stream broke or
+    ended early): the learner is told, and what had arrived is kept as a reply marked
+    incomplete, never as a whole one."""
+    known = _known(guided)
+    guard = guardrail.StreamGuard(known)
     live = None
+    options = {"extra_headers": llm.deadline_headers(deadline)}
     try:
         if stream:
-            with client.messages.stream(**params) as live:
+            with client.messages.stream(**params, **options) as live:
                 for event in live:
                     if event.type == "text" and (shown := guard.feed(event.text)):
                         yield "delta", {"text": shown}
-                message = live.get_final_message()
+                message = _whole_message(live)
             if tail := guard.finish():
                 yield "delta", {"text": tail}
             request_id = live.request_id or ""
         else:
-            message = client.messages.create(**params)
+            message = client.messages.create(**params, **options)
             request_id = getattr(message, "_request_id", None) or ""
     except GeneratorExit:
         # The browser went away mid-reply: the reply is discarded, the tokens were spent.
         _record_call(guided, _snapshot_usage(live), params["model"], ApiCall.Outcome.ERROR)
         raise
-    except anthropic.APIError as error:
+    except (anthropic.APIError, httpx2.TransportError) as error:
         llm.log_failure(error, guided.session.slug)
-        _record_call(guided, _snapshot_usage(live), params["model"], ApiCall.Outcome.ERROR)
-        yield _api_error(guided, error, discarded=bool(guard.text))
+        call = _record_call(guided, _snapshot_usage(live), params["model"], ApiCall.Outcome.ERROR)
+        kept = bool(guard.text.strip())
+        if kept:
+            yield _store_incomplete(guided, guard.text, known, pending, call)
+        yield _api_error(guided, error, incomplete=kept)
         return None
-    return _answer(guided, message, request_id)
+    return _answer(guided, message, request_id, known)
 
 
-def _api_error(guided: GuidedSession, error: anthropic.APIError, discarded: bool) -> Event:
+def _whole_message(live) -> Message:
+    """The streamed message, if it arrived whole (a stream that ends without its
+    message_stop was cut off: the SDK would give what it had as if it were all)."""
+    try:
+        message = live.get_final_message()
+    except AssertionError:  # not even message_start arrived
+        message = None
+    if message is None or message.stop_reason is None:
+        raise httpx2.RemoteProtocolError("the stream ended before the reply did")
+    return message
+
+
+def _store_incomplete(
+    guided: GuidedSession, text: str, known: frozenset[str], pending: Turn | None, call: ApiCall
+) -> Event:
+    """What arrived of a reply cut off, guarded like any reply, marked incomplete: shown
+    as such, never sent back to Claude as its answer, and the learner's turn still
+    pending (Retry answers it)."""
+    guarded = guardrail.redact(text, known)
+    meta: dict = {"kind": "reply", "automatic": False, "incomplete": True}
+    if pending is not None:
+        meta["reply_to"] = pending.number
+    _guard_meta(meta, guarded)
+    turn = guided.add_turn(
+        Turn.Role.TUTOR, f"{guarded.text.rstrip()}\n\n{INCOMPLETE_NOTE}", meta=meta
+    )
+    call.attach(turn)
+    _record_guardrail(guided, turn, guarded)
+    return "turn", {"turn": turn, "replaces_live": True}
+
+
+def _api_error(guided: GuidedSession, error: Exception, incomplete: bool) -> Event:
     failure = llm.describe_failure(error)
-    lost = " The part of the reply that had arrived was discarded." if discarded else ""
+    kept = " What had arrived of the reply is kept, marked incomplete." if incomplete else ""
     retry_hint = (
         f" Press Retry in {failure.retry_after} s or later."
         if failure.retry_after
@@ -256,15 +366,17 @@ def _api_error(guided: GuidedSession, error: anthropic.APIError, discarded: bool
     return _error(
         guided,
         failure.kind,
-        f"{failure.message} Your message is saved.{lost}{retry_hint}",
+        f"{failure.message} Your message is saved.{kept}{retry_hint}",
         retry=True,
         status=failure.status,
         retry_after=failure.retry_after,
-        discarded=discarded,
+        incomplete=incomplete,
     )
 
 
-def _answer(guided: GuidedSession, message: Message, request_id: str) -> Answer:
+def _answer(
+    guided: GuidedSession, message: Message, request_id: str, known: frozenset[str]
+) -> Answer:
     """Record a successful call, and split its answer into guarded text and tool calls."""
     usage = _usage(message.usage)
     call = _record_call(guided, usage, message.model, ApiCall.Outcome.OK, request_id=request_id)
@@ -279,7 +391,7 @@ def _answer(guided: GuidedSession, message: Message, request_id: str) -> Answer:
     }
     return Answer(
         call=call,
-        guarded=guardrail.redact(text),
+        guarded=guardrail.redact(text, known),
         tool_uses=[block for block in message.content if block.type == "tool_use"],
         meta=meta,
     )
@@ -300,8 +412,7 @@ def _store_text(
     meta = {"kind": "reply", "automatic": False, **answer.meta}
     if pending is not None:
         meta["reply_to"] = pending.number
-    if guarded.redacted:
-        meta["guardrail"] = {"rules": guarded.rules, "withheld": len(guarded.findings)}
+    _guard_meta(meta, guarded)
     # The round's usage goes on its first turn: the text, else the first tool call.
     turn = guided.add_turn(
         Turn.Role.TUTOR,
@@ -310,19 +421,31 @@ def _store_text(
         kernel_version=reviewed if not answer.tool_uses else None,
     )
     answer.call.attach(turn)
-    if guarded.redacted:
-        GuardrailEvent.objects.create(
-            guided=guided,
-            turn=turn,
-            kind=GuardrailEvent.Kind.REDACTED,
-            rules=guarded.rules,
-            withheld=guarded.withheld,
-        )
-        guided.count("guardrail_count")
-        if GUARD_NOTE not in notes:
-            notes.append(GUARD_NOTE)
+    if _record_guardrail(guided, turn, guarded) and GUARD_NOTE not in notes:
+        notes.append(GUARD_NOTE)
     yield "turn", {"turn": turn, "replaces_live": True}
     return turn
+
+
+def _guard_meta(meta: dict, guarded: guardrail.Guarded) -> None:
+    if guarded.redacted:
+        meta["guardrail"] = {"rules": guarded.rules, "withheld": len(guarded.findings)}
+
+
+def _record_guardrail(guided: GuidedSession, turn: Turn, guarded: guardrail.Guarded) -> bool:
+    """Record what the guardrail withheld from a turn (whose meta says so: _guard_meta);
+    whether it withheld anything."""
+    if not guarded.redacted:
+        return False
+    GuardrailEvent.objects.create(
+        guided=guided,
+        turn=turn,
+        kind=GuardrailEvent.Kind.REDACTED,
+        rules=guarded.rules,
+        withheld=guarded.withheld,
+    )
+    guided.count("guardrail_count")
+    return True
 
 
 def _use_tools(

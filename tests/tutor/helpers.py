@@ -23,6 +23,7 @@ from django.core.cache import cache
 from django.test import Client, TestCase, TransactionTestCase, override_settings
 from django.urls import reverse
 
+from tutor import llm
 from tutor.lessons import get_lesson
 from tutor.models import GuidedSession
 
@@ -206,6 +207,44 @@ def broken_stream(text: str, error_type: str = "overloaded_error") -> httpx2.Res
     return stream_response(events)
 
 
+def trickle(events: list[dict], then: dict, every: float, count: int) -> httpx2.Response:
+    """A stream that sends events, then the event `then` every `every` seconds, count
+    times: an upstream that only pings, or one that writes for ever."""
+
+    def body() -> Iterator[bytes]:
+        yield _sse(events)
+        for _ in range(count):
+            time.sleep(every)
+            yield _sse([then])
+
+    return httpx2.Response(
+        200,
+        headers={"content-type": "text/event-stream", "request-id": "req_trickle"},
+        content=body(),
+    )
+
+
+def pinging(text: str, every: float = 0.05, count: int = 200) -> httpx2.Response:
+    """Some text, then nothing but pings."""
+    return trickle([_start(), *_text_block(0, text, 5)[:-1]], {"type": "ping"}, every, count)
+
+
+def endless(text: str, every: float = 0.05, count: int = 200) -> httpx2.Response:
+    """Text that keeps coming, a few characters at a time, far past any deadline."""
+    more = {
+        "type": "content_block_delta",
+        "index": 0,
+        "delta": {"type": "text_delta", "text": " and"},
+    }
+    return trickle([_start(), *_text_block(0, text, 5)[:-1]], more, every, count)
+
+
+def cut_stream(text: str) -> httpx2.Response:
+    """Some text, then the stream simply ends: no content_block_stop, message_delta or
+    message_stop."""
+    return stream_response([_start(), *_text_block(0, text, 5)[:-1]])
+
+
 def message_json(text: str) -> httpx2.Response:
     """A non-streaming Messages API answer."""
     return httpx2.Response(
@@ -259,12 +298,10 @@ class FakeAPI:
         reply = self.script.pop(0)
         return reply(request) if callable(reply) else reply
 
-    def client(self, key: str = FAKE_KEY) -> anthropic.Anthropic:
-        return anthropic.Anthropic(
-            api_key=key,
-            base_url="http://mock.invalid",
-            max_retries=0,
-            http_client=httpx2.Client(transport=httpx2.MockTransport(self.handler)),
+    def client(self, key: str = FAKE_KEY, max_retries: int = 0) -> anthropic.Anthropic:
+        """The app's client (its deadlines included) on this script."""
+        return llm.build_client(
+            key, "http://mock.invalid", httpx2.MockTransport(self.handler), max_retries
         )
 
     def patch(self):

@@ -1,6 +1,7 @@
 """API failures lose nothing: the learner's message is saved before the call, the page
-says what happened in plain words, a cut-off reply is discarded (and says so), and Retry
-writes the reply to the same turn. The API key never shows up anywhere."""
+says what happened in plain words, what arrived of a reply cut off is kept marked
+incomplete (never as a whole reply), and Retry writes the reply to the same turn. The API
+key never shows up anywhere."""
 
 from __future__ import annotations
 
@@ -88,25 +89,30 @@ class FailureTestCase(TutorTestCase):
                 self.assertIn(words, error["message"])
                 self.assertIn("Your message is saved", error["message"])
                 self.assertTrue(error["retry"])
-                if "mid-stream" in label:
+                cut = "mid-stream" in label
+                self.assertEqual(error["incomplete"], cut)
+                if cut:
                     self.assertIn("delta", names(failed))
-                    self.assertTrue(error["discarded"])
-                    self.assertIn("discarded", error["message"])
+                    self.assertIn("kept, marked incomplete", error["message"])
 
-                # The message is stored; the partial reply is not.
+                # The message is stored; the partial reply only marked incomplete.
                 turns = list(guided.session.turns.order_by("number"))
-                self.assertEqual([t.role for t in turns[:2]], ["tutor", "learner"])
+                roles = ["tutor", "learner", "tutor"] if cut else ["tutor", "learner"]
+                self.assertEqual([t.role for t in turns[: len(roles)]], roles)
                 self.assertEqual(turns[1].content, "Where do I start?")
+                if cut:
+                    self.assertTrue(turns[2].meta["incomplete"])
                 self.assertContains(page, escape(error["message"].split(".")[0]))
                 self.assertContains(page, ">Retry</button>")
 
                 # Retry answers the same learner turn: no second copy of the message.
                 self.assertEqual(names(retried)[-2:], ["turn", "done"])
                 turns = list(guided.session.turns.order_by("number"))
-                self.assertEqual([t.role for t in turns], ["tutor", "learner", "tutor"])
-                self.assertEqual(turns[2].meta["reply_to"], 2)
-                for turn in turns:
-                    self.assertNotIn("Good question. The first", turn.content)
+                self.assertEqual([t.role for t in turns], [*roles, "tutor"])
+                self.assertEqual(turns[-1].meta["reply_to"], 2)
+                self.assertNotIn("incomplete", turns[-1].meta)
+                # Claude is not told the cut-off text was its answer.
+                self.assertNotIn("The first thing", str(api.last["messages"]))
                 guided.refresh_from_db()
                 self.assertEqual(guided.last_error, "")
                 self.assertIsNone(guided.replying_since)

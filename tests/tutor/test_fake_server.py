@@ -52,7 +52,9 @@ class FakeServerTestCase(TutorTestCase):
 
     def test_it_talks_to_the_endpoint_in_anthropic_base_url(self) -> None:
         with (
-            override_settings(ANTHROPIC_API_KEY=FAKE_KEY, TUTOR_BASE_URL="", TUTOR_TIMEOUT=30.5),
+            override_settings(
+                ANTHROPIC_API_KEY=FAKE_KEY, TUTOR_BASE_URL="", TUTOR_STALL_TIMEOUT=30.5
+            ),
             mock.patch.dict(os.environ, {"ANTHROPIC_BASE_URL": self.base_url}),
         ):
             llm._clients.clear()  # built for another base URL by an earlier test
