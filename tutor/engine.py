@@ -3,9 +3,9 @@
 Each entry point (start_session, say, submit, retry) is a generator of events that the
 views turn into server-sent events, or consume whole for a browser without JavaScript.
 Every fact is stored the moment it happens (the learner's turn before the API is called,
-a tool call before the tool runs), so a failure anywhere loses nothing but the reply
-being written, and that is discarded explicitly: the learner is told, and Retry writes
-the reply to the same turn again.
+a tool call before the tool runs), so a failure anywhere loses nothing but the end of
+the reply being written: what had arrived is kept marked incomplete, the learner is told,
+and Retry writes the reply to the same turn again.
 
 Events are (name, data) pairs:
   turn     {"turn": Turn}                     a stored turn to show (or replace)

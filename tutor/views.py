@@ -7,7 +7,7 @@ Replies stream as server-sent events from a POST (fetch reads the body as it arr
     event: run      data: {"status", "html"}
     event: start    data: {"round"}
     event: delta    data: {"text"}        plain text the guardrail released
-    event: error    data: {"kind", "message", "retry", "status", "retry_after", "discarded"}
+    event: error    data: {"kind", "message", "retry", "status", "retry_after", "incomplete"}
     event: done     data: {"usage_html", "pending"}
 
 Without `Accept: text/event-stream` (no JavaScript) the same exchange runs to the end
