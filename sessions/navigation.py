@@ -70,8 +70,22 @@ def _title(content: str) -> tuple[str, bool]:
     return text or "(no text)", False
 
 
-def outline(session: Session) -> list[Section]:
-    """The lessons of a curated session, else the learner's prompts, in order."""
+@dataclass
+class Outline:
+    sections: list[Section]
+    # More sections than OUTLINE_MAX: only those of the page asked about are listed.
+    partial: bool = False
+
+
+# Sections listed at most; a session with more (a long import has a prompt every few
+# turns: 100,000 in one of 200,000 turns) lists those of the page shown, so that the page
+# and the query making it stay small.
+OUTLINE_MAX = 200
+
+
+def outline(session: Session, first: int, last: int) -> Outline:
+    """The lessons of a curated session, else the learner's prompts, in order; when there
+    are more than OUTLINE_MAX, those between turns first and last."""
     turns = session.turns.shown().annotate(opening=Left("content", 400)).order_by("number")
     lessons = turns.filter(role=Turn.Role.SYSTEM, meta__has_key="lesson")
     kind = "lesson"
@@ -79,11 +93,16 @@ def outline(session: Session) -> list[Section]:
         # A prompt typed by the learner: not a steering note, a tool's answer or the like.
         lessons = turns.filter(Q(role=Turn.Role.LEARNER) & ~Q(meta__has_key="kind"))
         kind = "prompt"
+    rows = list(lessons.values_list("number", "opening")[: OUTLINE_MAX + 1])
+    partial = len(rows) > OUTLINE_MAX
+    if partial:
+        on_page = lessons.filter(number__gte=first, number__lte=last)
+        rows = list(on_page.values_list("number", "opening")[:OUTLINE_MAX])
     sections = []
-    for number, opening in lessons.values_list("number", "opening"):
+    for number, opening in rows:
         title, from_lead = _title(opening)
         sections.append(Section(number, title, kind, from_lead and kind == "lesson"))
-    return sections
+    return Outline(sections, partial)
 
 
 def stored_runs(versions: Iterable[KernelVersion]) -> tuple[dict[int, Run], bool]:

@@ -171,7 +171,10 @@ def _render_session_body(
     shown = list(page.object_list)
     versions = KernelVersion.objects.filter(kernel__session=session)
     runs, complete = navigation.stored_runs(versions.select_related("kernel__session", "turn"))
-    sections = navigation.outline(session)
+    first = shown[0].number if shown else 1
+    last = shown[-1].number if shown else 0
+    outline = navigation.outline(session, first, last)
+    sections = outline.sections
     opening = {section.number: section for section in sections}
     for turn in shown:
         turn.replayed = runs.get(turn.kernel_version_id)
@@ -183,8 +186,6 @@ def _render_session_body(
         section.href = (
             f"#turn-{number}" if number in on_page else f"{link}?turn={number}#turn-{number}"
         )
-    first = shown[0].number if shown else 1
-    last = shown[-1].number if shown else 0
     snippet = embedding.range_target(session, first, min(last, first + embedding.DEFAULT_TURNS - 1))
     context = {
         "session": session,
@@ -196,6 +197,7 @@ def _render_session_body(
         "turn_count": paginator.count,
         "kernels": session.kernels.annotate(version_count=Count("versions")),
         "outline": sections,
+        "outline_partial": outline.partial,
         "jumps": navigation.jumps(session, runs),
         "snippet": snippet,
         "snippet_script": embedding.script_code(snippet, origin),

@@ -37,9 +37,16 @@ def sqlite_steps() -> Iterator[list[int]]:
 
 
 def grow(session: Session, turns: int) -> None:
+    """Add prompts and answers, the shape of a long imported chat."""
     start = session.turns.count() + 1
     Turn.objects.bulk_create(
-        Turn(session=session, number=number, role="learner", content="x", html="<p>x</p>")
+        Turn(
+            session=session,
+            number=number,
+            role="learner" if number % 2 else "tutor",
+            content=f"Question {number}?",
+            html=f"<p>Question {number}?</p>",
+        )
         for number in range(start, start + turns)
     )
 
@@ -67,3 +74,22 @@ class PageCostTests(TestCase):
         self.assertEqual(before, after)
         self.assertContains(self.client.get("/"), "3004 turns")
         self.assertContains(self.client.get("/"), "4 turns")
+
+    def test_a_long_sessions_own_pages_stay_the_same_size_as_it_grows(self) -> None:
+        # 600 turns hold 300 prompts: more than the outline lists.
+        grow(self.large, 596)
+        cache.clear()
+        before = self.client.get("/s/large/?page=2")
+        with CaptureQueriesContext(connection) as queries_before:
+            self.client.get("/s/large/?page=3")
+        grow(self.large, 5400)
+        cache.clear()
+        after = self.client.get("/s/large/?page=2")
+        with CaptureQueriesContext(connection) as queries_after:
+            self.client.get("/s/large/?page=3")
+
+        self.assertEqual(len(queries_before), len(queries_after))
+        self.assertLess(abs(len(after.content) - len(before.content)), len(before.content) // 50)
+        self.assertContains(after, "Too many to list: those on this page.")
+        self.assertContains(after, 'href="#turn-101"')  # the page's own first prompt
+        self.assertNotContains(after, "?turn=1#turn-1")  # no prompt of another page
