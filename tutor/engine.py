@@ -33,7 +33,7 @@ from kernels.models import Kernel, KernelVersion, text_diff
 from sessions.models import Session, Turn
 from tutor import guardrail, llm, progress, prompts
 from tutor.free_form import FREE_FORM_HOST, FREE_FORM_KERNEL_STARTER, Template
-from tutor.lessons import FREE_FORM_KERNEL, Lesson, LessonError, parse_lesson
+from tutor.lessons import FREE_FORM_KERNEL, Lesson, LessonError, load_lessons, parse_lesson
 from tutor.models import GuardrailEvent, GuidedSession
 from tutor.replies import Event, budget_problem, tutor_reply
 from tutor.review import findings, offline_review
@@ -177,20 +177,41 @@ def kernel_at(turn: Turn) -> KernelVersion | None:
     return versions.select_related("kernel").order_by("-turn__number", "-number").first()
 
 
-def _lesson_of(session: Session) -> Lesson | None:
-    """The lesson plan a session followed, as it was then (its guided session's snapshot)."""
+def _lesson_of(session: Session, version: KernelVersion | None) -> Lesson | None:
+    """The lesson plan a session followed: a guided session's snapshot of it; for any
+    other session (the showcase), the lesson whose kernel it was writing, by name (the
+    one with the same harness where two lessons share a kernel)."""
     origin = GuidedSession.objects.filter(session=session).exclude(lesson={}).first()
-    if origin is None:
+    if origin is not None:
+        try:
+            return parse_lesson(origin.lesson)
+        except LessonError:
+            return None
+    if version is None:
         return None
-    try:
-        return parse_lesson(origin.lesson)
-    except LessonError:
-        return None
+    named = [lesson for lesson in load_lessons() if lesson.kernel_name == version.kernel.name]
+    same = [lesson for lesson in named if lesson.harness == version.harness]
+    return (same or named or [None])[0]
+
+
+def _met_at(origin: Turn, version: KernelVersion | None, lesson: Lesson | None) -> dict:
+    """The objectives met at that turn, by the version that met them: as a guided session
+    recorded them up to it, else as the stored run of the kernel at the turn shows."""
+    guided = GuidedSession.objects.filter(session=origin.session_id).first()
+    if guided is not None:
+        return progress.met_so_far(guided, before=origin.number + 1)
+    if lesson is None or version is None:
+        return {}
+    shown = replay.for_reader(version)
+    if not shown.finished or shown.outcome is None:
+        return {}
+    return {i: version.number for i in progress.objectives_met(lesson.as_dict(), shown.outcome)}
 
 
 def _copy_kernels(guided: GuidedSession, version: KernelVersion, turn: Turn) -> None:
-    """The kernel as it stood, as version 1 of this session's kernel; the other kernels its
-    harness runs (a forward pass runs the layers' kernels) come along as they stood too."""
+    """The kernel as it stood, keeping its version number (the next submission follows
+    it); the other kernels its harness runs (a forward pass runs the layers' kernels) come
+    along as they stood too, as their version 1."""
     kernel = guided.kernel
     kernel.name, kernel.harness = version.kernel.name, version.harness
     kernel.save(update_fields=["name", "harness"])
@@ -203,27 +224,38 @@ def _copy_kernels(guided: GuidedSession, version: KernelVersion, turn: Turn) -> 
             target = kernel
         else:
             target = Kernel.objects.create(session=guided.session, name=name, title=name)
+        origin = turn.session.guided.continued_from if name == "self" else None
         KernelVersion.objects.create(
             kernel=target,
-            number=1,
+            number=version.number if name == "self" else 1,
             source=source,
             host_program=version.host_program if name == "self" else "",
             turn=turn,
-            note=f"as it stood at turn {turn.number}" if name == "self" else "",
+            note=f"continued from v{version.number} at turn {origin.number}" if origin else "",
         )
 
 
-def _welcome_back(origin: Turn, version: KernelVersion | None, lesson: Lesson | None) -> str:
+def _welcome_back(
+    origin: Turn, version: KernelVersion | None, lesson: Lesson | None, met: dict
+) -> str:
     online = llm.configured()
     text = f"**Continuing from turn {origin.number} of “{origin.session.title}”.**\n\n"
     if version is not None:
         host = " and its host program" if version.host_program else ""
         text += (
-            f"The editor holds **{version.kernel.name}** as it stood there (v{version.number} "
-            f"of that session{host}), submitted here as v1. "
+            f"The editor holds **{version.kernel.name}** v{version.number} as it stood there"
+            f"{host}: this session continues from v{version.number}, so your next "
+            f"submission is v{version.number + 1}. "
         )
     if lesson is not None:
         text += f"The session followed the lesson plan *{lesson.title}*, and so does this one. "
+        if met:
+            done = "; ".join(
+                f"{lesson.objectives[i]} (v{n})"
+                for i, n in sorted(met.items())
+                if i < len(lesson.objectives)
+            )
+            text += f"Objectives met so far: {done}. "
     if online:
         text += (
             "Claude has a summary of the turns up to that point and reviews every run. "
@@ -240,8 +272,9 @@ def continue_session(user, origin: Turn) -> GuidedSession:
     the lesson plan it followed, its kernel (and host program) as they stood there, and
     the turns up to it summarised for Claude (prompts.earlier_turns)."""
     source = origin.session
-    lesson = _lesson_of(source)
     version = kernel_at(origin)
+    lesson = _lesson_of(source, version)
+    met = _met_at(origin, version, lesson)
     title = f"{source.title} (continued from turn {origin.number})"[:200]
     guided = _new_guided(user, lesson, title, source.summary, f"{source.slug}-continued")
     guided.continued_from = origin
@@ -249,8 +282,9 @@ def continue_session(user, origin: Turn) -> GuidedSession:
     guided.save(update_fields=["continued_from", "earlier_turns"])
     welcome = guided.add_turn(
         Turn.Role.TUTOR,
-        _welcome_back(origin, version, lesson),
-        meta={"kind": "welcome", "automatic": True},
+        _welcome_back(origin, version, lesson, met),
+        # The objectives met before, so the page and the reviewer count them as met.
+        meta={"kind": "welcome", "automatic": True, "met": {str(i): n for i, n in met.items()}},
     )
     if version is not None:
         _copy_kernels(guided, version, welcome)

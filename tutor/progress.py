@@ -65,6 +65,10 @@ def met_so_far(guided: GuidedSession, before: int | None = None) -> dict[int, in
     if before is not None:
         turns = turns.filter(number__lt=before)
     met: dict[int, int] = {}
+    # A session continued from another starts with what was met there (its welcome).
+    welcome = guided.session.turns.filter(meta__kind="welcome").order_by("number").first()
+    for index, number in ((welcome.meta.get("met") or {}) if welcome else {}).items():
+        met[int(index)] = number
     for turn in turns:
         for index in turn.meta.get("met") or []:
             met.setdefault(index, turn.kernel_version.number)

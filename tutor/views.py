@@ -319,13 +319,15 @@ def _message_limit(request: HttpRequest, guided: GuidedSession) -> HttpResponse 
 
 
 @require_GET
-@login_required
 def index(request: HttpRequest) -> HttpResponse:
+    """The lessons, for anyone to look at; starting one takes an account."""
     mine = (
         GuidedSession.objects.filter(learner=request.user)
         .select_related("session")
         .annotate(turn_count=Count("session__turns"))
         .order_by("-created")
+        if request.user.is_authenticated
+        else GuidedSession.objects.none()
     )
     return render(
         request,

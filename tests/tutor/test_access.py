@@ -52,11 +52,19 @@ class AccessTestCase(TutorTestCase):
                     self.client.post(self.url(self.guided, name), data).status_code, 404
                 )
 
-    def test_it_sends_anonymous_visitors_to_sign_in(self) -> None:
-        for url in (reverse("tutor:index"), self.url(self.guided, "session")):
+    def test_anonymous_visitors_see_the_lessons_and_sign_in_to_start(self) -> None:
+        lessons = self.client.get(reverse("tutor:index"))
+        self.assertContains(lessons, "Your first compute shader: adding two vectors")
+        self.assertContains(lessons, f'href="{reverse("login")}?next={reverse("tutor:index")}"')
+        self.assertNotContains(lessons, 'action="/tutor/start/"')
+        self.assertNotContains(lessons, "Your sessions")
+        for url in (self.url(self.guided, "session"), self.url(self.guided, "publish")):
             with self.subTest(url):
                 response = self.client.get(url)
                 self.assertRedirects(response, f"{reverse('login')}?next={url}")
+        response = self.client.post(reverse("tutor:start"), {"lesson": "vector-add"})
+        self.assertEqual(response.status_code, 302)
+        self.assertIn(reverse("login"), response["Location"])
         response = self.client.post(self.url(self.guided, "say"), ACTIONS["say"])
         self.assertEqual(response.status_code, 302)
         self.assertEqual(self.guided.session.turns.filter(role=Turn.Role.LEARNER).count(), 1)

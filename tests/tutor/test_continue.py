@@ -3,6 +3,10 @@ their diff in the chat."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from django.conf import settings
+from django.test import override_settings
 from django.urls import reverse
 
 from kernels.models import KernelVersion
@@ -141,3 +145,55 @@ class SubmissionDiffTestCase(TutorRunTestCase):
         self.assertIn("+    out[id.x] = a[id.x] + b[id.x];", two.content)
         self.assertNotIn("@group(0) @binding(0)", two.content)
         self.assertIn('<span class="gi">', two.html)
+
+
+@override_settings(TUTOR_LESSONS_DIR=Path(settings.BASE_DIR) / "fixtures" / "lessons")
+class ContinueKeepsTheLessonTestCase(TutorRunTestCase):
+    def test_from_a_guided_session_the_versions_and_objectives_carry_on(self) -> None:
+        earlier = self.start("first-compute-shader", user=self.bob)
+        guarded = vector_kernel(
+            body="if (id.x >= arrayLength(&out)) { return; }\n    out[id.x] = a[id.x] + b[id.x];"
+        )
+        with FakeAPI().patch():
+            read_events(self.submit(earlier, vector_kernel(body="out[id.x] = a[id.x];")))
+            read_events(self.submit(earlier, vector_kernel(body="out[id.x] = b[id.x];")))
+            read_events(self.submit(earlier, guarded))
+        earlier.session.publish()
+        review = earlier.session.turns.filter(meta__kind="review").order_by("number").last()
+        self.assertEqual(review.kernel_version.number, 3)
+
+        self.client.force_login(self.alice)
+        self.client.post(reverse("tutor:continue", args=[earlier.session.slug, review.number]))
+        guided = GuidedSession.objects.get(learner=self.alice)
+        self.assertEqual(guided.lesson_slug, "first-compute-shader")
+        first = guided.latest_version()
+        self.assertEqual((first.number, first.source), (3, guarded))
+        self.assertIn("continued from v3", first.note)
+        welcome = guided.session.turns.get()
+        self.assertIn(
+            "this session continues from v3, so your next submission is v4", welcome.content
+        )
+        self.assertIn("Objectives met so far: Tell workgroups from invocations", welcome.content)
+        self.assertIn("Use arrayLength on a runtime-sized storage array. (v3)", welcome.content)
+        page = self.client.get(guided.get_absolute_url())
+        self.assertEqual(page.content.decode().count('<li class="met">'), 2)
+        self.assertContains(page, "last submitted: v3")
+
+        with FakeAPI().patch():
+            read_events(self.submit(guided, guarded.replace("+ b[id.x]", "+ b[id.x] ")))
+        self.assertEqual(guided.latest_version().number, 4)
+        submission = guided.session.turns.filter(meta__kind="submission").get()
+        self.assertIn("Submitted **add** v4, the changes:", submission.content)
+
+    def test_from_a_showcase_turn_the_lesson_of_its_kernel_comes_along(self) -> None:
+        origin = make_session("showcase", turns=3, title="Adding vectors")
+        version = add_kernel(origin, turn=2)
+        self.assertEqual(version.kernel.name, "add")
+        self.client.force_login(self.alice)
+        self.client.post(reverse("tutor:continue", args=["showcase", 3]))
+        guided = GuidedSession.objects.get(learner=self.alice)
+        self.assertEqual(guided.lesson_slug, "first-compute-shader")
+        self.assertTrue(guided.lesson["objectives"])
+        self.assertIn("lesson plan *A first compute shader", guided.session.turns.get().content)
+        page = self.client.get(guided.get_absolute_url())
+        self.assertContains(page, "Lesson plan")
