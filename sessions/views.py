@@ -23,7 +23,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 from config.context_processors import site_origin
 from kernels import pictures
 from kernels.models import KernelVersion
-from sessions import embedding, images, navigation, search
+from sessions import embedding, folding, images, navigation, search
 from sessions.access import get_embeddable_session, get_session_for_user
 from sessions.export import export_markdown, export_session
 from sessions.forms import CappedUploadHandler, ImportForm
@@ -35,7 +35,7 @@ from sessions.stamps import EMBEDDABLE, OPENABLE, stamp
 
 # The parameters a session page reads. Its own URL keeps them: in its discovery link (so
 # that an oEmbed consumer embeds the turns the URL names) and in its cache key.
-PAGE_PARAMS = ("page", "turn", "from", "to")
+PAGE_PARAMS = ("page", "turn", "from", "to", "show")
 TURN_NUMBER = re.compile(r"[0-9]{1,9}")
 
 
@@ -97,7 +97,8 @@ def _page_number(paginator: Paginator, raw: str | None) -> int:
 
 def _asked_page(request: HttpRequest, paginator: Paginator, session: Session) -> int:
     """The page holding ?turn=N (a permalink, "go to turn N"), else ?page. A hidden turn
-    keeps its number: its permalink opens the page where it would be."""
+    keeps its number: its permalink opens the page where it would be; a sub-agent's turn,
+    the page of the main-line turn it is folded under."""
     if "turn" not in request.GET:
         return _page_number(paginator, request.GET.get("page"))
     raw = request.GET["turn"]
@@ -105,8 +106,8 @@ def _asked_page(request: HttpRequest, paginator: Paginator, session: Session) ->
     # int() refuses more than 4,300 digits: both were a 500).
     if not TURN_NUMBER.fullmatch(raw) or not session.turns.filter(number=int(raw)).exists():
         raise Http404(f"This session has no turn {raw[:20]}.")
-    turns = paginator.object_list
-    return turns.filter(number__lt=int(raw)).count() // paginator.per_page + 1
+    before = paginator.object_list.filter(number__lte=int(raw)).count()
+    return max(before - 1, 0) // paginator.per_page + 1
 
 
 @require_GET
@@ -124,21 +125,30 @@ def detail(request: HttpRequest, slug: str) -> HttpResponse:
             return HttpResponse(html)
 
     session = get_session_for_user(request, slug)
-    turns = session.turns.shown().select_related("kernel_version__kernel")
-    count = turns.count()
-    paginator = Paginator(turns, navigation.page_size(count, settings.TURNS_PER_PAGE))
-    paginator.count = count  # counted once: the page size needed it before the paginator
+    view = folding.view_of(request.GET.get("show"))
+    turns = folding.filtered(session.turns.shown(), view)
+    # Pages count main-line turns; a sub-agent's turns come with the call they fold under.
+    top = folding.main_line(turns)
+    # Counted once, both: the page size needs the main line's before the paginator.
+    count, total = folding.counts(turns)
+    paginator = Paginator(top, navigation.page_size(count, settings.TURNS_PER_PAGE))
+    paginator.count = count
     page_number = _asked_page(request, paginator, session)
-    # The body depends only on the session, the page and our origin, never on the reader.
-    body_key = session.cache_key("body", page_number, paginator.per_page, origin)
+    # The body depends only on the session, the view, the page and our origin, never on
+    # the reader.
+    body_key = session.cache_key("body", view, page_number, paginator.per_page, origin)
     body, seconds = cache.get(body_key), settings.PAGE_CACHE_SECONDS
     if body is None:
-        body, complete = _render_session_body(session, paginator, page_number, origin)
+        if view:
+            total = session.turns.shown().count()
+        body, complete = _render_session_body(
+            session, turns, paginator, page_number, origin, view, total
+        )
         # Badges show stored runs: while one is missing, look again soon.
         seconds = seconds if complete else settings.EMBED_PENDING_CACHE_SECONDS
         cache.set(body_key, body, timeout=seconds)
     link = f"{origin}{session.get_absolute_url()}"
-    canonical = f"{link}?page={page_number}" if page_number > 1 else link
+    canonical = f"{link}?page={page_number}" if page_number > 1 and not view else link
     # A link to a turn shows that turn: its own URL, and its kernel's card.
     if "turn" in request.GET:
         number = int(request.GET["turn"])  # _asked_page found the turn
@@ -164,11 +174,26 @@ def detail(request: HttpRequest, slug: str) -> HttpResponse:
 
 
 def _render_session_body(
-    session: Session, paginator: Paginator, page_number: int, origin: str
+    session: Session,
+    turns: QuerySet[Turn],
+    paginator: Paginator,
+    page_number: int,
+    origin: str,
+    view: str,
+    total: int,
 ) -> tuple[str, bool]:
     """The session page's body, and whether every kernel on it has a stored run."""
     page = paginator.page(page_number)
-    shown = list(page.object_list)
+    heads = list(page.object_list.values_list("number", flat=True))
+    # The page: its main-line turns and the sub-agents' turns folded under them, up to
+    # the next page's first turn.
+    on_this_page = turns.filter(number__gte=heads[0]) if heads else turns.none()
+    if page.has_next():
+        following = paginator.object_list.filter(number__gt=heads[-1])
+        next_first = following.values_list("number", flat=True).first()
+        if next_first is not None:
+            on_this_page = on_this_page.filter(number__lt=next_first)
+    shown = list(on_this_page.select_related("kernel_version__kernel"))
     versions = KernelVersion.objects.filter(kernel__session=session)
     runs, complete = navigation.stored_runs(versions.select_related("kernel__session", "turn"))
     first = shown[0].number if shown else 1
@@ -190,11 +215,13 @@ def _render_session_body(
     context = {
         "session": session,
         "page": page,
-        "turns": shown,
+        "turns": folding.fold(shown),
         "page_first": first,
         "page_last": last,
         "paginated": paginator.num_pages > 1,
-        "turn_count": paginator.count,
+        "turn_count": total,
+        "view": view,
+        "views": folding.VIEWS,
         "kernels": session.kernels.annotate(version_count=Count("versions")),
         "outline": sections,
         "outline_partial": outline.partial,

@@ -31,6 +31,8 @@
     var turn = document.getElementById("turn-" + number);
     if (!turn) { location.assign(turnUrl(number)); return; }
     history[push ? "pushState" : "replaceState"](null, "", turnUrl(number));
+    // A sub-agent's turn is folded under its call: open the folds that hold it.
+    for (var fold = turn.parentElement.closest("details"); fold; fold = fold.parentElement.closest("details")) fold.open = true;
     turns.forEach(function (other) { other.classList.toggle("is-target", other === turn); });
     turn.scrollIntoView({ block: "start" });
     turn.setAttribute("tabindex", "-1");

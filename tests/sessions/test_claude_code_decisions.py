@@ -69,7 +69,10 @@ class AnswersTestCase(ImportingTestCase):
         self.assertEqual(answer.meta["context"], "answered the question")
         # The call shows the question and every option, the chosen one marked.
         self.assertIn(f"**{QUESTION}**", call.content)
-        self.assertIn("- 64\n- **✔ 256**", call.content)
+        # Each option keeps its description.
+        self.assertIn(
+            "- 64 — One warp-sized group per row\n- **✔ 256** — Fewer, larger groups", call.content
+        )
         self.assertEqual(call.meta["summary"], f"AskUserQuestion {QUESTION}")
 
     def test_an_answer_is_read_from_the_text_when_the_result_has_no_structure(self) -> None:

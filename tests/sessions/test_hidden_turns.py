@@ -133,4 +133,4 @@ class CompactionAgentTestCase(ImportingTestCase):
             [t.meta.get("agent") for t in hidden], [None, "acompact-7f3e21", "acompact-7f3e21"]
         )
         self.assertIn("Summary: the learner checks", hidden.last().content)
-        self.assertIn("2 turns of Claude Code's compaction agent", out)
+        self.assertIn("2 turns of Claude Code's own agents (compaction, warm-up)", out)

@@ -78,6 +78,10 @@ def import_claude_code(
     plan = plan_main_line(index)
     reader = TranscriptReader(stream, index, plan, scrubber)
     first_prompt = reader.first_prompt()
+    if first_prompt is None and plan.lone_agent:
+        # A sub-agent's file on its own: the main agent asked, with no prompt line of its
+        # own when the request reads as harness text; its conversation is still there.
+        first_prompt = f"Sub-agent {plan.lone_agent}"
     if first_prompt is None:
         raise ImportProblem(
             "This transcript has no human prompt on its conversation, so there is no tutoring "

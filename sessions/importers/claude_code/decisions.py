@@ -55,17 +55,22 @@ def answers(params: Any, detail: Any, text: str) -> list[Answer]:
 
 
 def _questions(holder: Any) -> list[tuple[str, list[str]]]:
+    return [(question, [label for label, _ in options]) for question, options in _asked(holder)]
+
+
+def _asked(holder: Any) -> list[tuple[str, list[tuple[str, str]]]]:
+    """Each question with its options, as (label, description)."""
     raw = holder.get("questions") if isinstance(holder, dict) else None
     questions = []
     for item in raw if isinstance(raw, list) else []:
         if isinstance(item, dict) and isinstance(item.get("question"), str):
             options = item.get("options")
-            labels = [
-                str(o.get("label", ""))
+            labelled = [
+                (str(o.get("label", "")), str(o.get("description") or ""))
                 for o in (options if isinstance(options, list) else [])
                 if isinstance(o, dict)
             ]
-            questions.append((item["question"], labels))
+            questions.append((item["question"], labelled))
     return questions
 
 
@@ -84,10 +89,15 @@ def describe_questions(found: list[Answer], params: Any) -> str:
     """The questions as the learner saw them, each chosen option marked."""
     chosen_by_question = {a.question: a.chosen for a in found}
     parts = []
-    for question, options in _questions(params):
+    for question, options in _asked(params):
         chosen = chosen_by_question.get(question, [])
-        lines = [f"- {'**✔ ' + o + '**' if o in chosen else o}" for o in options]
-        lines += [f"- **✔ {c}** *(typed)*" for c in chosen if c not in options]
+        labels = [label for label, _ in options]
+        lines = [
+            f"- {'**✔ ' + label + '**' if label in chosen else label}"
+            + (f" — {description}" if description else "")
+            for label, description in options
+        ]
+        lines += [f"- **✔ {c}** *(typed)*" for c in chosen if c not in labels]
         parts.append("\n".join([f"**{question}**", "", *lines]))
     return "\n\n".join(parts)
 

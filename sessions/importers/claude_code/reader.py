@@ -401,8 +401,8 @@ class TranscriptReader:
         if hidden := self.turns.hidden:
             reasons = {
                 "raw": "lines of types this importer does not know",
-                "subagent": "notes of Claude Code's compaction agent",
-                "sub-agent": "turns of Claude Code's compaction agent",
+                "subagent": "notes of Claude Code's own agents (compaction, warm-up)",
+                "sub-agent": "turns of Claude Code's own agents (compaction, warm-up)",
             }
             listed = ", ".join(f"{n:,} {reasons.get(k, k)}" for k, n in sorted(hidden.items()))
             notes.append(

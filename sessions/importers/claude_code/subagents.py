@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
 _AGENT_ID_TAIL = "agentId:"
 COMPACTION_AGENT = "acompact"
+WARMUP = "Warmup"
 
 
 class Subagents:
@@ -126,8 +127,10 @@ class Subagents:
             first = self.source.load(lines[0])
             agent = str(first.get("agentId") or first.get("uuid", ""))
             # Claude Code's own compaction agent wrote the summary shown at the
-            # compaction: housekeeping, kept hidden.
-            housekeeping = agent.startswith(COMPACTION_AGENT)
+            # compaction, and its "Warmup" calls prime the cache before the first
+            # prompt: housekeeping, kept hidden.
+            warmup = human_words(blocks_of(first.get("message"))).strip() == WARMUP
+            housekeeping = agent.startswith(COMPACTION_AGENT) or warmup
             yield self.turns.note(
                 f"A sub-agent's conversation ({len(lines)} lines) whose call is not in this "
                 "file; it follows.",

@@ -267,6 +267,36 @@ def _numbered_lines(text: str) -> tuple[int, str] | None:
     return (start, "\n".join(lines)) if start is not None else None
 
 
+def _agent_summary(
+    params: Any, found: ToolResult | None, text: str, nested: list[Item]
+) -> dict[str, Any]:
+    """What the page says of a sub-agent on its folded conversation: its type, model,
+    how many calls it made and turns it took, how long it ran, the tokens it used."""
+    params = params if isinstance(params, dict) else {}
+    detail = found.detail if found and isinstance(found.detail, dict) else {}
+    turns = [i for i in nested if isinstance(i, TurnSpec)]
+    model = str_or_none(params.get("model")) or next(
+        (str(t.meta["model"]) for t in turns if str_or_none(t.meta.get("model"))), ""
+    )
+    duration = detail.get("totalDurationMs")
+    if not isinstance(duration, int) and (usage := _USAGE_NUMBER.search(text[-2000:])):
+        duration = int(usage[1])
+    if not isinstance(duration, int):
+        stamps = [t.timestamp for t in turns if t.timestamp is not None]
+        duration = int((stamps[-1] - stamps[0]).total_seconds() * 1000) if stamps else None
+    summary: dict[str, Any] = {
+        "type": str(params.get("subagent_type") or ""),
+        "model": model,
+        "calls": sum(1 for t in turns if t.role == Turn.Role.TOOL),
+        "turns": len(turns),
+    }
+    if isinstance(duration, int):
+        summary["duration_ms"] = duration
+    if isinstance(detail.get("totalTokens"), int):
+        summary["tokens"] = detail["totalTokens"]
+    return summary
+
+
 class ToolCalls:
     """Each tool call becomes one tool turn, with its result and the versions it made."""
 
@@ -364,6 +394,7 @@ class ToolCalls:
             nested = self.subagents.conversation(tool_id, params, found, text)
             if nested:
                 meta["subagent"] = True
+                meta["agent"] = _agent_summary(params, found, text, nested)
                 numbers = [i.number for i in nested if isinstance(i, TurnSpec)] or [0]
                 turn.content += (
                     f"\n\n*The sub-agent's conversation: turns {numbers[0]}–{numbers[-1]}, below.*"
