@@ -14,16 +14,19 @@ from dataclasses import dataclass
 from urllib.parse import urlencode, urljoin, urlsplit
 
 from django.conf import settings
+from django.core.cache import cache
 from django.http import Http404, HttpRequest, QueryDict
+from django.template.loader import render_to_string
 from django.urls import Resolver404, resolve, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from config.context_processors import site_origin
+from kernels import pictures
 from kernels.models import Fork
+from sessions import embed_heights, navigation
 from sessions.access import get_embeddable_session
 from sessions.models import Session, Turn
-from sessions.navigation import page_size
 from sessions.templatetags.kernelbin import inline_hash
 
 EMBED_MAX_TURNS = 50
@@ -45,6 +48,10 @@ THEMES = ("light", "dark", "auto")
 DEFAULT_THEME = "light"
 DEFAULT_TURNS = 5
 OEMBED_WIDTH = 640
+# The widest frame oEmbed answers with (a consumer's maxwidth is honoured up to it).
+OEMBED_MAX_WIDTH = 1280
+# The first guess of a range's height where its page is not laid out (the page's
+# script, before the panel has asked the server).
 OEMBED_MAX_HEIGHT = 900
 REPLAY_HEIGHT = 460
 HEIGHT_BASE, HEIGHT_PER_TURN = 120, 180
@@ -128,6 +135,64 @@ class Target:
         if self.turn is not None or self.fork is not None:
             return REPLAY_HEIGHT
         return range_height(self.last - self.first + 1)
+
+    def fitted_height(self, origin: str, width: int) -> int:
+        """The height of the embed's content in a frame this wide, for a plain iframe,
+        which nothing resizes: a range's page is laid out (sessions/embed_heights.py),
+        kept like the page; a replay or fork keeps the first guess (its run may still
+        be coming)."""
+        if self.turn is not None or self.fork is not None:
+            return self.height()
+        key = self.session.cache_key("embed-height", self.first, self.last, width, origin)
+        height = cache.get(key)
+        if height is None:
+            page, complete = render_embed(self.session, self.first, self.last, self.theme, origin)
+            height = embed_heights.estimate(page, width)
+            seconds = (
+                settings.PAGE_CACHE_SECONDS if complete else settings.EMBED_PENDING_CACHE_SECONDS
+            )
+            cache.set(key, height, timeout=seconds)
+        return height
+
+
+def show_outcomes(turns: list[Turn]) -> bool:
+    """Give each turn that reviewed a kernel its stored run (turn.replayed; nothing is
+    started from an embed), and the first turn showing each version its outcome's
+    picture. True when every kernel that can be replayed has a stored run."""
+    versions = [turn.kernel_version for turn in turns if turn.kernel_version is not None]
+    runs, complete = navigation.stored_runs(versions)
+    pictured = set()
+    for turn in turns:
+        turn.replayed = runs.get(turn.kernel_version_id)
+        if turn.replayed is not None and turn.kernel_version_id not in pictured:
+            pictured.add(turn.kernel_version_id)
+            turn.picture = pictures.headline(turn.replayed.outcome)
+    return complete
+
+
+def render_embed(
+    session: Session, first: int, last: int, theme: str, origin: str
+) -> tuple[str, bool]:
+    """The embed page of turns first..last, and whether every kernel in it has a stored
+    run (else it is kept only briefly)."""
+    target = range_target(session, first, last, theme)
+    turns = session.turns.shown().filter(number__gte=first, number__lte=last)
+    turns = list(turns.select_related("kernel_version__kernel__session", "kernel_version__turn"))
+    complete = show_outcomes(turns)
+    link = f"{origin}{session.get_absolute_url()}"
+    context = {
+        "session": session,
+        "turns": turns,
+        "first": first,
+        "last": last,
+        "theme": theme,
+        "title": target.title,
+        "oembed_href": oembed_href(origin, target.embed_url(origin)),
+        "session_link": link,
+        "turn_link": f"{link}?turn={first}#turn-{first}",
+        "site_url": origin,
+    }
+    return render_to_string("embed/session.html", context), complete
 
 
 def range_height(turns: int) -> int:
@@ -224,7 +289,7 @@ def _session_page_range(session: Session, params: QueryDict, fragment: str) -> t
     skip = 0
     if page.isdigit() and int(page) > 1:
         count = session.turns.shown().count()
-        skip = (int(page) - 1) * page_size(count, settings.TURNS_PER_PAGE)
+        skip = (int(page) - 1) * navigation.page_size(count, settings.TURNS_PER_PAGE)
     numbers = session.turns.shown().order_by("number").values_list("number", flat=True)
     shown = list(numbers[skip : skip + DEFAULT_TURNS]) or list(numbers[:DEFAULT_TURNS])
     return shown[0], shown[-1]
@@ -277,8 +342,10 @@ def oembed_document(
     """oEmbed's "rich" answer. Its html is an iframe first (WordPress keeps only that,
     and resizes it by its own protocol), then our script, which fits the iframe to its
     content on sites that keep scripts (Ghost)."""
-    width = min(OEMBED_WIDTH, maxwidth or OEMBED_WIDTH)
-    height = min(target.height(), maxheight or OEMBED_MAX_HEIGHT)
+    width = min(OEMBED_MAX_WIDTH, maxwidth or OEMBED_WIDTH)
+    height = target.fitted_height(origin, width)
+    if maxheight:
+        height = min(height, maxheight)
     script = format_html('<script async src="{}"></script>', loader_url(origin))
     document = {
         "type": "rich",

@@ -21,7 +21,6 @@ from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_GET, require_http_methods
 
 from config.context_processors import site_origin
-from kernels import pictures
 from kernels.models import KernelVersion
 from sessions import embedding, folding, images, navigation, search
 from sessions.access import get_embeddable_session, get_session_for_user
@@ -229,6 +228,9 @@ def _render_session_body(
         "snippet": snippet,
         "snippet_script": embedding.script_code(snippet, origin),
         "snippet_iframe": embedding.iframe_code(snippet, origin),
+        "oembed_url": reverse("sessions:oembed"),
+        "default_width": embedding.OEMBED_WIDTH,
+        "max_width": embedding.OEMBED_MAX_WIDTH,
         "embed_base": origin + reverse("sessions:embed", args=[session.slug]),
         "code_templates": embedding.code_templates(origin),
         "heights": (embedding.HEIGHT_BASE, embedding.HEIGHT_PER_TURN, embedding.OEMBED_MAX_HEIGHT),
@@ -262,44 +264,10 @@ def embed(request: HttpRequest, slug: str) -> HttpResponse:
             first, last = embedding.parse_range(request.GET, last_turn or 0)
         except embedding.BadRange as error:
             return _embed_error(request, str(error))
-        target = embedding.range_target(session, first, last, theme)
-        turns = session.turns.shown().filter(number__gte=first, number__lte=last)
-        turns = list(
-            turns.select_related("kernel_version__kernel__session", "kernel_version__turn")
-        )
-        complete = _show_outcomes(turns)
-        link = f"{origin}{session.get_absolute_url()}"
-        context = {
-            "session": session,
-            "turns": turns,
-            "first": first,
-            "last": last,
-            "theme": theme,
-            "title": target.title,
-            "oembed_href": embedding.oembed_href(origin, target.embed_url(origin)),
-            "session_link": link,
-            "turn_link": f"{link}?turn={first}#turn-{first}",
-            "site_url": origin,
-        }
-        page = render_to_string("embed/session.html", context)
+        page, complete = embedding.render_embed(session, first, last, theme, origin)
         seconds = settings.PAGE_CACHE_SECONDS if complete else settings.EMBED_PENDING_CACHE_SECONDS
         cache.set(key, page, timeout=seconds)
     return HttpResponse(page)
-
-
-def _show_outcomes(turns: list[Turn]) -> bool:
-    """Give each turn that reviewed a kernel its stored run (turn.replayed; nothing is
-    started from an embed), and the first turn showing each version its outcome's
-    picture. True when every kernel that can be replayed has a stored run."""
-    versions = [turn.kernel_version for turn in turns if turn.kernel_version is not None]
-    runs, complete = navigation.stored_runs(versions)
-    pictured = set()
-    for turn in turns:
-        turn.replayed = runs.get(turn.kernel_version_id)
-        if turn.replayed is not None and turn.kernel_version_id not in pictured:
-            pictured.add(turn.kernel_version_id)
-            turn.picture = pictures.headline(turn.replayed.outcome)
-    return complete
 
 
 def _positive_int(request: HttpRequest, name: str) -> int | None:

@@ -139,7 +139,22 @@
     }
     script.value = fill(form.dataset.script);
     iframe.value = fill(form.dataset.iframe);
+    // The plain iframe's height is the turns' at the column's width: the server lays
+    // the range out (oEmbed's answer, whose html starts with that iframe).
+    var width = parseInt(form.elements.width.value, 10);
+    if (!(width >= 200)) return;
+    var asked = src + "|" + width;
+    latest = asked;
+    var query = "?format=json&maxwidth=" + width + "&url=" + encodeURIComponent(src);
+    fetch(form.dataset.oembed + query, { headers: { Accept: "application/json" } })
+      .then(function (response) { return response.ok ? response.json() : null; })
+      .then(function (answer) {
+        if (!answer || latest !== asked) return;
+        var end = answer.html.indexOf("</iframe>");
+        if (end > 0) iframe.value = answer.html.slice(0, end + "</iframe>".length);
+      }, function () {});
   }
+  var latest = "";
 
   function copy(box) {
     var done = function () {
@@ -155,6 +170,8 @@
   }
 
   form.addEventListener("input", refresh);
+  // The page carries a first guess at the iframe's height; opened, the panel asks.
+  panel.addEventListener("toggle", function () { if (panel.open) refresh(); });
   form.addEventListener("submit", function (event) { event.preventDefault(); });
   panel.querySelectorAll(".copy-code").forEach(function (button) {
     button.addEventListener("click", function () { copy(document.getElementById(button.dataset.copyTarget)); });

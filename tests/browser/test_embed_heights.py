@@ -1,0 +1,99 @@
+"""A plain iframe fits without a script: oEmbed's iframe for a range is as tall as the
+range's content at the width it names (sessions/embed_heights.py lays the page out),
+checked against Chromium's layout; and every embed takes a theme."""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.parse
+import urllib.request
+
+import pytest
+from django.core.management import call_command
+
+from kernels import replay
+from kernels.models import KernelVersion
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+SHOWCASE = "gpu-inference-from-scratch"
+HEIGHT = r'height="(\d+)"'
+
+
+@pytest.fixture
+def showcase(fresh_replay_backend):
+    call_command("load_showcase", verbosity=0)
+    # The turns' kernels have stored runs, so the embed shows their pictures.
+    for version in KernelVersion.objects.filter(
+        kernel__session__slug=SHOWCASE, turn__number__range=(50, 62)
+    ):
+        assert replay.run_now(version).outcome is not None
+
+
+def oembed(base: str, url: str, **params) -> dict:
+    query = urllib.parse.urlencode({"url": url, "format": "json", **params})
+    with urllib.request.urlopen(f"{base}/oembed/?{query}") as answer:  # noqa: S310 (http)
+        return json.load(answer)
+
+
+def rendered_height(browser, src: str, width: int) -> int:
+    page = browser.new_page(viewport={"width": width, "height": 700})
+    page.goto(src)
+    height = page.evaluate("Math.ceil(document.documentElement.getBoundingClientRect().height)")
+    page.close()
+    return height
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+def test_oembeds_plain_iframe_is_as_tall_as_its_turns(live_server, browser, showcase, width):
+    link = f"{live_server.url}/s/{SHOWCASE}/?from=57&to=62"
+    answer = oembed(live_server.url, link, maxwidth=width)
+    iframe = answer["html"].split("</iframe>")[0]
+    assert f'width="{width}"' in iframe
+    height = int(re.search(HEIGHT, iframe)[1])
+    assert answer["height"] == height
+    src = re.search(r'src="([^"]+)"', iframe)[1].replace("&amp;", "&")
+    content = rendered_height(browser, src, width)
+    assert abs(height - content) / content < 0.15, (height, content)
+
+
+def test_the_session_pages_panel_builds_the_iframe_for_the_columns_width(
+    live_server, browser, showcase
+):
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(f"{live_server.url}/s/{SHOWCASE}/?turn=57")
+    page.click("#embed-panel > summary")
+    page.fill(".embed-form input[name=from]", "57")
+    page.fill(".embed-form input[name=to]", "62")
+    page.fill(".embed-form input[name=width]", "390")
+    # The panel asks the server for the range's height at that width (no eval: CSP).
+    for _ in range(100):
+        if 'width="390"' in page.input_value("#embed-iframe"):
+            break
+        page.wait_for_timeout(100)
+    code = page.input_value("#embed-iframe")
+    height = int(re.search(HEIGHT, code)[1])
+    src = re.search(r'src="([^"]+)"', code)[1].replace("&amp;", "&")
+    content = rendered_height(browser, src, 390)
+    assert abs(height - content) / content < 0.15, (height, content)
+    page.close()
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/s/{slug}/embed/?from=57&to=58&theme={theme}",
+        "/s/{slug}/turns/57/replay/embed/?theme={theme}",
+    ],
+)
+def test_every_embed_is_light_or_dark_as_asked(live_server, browser, showcase, path):
+    colours = {}
+    for theme in ("light", "dark"):
+        page = browser.new_page()
+        page.goto(live_server.url + path.format(slug=SHOWCASE, theme=theme))
+        colours[theme] = page.evaluate("getComputedStyle(document.body).backgroundColor")
+        page.close()
+    dark = [int(c) for c in colours["dark"][4:-1].split(",")[:3]]
+    light = [int(c) for c in colours["light"][4:-1].split(",")[:3]]
+    assert sum(dark) < 150 < sum(light), colours
