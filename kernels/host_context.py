@@ -16,8 +16,9 @@ from typing import Any
 from kernels import replay, trace_pictures
 from kernels.engine.host.harness_program import harness_host
 from kernels.engine.host.trace import Trace, module_sources
-from kernels.engine.outcome import Status
+from kernels.engine.outcome import Status, WarningCode
 from kernels.engine.run import SEVERITY
+from kernels.engine.run_warnings import warnings_of
 from kernels.models import KernelVersion, version_diff
 from sessions.markdown import render_code, render_source
 
@@ -54,7 +55,12 @@ def host_of(version: KernelVersion, outcome: dict | None = None) -> Host:
     case = next((c for c in harness.cases if c.name == shown), None)
     if case is not None:
         harness = harness.for_case(case)
-    written = harness_host(harness, sources, version.kernel.name)
+    dropped = [
+        (w["data"]["pass"], w["data"]["group"], w["data"]["binding"])
+        for w in warnings_of(outcome or {})
+        if w["code"] == WarningCode.UNUSED_BINDING and "pass" in w["data"]
+    ]
+    written = harness_host(harness, sources, version.kernel.name, dropped)
     modules = {name: sources[kernel] for name, kernel in written.modules.items()}
     return Host(written.code, False, written.trace, modules, shown if case else "")
 

@@ -159,7 +159,8 @@ class WarningCode(StrEnum):
 class RunWarning(TypedDict):
     """Something about a run that could mislead a reader: a code, the facts it is about
     (data: kernel, entry_point, line, and per code: condition for LOOP_CAP; buffer and
-    index for DROPPED_WRITES; pass, group, binding and buffer for UNUSED_BINDING), and
+    index for DROPPED_WRITES; pass (1-based), group, binding and buffer for
+    UNUSED_BINDING), and
     text, the sentence a reader is shown (made from code and data by run_warnings.py)."""
 
     code: str

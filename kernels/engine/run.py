@@ -466,7 +466,9 @@ class _Run:
             else:
                 unused.append(b)
         for b in unused:
-            self.warnings.append(unused_binding(where, kernel, group, b.binding, b.buffer))
+            warning = unused_binding(number, kernel, group, b.binding, b.buffer)
+            if warning not in self.warnings:  # once, not once per case and rerun
+                self.warnings.append(warning)
         if not used:
             return None
         try:

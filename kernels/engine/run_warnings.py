@@ -124,10 +124,11 @@ def _covered(
     return workgroups[0] * size[0] <= cells
 
 
-def unused_binding(where: str, kernel: str, group: int, binding: int, buffer: str) -> RunWarning:
+def unused_binding(number: int, kernel: str, group: int, binding: int, buffer: str) -> RunWarning:
+    """Pass number (1-based) binds buffer at a binding its kernel does not use."""
     return coded(
         WarningCode.UNUSED_BINDING,
-        {"where": where, "kernel": kernel, "group": group, "binding": binding, "buffer": buffer},
+        {"pass": number, "kernel": kernel, "group": group, "binding": binding, "buffer": buffer},
     )
 
 
@@ -138,7 +139,8 @@ def coded(code: WarningCode, data: dict[str, Any]) -> RunWarning:
 def _text(code: WarningCode, data: Mapping[str, Any]) -> str:
     if code == WarningCode.UNUSED_BINDING:
         return (
-            f"{data['where']}: the harness binds @binding({data['binding']}) to buffer "
+            f"Pass {data['pass']} ({data['kernel']}), group {data['group']}: the harness "
+            f"binds @binding({data['binding']}) to buffer "
             f"{data['buffer']}, but the kernel does not use that binding, so it was left out."
         )
     kernel = data.get("kernel", "")

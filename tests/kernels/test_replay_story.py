@@ -26,7 +26,7 @@ LEGACY_LOOP_CAP = (
 WHERE = {"kernel": "self", "entry_point": "main", "line": 4}
 LOOP_CAP = coded(WarningCode.LOOP_CAP, {**WHERE, "condition": "i < dims.k"})
 DROPPED = coded(WarningCode.DROPPED_WRITES, {**WHERE, "buffer": "out", "index": "i"})
-UNUSED = unused_binding("Pass 1 (self), group 0", "self", 0, 3, "extra")
+UNUSED = unused_binding(1, "self", 0, 3, "extra")
 
 
 class WarningsTestCase(SimpleTestCase):

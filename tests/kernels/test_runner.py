@@ -11,6 +11,8 @@ import pytest
 
 from kernels.engine.compare import status_grid
 from kernels.engine.device import Environment, open_device
+from kernels.engine.harness import parse_harness
+from kernels.engine.host.harness_program import harness_host
 from kernels.engine.limits import Limits
 from kernels.engine.outcome import output_list
 from kernels.engine.run import execute
@@ -322,6 +324,15 @@ def test_it_drops_a_binding_the_kernel_does_not_use(run) -> None:
     assert warning["code"] == "unused_binding"
     assert (warning["data"]["binding"], warning["data"]["buffer"]) == (5, "extra")
     assert "@binding(5)" in warning["text"] and "does not use" in warning["text"]
+    # The host code the page shows for the harness leaves it out as the run did.
+    dropped = [(1, 0, 5)]
+    data = warning["data"]
+    assert [(data["pass"], data["group"], data["binding"])] == dropped
+    written = harness_host(parse_harness(harness), {"self": ADD}, "add", dropped)
+    assert "binding: 5" not in written.code
+    assert "@binding(5) extra: the kernel does not use it" in written.code
+    [group] = written.trace["bind_groups"]
+    assert [e["buffer"] for e in group["entries"]] == ["a", "b", "c"]
 
 
 def test_it_reports_a_pipeline_error_for_a_missing_entry_point(run) -> None:

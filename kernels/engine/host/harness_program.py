@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,10 +65,16 @@ class _Writer:
 
 
 def harness_host(
-    harness: Harness, sources: Mapping[str, str], kernel: str = "kernel"
+    harness: Harness,
+    sources: Mapping[str, str],
+    kernel: str = "kernel",
+    dropped: Collection[tuple[int, int, int]] = (),
 ) -> HarnessHost:
     """The host program of a harness, and its trace. sources maps kernel names to WGSL
-    ("self" is the kernel replayed, fetched as kernel.wgsl); kernel names it in comments."""
+    ("self" is the kernel replayed, fetched as kernel.wgsl); kernel names it in comments.
+    dropped: the (pass, group, binding) the run left out of its bind groups, as its
+    kernel does not use them (its outcome's unused_binding warnings): left out here too,
+    so the code is what ran."""
     out = _Writer()
     out.add(f"// The harness of {kernel}, written out as the WebGPU host code it stands for.")
     out.add("const adapter = await navigator.gpu.requestAdapter();")
@@ -76,7 +82,7 @@ def harness_host(
     modules = _modules(out, harness, sources)
     variables = _buffers(out, harness, sources)
     pipelines = _pipelines(out, harness, modules)
-    _passes(out, harness, sources, variables, pipelines)
+    _passes(out, harness, sources, variables, pipelines, set(dropped))
     code = "\n".join(out.lines) + "\n"
     return HarnessHost(code, out.trace, {name: kernel for kernel, name in modules.items()})
 
@@ -238,6 +244,7 @@ def _passes(
     sources: Mapping[str, str],
     variables: dict[str, str],
     pipelines: dict[tuple[str, str], str],
+    dropped: set[tuple[int, int, int]],
 ) -> None:
     """Bind groups, one compute pass per harness pass, the copies and the readbacks."""
     several = len(harness.passes) > 1
@@ -246,8 +253,17 @@ def _passes(
         for group, bindings in sorted(p.groups().items()):
             name = f"bindGroup{number}" if several else "bindGroup"
             name += f"_{group}" if len(p.groups()) > 1 else ""
-            groups[(number, group)] = name
-            _bind_group(out, name, pipelines[(p.kernel, p.entry_point)], group, bindings, variables)
+            used = [b for b in bindings if (number, group, b.binding) not in dropped]
+            for b in bindings:
+                if b not in used:
+                    out.add(
+                        f"// @group({group}) @binding({b.binding}) {b.buffer}: the kernel does "
+                        "not use it, so the run leaves it out"
+                    )
+            if used:
+                groups[(number, group)] = name
+                pipeline = pipelines[(p.kernel, p.entry_point)]
+                _bind_group(out, name, pipeline, group, used, variables)
     out.add()
     out.add("const encoder = device.createCommandEncoder();")
     for number, p in enumerate(harness.passes, start=1):
@@ -259,8 +275,9 @@ def _passes(
         out.add(f"{name}.setPipeline({pipeline});")
         bound = {}
         for group in sorted(p.groups()):
-            out.add(f"{name}.setBindGroup({group}, {groups[(number, group)]});")
-            bound[str(group)] = groups[(number, group)]
+            if (number, group) in groups:
+                out.add(f"{name}.setBindGroup({group}, {groups[(number, group)]});")
+                bound[str(group)] = groups[(number, group)]
         size = workgroup(sources.get(p.kernel, ""), p.entry_point)
         counts = trimmed(p.dispatch)
         threads = math.prod(p.dispatch) * math.prod(size)
