@@ -135,7 +135,7 @@ def run_job(
         return failure(Status.REJECTED, f"The job's limits are invalid: {e}", str(e), env.as_dict())
     try:
         if job.get("kind") == "program":
-            return run_program_job(device, env, job)
+            return run_program_job(device, env, job, memo)
         return execute(
             device,
             env,

@@ -702,3 +702,20 @@ const yBuffer = upload(new Float32Array(4));
     # A second buffer assigned to the same variable, and one assigned to none, get numbers;
     # one a helper made goes by what the helper's result is assigned to.
     assert names == ["dims", "out", "chunk", "buffer 4", "buffer 5", "w1", "xBuffer", "yBuffer"]
+
+
+def test_a_program_run_again_reuses_its_compiled_module_and_pipeline(gpu):
+    made: list[str] = []
+    kept: dict[tuple, object] = {}
+
+    def memo(key: tuple, compute):  # what the worker's Memo does, counted
+        if key not in kept:
+            made.append(key[0])
+            kept[key] = compute()
+        return kept[key]
+
+    runs = [run_program(gpu[0], gpu[1], VECTOR_ADD, memo=memo) for _ in range(2)]
+
+    assert [r.error for r in runs] == [None, None]
+    assert made == ["module", "pipeline"]
+    assert runs[0].readbacks[0].data == runs[1].readbacks[0].data

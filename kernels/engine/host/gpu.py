@@ -9,6 +9,8 @@ prefix at a time to find the first that fails (the one a browser's console would
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -21,6 +23,7 @@ from kernels.engine.host import trace as traces
 from kernels.engine.host.encoder import ENCODER_OPS, Encoder, encode, first_failing
 from kernels.engine.host.js import assigned_variables, call_start
 from kernels.engine.host.trace import Trace
+from kernels.engine.inputs import Memo, no_memo
 from kernels.engine.limits import Limits, over
 from kernels.engine.naga import clean_wgpu_error, parse_compile_error
 from kernels.engine.outcome import SENTINEL_BITS, CompileError
@@ -311,8 +314,13 @@ class Timeline:
         files: Mapping[str, bytes],
         sentinel: bool,
         source: str = "",
+        memo: Memo = no_memo,
     ) -> None:
         self.lines = source.splitlines()
+        # The worker's memo: a module or "auto" pipeline made before (the same program run
+        # again, its diagnostic run) is not compiled again, as under a harness.
+        self.memo = memo
+        self.digests: dict[int, str] = {}  # shader module id -> its WGSL's sha256
         self.device = device
         self.env = env
         self.limits = limits
@@ -566,14 +574,16 @@ class Timeline:
     def op_createShaderModule(self, entry: Entry, blob: Blob) -> None:
         wgpu = import_wgpu()
         name = self.name(entry, "module")
+        digest = hashlib.sha256(entry["code"].encode()).hexdigest()
+        make = functools.partial(self.device.create_shader_module, label=name, code=entry["code"])
         try:
-            module = self.device.create_shader_module(label=name, code=entry["code"])
+            module = self.memo(("module", digest, name), make)
         except wgpu.GPUValidationError as e:
             raise self.compile_error(entry, parse_compile_error(name, str(e))) from None
         if refused := module_refusal(name, entry["code"]):  # what Chrome refuses, naga not
             raise self.compile_error(entry, refused)
         self.objects[entry["id"]], self.names[entry["id"]] = module, name
-        self.sources[entry["id"]] = entry["code"]
+        self.sources[entry["id"]], self.digests[entry["id"]] = entry["code"], digest
         traced: traces.TracedModule = {
             "name": name,
             "bytes": len(entry["code"].encode()),
@@ -609,11 +619,19 @@ class Timeline:
             compute["constants"] = stage["constants"]
         layout = entry["layout"]
         name = self.name(entry, "pipeline")
-        pipeline = self.device.create_compute_pipeline(
+        make = functools.partial(
+            self.device.create_compute_pipeline,
             label=name,
             layout="auto" if layout == "auto" else self.objects[layout],
             compute=compute,
         )
+        if layout == "auto":
+            module = stage["module"]
+            constants = tuple(sorted(stage["constants"].items()))
+            key = (self.digests[module], self.names[module], stage["entryPoint"], constants, name)
+            pipeline = self.memo(("pipeline", *key), make)
+        else:
+            pipeline = make()
         source = self.sources[stage["module"]]
         if text := pipeline_refusal(source, stage["entryPoint"], self.device.limits):
             raise HostError("validation", text, entry)

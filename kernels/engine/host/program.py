@@ -28,6 +28,7 @@ from kernels.engine.host.check import Unchecked, new_check, program_report, refe
 from kernels.engine.host.gpu import SENTINEL_WORD, HostError, Readback, Timeline
 from kernels.engine.host.js import Interrupted, OutOfMemory, Script, ScriptError
 from kernels.engine.host.trace import NP_VIEWS, Trace, new_trace
+from kernels.engine.inputs import Memo, no_memo
 from kernels.engine.limits import DEFAULT_LIMITS, Limits, MiB
 from kernels.engine.outcome import (
     CheckReport,
@@ -103,6 +104,7 @@ def run_program(
     *,
     sentinel: bool = False,
     heap_bytes: int = JS_HEAP_BYTES,
+    memo: Memo = no_memo,
 ) -> ProgramResult:
     """Run source (a WebGPU host program) to its end, its deadline or its first error.
 
@@ -112,7 +114,7 @@ def run_program(
     """
     started = time.perf_counter()
     deadline = time.monotonic() + 10.0 if deadline is None else deadline
-    timeline = Timeline(device, env, limits, files or {}, sentinel, source)
+    timeline = Timeline(device, env, limits, files or {}, sentinel, source, memo)
     script = Script(source, deadline, heap_bytes)
     result = ProgramResult(trace=timeline.trace)
     try:
@@ -390,19 +392,20 @@ def replay_program(
     expected: Expected | Callable[[ProgramResult], Expected | None] | None = None,
     atol: float = 1e-5,
     rtol: float = 1e-5,
+    memo: Memo = no_memo,
 ) -> Outcome:
     """Run, compare, and on a mismatch run again with the sentinel to find unwritten cells.
 
     expected may be a function of the run (a reference computed from what it wrote).
     """
     deadline = time.monotonic() + 10.0 if deadline is None else deadline
-    result = run_program(device, env, source, files, limits, deadline)
+    result = run_program(device, env, source, files, limits, deadline, memo=memo)
     if callable(expected):
         expected = expected(result) if result.error is None else None
     outcome = program_outcome(result, env, expected, atol, rtol)
     if not needs_diagnosis(outcome) or time.monotonic() >= deadline:
         return outcome
-    diagnostic = run_program(device, env, source, files, limits, deadline, sentinel=True)
+    diagnostic = run_program(device, env, source, files, limits, deadline, sentinel=True, memo=memo)
     if diagnostic.error is not None:
         return outcome
     return program_outcome(result, env, expected, atol, rtol, sentinel=diagnostic)
@@ -413,7 +416,9 @@ def replay_program(
 JOB_SECONDS = 8.0
 
 
-def run_program_job(device: Any, env: Environment, job: Mapping[str, Any]) -> Outcome:
+def run_program_job(
+    device: Any, env: Environment, job: Mapping[str, Any], memo: Memo = no_memo
+) -> Outcome:
     """A worker job of kind "program" (kernels/engine/worker.py):
 
         {"kind": "program", "source": str, "files": {name: base64} | null,
@@ -439,7 +444,7 @@ def run_program_job(device: Any, env: Environment, job: Mapping[str, Any]) -> Ou
     tolerance = job.get("tolerance") or {}
     report: dict[str, Any] = {}
     check, expected, harness_tolerance = _expectation(
-        device, env, job, files, limits, deadline, report
+        device, env, job, files, limits, deadline, report, memo
     )
     atol, rtol = harness_tolerance or (1e-5, 1e-5)
     outcome = replay_program(
@@ -452,6 +457,7 @@ def run_program_job(device: Any, env: Environment, job: Mapping[str, Any]) -> Ou
         expected,
         atol=float(tolerance.get("atol", atol)),
         rtol=float(tolerance.get("rtol", rtol)),
+        memo=memo,
     )
     if check["problem"] and outcome["status"] == Status.NO_REFERENCE:
         outcome["message"] += f" No verdict: {check['problem']}."
@@ -476,6 +482,7 @@ def _expectation(
     limits: Limits,
     deadline: float,
     report: dict[str, Any],
+    memo: Memo,
 ) -> tuple[
     CheckReport,
     Expected | Callable[[ProgramResult], Expected | None] | None,
@@ -511,7 +518,9 @@ def _expectation(
     if other:
         check = new_check("program")
         reference_files = {**files, **_wgsl_files(other.get("wgsl"))}
-        result = run_program(device, env, other["source"], reference_files, limits, deadline)
+        result = run_program(
+            device, env, other["source"], reference_files, limits, deadline, memo=memo
+        )
         if result.error is not None:
             check["problem"] = f"the version compared with did not run: {result.error['message']}"
         elif not result.readbacks:
