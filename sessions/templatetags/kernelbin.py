@@ -10,6 +10,8 @@ from django.contrib.staticfiles import finders
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
+from sessions.folding import duration
+
 register = template.Library()
 
 
@@ -74,3 +76,29 @@ def naga_text(text: object) -> str:
     """naga's error text without its first line ("Shader '' parsing error: …"): the
     outcome's message says that already, and the frame around the code is what is left."""
     return NAGA_HEADLINE.sub("", str(text)).strip("\n")
+
+
+@register.filter
+def usage_label(meta: object) -> str:
+    """A turn's cost as the transcript recorded it: the tokens of the response (read,
+    of which from the cache, and written) and how long it took."""
+    if not isinstance(meta, dict):
+        return ""
+    parts = []
+    usage = meta.get("usage")
+    if isinstance(usage, dict):
+        numbers = {k: v for k, v in usage.items() if isinstance(v, int) and not isinstance(v, bool)}
+        read = sum(
+            numbers.get(k, 0)
+            for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+        )
+        if read or "output_tokens" in numbers:
+            cached = numbers.get("cache_read_input_tokens", 0)
+            parts.append(
+                f"{read:,} tokens in"
+                + (f" ({cached:,} cached)" if cached else "")
+                + f" · {numbers.get('output_tokens', 0):,} out"
+            )
+    if isinstance(meta.get("duration_ms"), int):
+        parts.append(duration(meta["duration_ms"]))
+    return " · ".join(parts)

@@ -187,3 +187,24 @@ class LoneSubagentTestCase(ImportingTestCase):
         turns = self.turns()
         self.assertEqual(turns[0].kind, "agent_prompt")
         self.assertIn("Audit the kernels in folder 0.", turns[0].content)
+
+
+class UsageTestCase(ImportingTestCase):
+    def test_tokens_and_durations_are_shown_where_the_transcript_has_them(self) -> None:
+        t = Transcript("usage")
+        t.user("Why is my kernel slow?", parent=None)
+        t.assistant("msg_U1", [tool_use("toolu_U1", "Bash", command="make bench")], "tool_use")
+        t.result("toolu_U1", "12.5 ms", {"stdout": "12.5 ms", "durationMs": 2400})
+        t.assistant("msg_U2", [text("Uncoalesced reads.")])
+        t.system("turn_duration", durationMs=95_000)
+        self.run_import(self.write("usage.jsonl", t))
+        prompt, call, reply = self.turns()
+        self.assertEqual(prompt.meta["duration_ms"], 95_000)
+        self.assertEqual(call.meta["duration_ms"], 2400)
+        session = self.session()
+        session.publish()
+        page = self.client.get(session.get_absolute_url()).content.decode()
+        turn = lambda n: page.split(f'id="turn-{n}"')[1].split("</header>")[0]  # noqa: E731
+        self.assertIn(">1 min 35 s</span>", turn(prompt.number))
+        self.assertIn(" · 2.4 s</span>", turn(call.number))  # its response had no text
+        self.assertIn(">16,204 tokens in (15,000 cached) · 40 out</span>", turn(reply.number))

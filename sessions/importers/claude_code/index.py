@@ -90,6 +90,10 @@ class Index:
         self.agent_calls: dict[int, int] = {}  # tool call id key → agentId key (sidecars)
         # Claude Code 2.1's agent_progress lines, by the key of the call they report on.
         self.agent_progress: dict[int, list[int]] = {}
+        # Claude Code's turn_duration lines (2.1): how long each prompt took to answer, by
+        # the prompt's line.
+        self.turn_durations: dict[int, int] = {}
+        self._prompt_line = -1
         self.custom_title = self.ai_title = ""
         self.summaries: list[tuple[int, str]] = []
         self.last_prompt: tuple[int, int] | None = None  # (leaf key, lines indexed before it)
@@ -135,6 +139,12 @@ class Index:
             call = str_or_none(line.get("parentToolUseID"))
             if call:
                 self.agent_progress.setdefault(key_of(call), []).append(idx)
+        if code == PROMPT and not flags & SIDECHAIN:
+            self._prompt_line = idx
+        elif kind == "system" and line.get("subtype") == "turn_duration":
+            duration = line.get("durationMs")
+            if isinstance(duration, int) and self._prompt_line >= 0 and not flags & SIDECHAIN:
+                self.turn_durations[self._prompt_line] = duration
         if code == BOUNDARY and str_or_none(line.get("logicalParentUuid")):
             self.logical[idx] = key_of(line["logicalParentUuid"])
         if flags & SIDECHAIN:

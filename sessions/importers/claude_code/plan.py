@@ -22,6 +22,7 @@ from sessions.importers.claude_code.lines import (
     ASSISTANT,
     BOUNDARY,
     CONVERSATION,
+    HARNESS,
     PROMPT,
     RESULT_WITH_TEXT,
     SIDECHAIN,
@@ -222,7 +223,8 @@ def _side_lines(
     roots = _branch_roots(graph, off, on_main)
     prompt = kinds[off] == PROMPT
     reply = (kinds[off] == ASSISTANT) & ~np.isin(messages[off], main_messages)
-    shown_kind = np.isin(kinds[off], (ASSISTANT, SYSTEM, UNKNOWN, BOUNDARY, STEERING))
+    # Harness lines too: a /doctor or /status run off to the side is noted where it was.
+    shown_kind = np.isin(kinds[off], (ASSISTANT, SYSTEM, UNKNOWN, BOUNDARY, STEERING, HARNESS))
     real_roots = np.unique(roots[prompt | reply])
     # Fake forks: their displayable lines are merged in after the line they hang off.
     merged = shown_kind & ~np.isin(roots, real_roots)

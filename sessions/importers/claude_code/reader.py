@@ -88,6 +88,12 @@ class TranscriptReader:
             anchor = extra[0] if extra[0] < 0 or self.shown[extra[0]] else len(self.index)
             extras.setdefault(anchor, []).append(extra)
         yield from self._extras(extras.pop(-1, []))
+        # Lines written before the conversation began and not connected to it (a first
+        # prompt left unanswered, then asked again) come first, where they were.
+        start = plan.main[0] if plan.main else 0
+        for branch in plan.detached:
+            if branch.root < start:
+                yield from self._before(branch)
         for i in plan.main:
             yield from self.line(i)
             for j in plan.after.get(i, ()):
@@ -107,7 +113,8 @@ class TranscriptReader:
         for anchor in sorted(extras):
             yield from self._extras(extras[anchor])
         for branch in plan.detached:
-            yield self._branch_note(branch, "detached")
+            if branch.root >= start:
+                yield self._branch_note(branch, "detached")
         yield from self.subagents.unlinked()
 
     def _extras(self, extras: list[tuple[int, int, int, int]]) -> Iterator[Item]:
@@ -125,6 +132,18 @@ class TranscriptReader:
                 f"line:{number}",
                 value.get("timestamp"),
             )
+
+    def _before(self, branch: Branch) -> Iterator[Item]:
+        """A branch that began before the conversation: an unanswered prompt is the
+        learner's turn, as it was; anything else a note."""
+        if branch.prompt >= 0 and branch.replies == 0:
+            line = self.source.load(branch.prompt)
+            for item in self._prompt(line):
+                if isinstance(item, TurnSpec) and item.role == Turn.Role.LEARNER:
+                    item.meta.update(kind="unanswered", context="not answered")
+                yield item
+        else:
+            yield self._branch_note(branch, "detached")
 
     def _branch_note(self, branch: Branch, how: str) -> TurnSpec:
         root = self.source.load(branch.root)
@@ -162,7 +181,7 @@ class TranscriptReader:
             return
         yield from self.responses.close()
         if kind == PROMPT:
-            yield from self._prompt(line)
+            yield from self._prompt(line, self.index.turn_durations.get(i))
         elif kind == STEERING:
             yield from self._steering(line)
         elif kind == HARNESS:
@@ -195,10 +214,12 @@ class TranscriptReader:
                 line.get("timestamp"),
             )
 
-    def _prompt(self, line: dict[str, Any]) -> Iterator[Item]:
+    def _prompt(self, line: dict[str, Any], duration: int | None = None) -> Iterator[Item]:
         blocks = blocks_of(line.get("message"))
         words = prompt_text(blocks)
         meta: dict[str, Any] = {"uuid": str(line.get("uuid", "")), "typed": True}
+        if duration is not None:
+            meta["duration_ms"] = duration  # how long Claude Code took to answer it
         if command := typed_command(words):
             meta["command"] = command.split(None, 1)[0]
             words = command

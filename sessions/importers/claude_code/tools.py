@@ -356,6 +356,10 @@ class ToolCalls:
         }
         if rejected:
             meta["rejected"] = True
+        detail = found.detail if found else None
+        took = detail.get("durationMs") if isinstance(detail, dict) else None
+        if isinstance(took, int):
+            meta["duration_ms"] = took
         if found is None:
             meta["no_result"] = True
         if isinstance(params, dict) and str_or_none(params.get("file_path")):
