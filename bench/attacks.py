@@ -678,8 +678,10 @@ def messages_api() -> Iterator[FakeAPI]:
         server.server_close()
 
 
-def events_of(body: bytes) -> list[str]:
-    return re.findall(r"^event: (\S+)", body.decode(errors="replace"), re.MULTILINE)
+def events_of(body: bytes) -> list[tuple[str, str]]:
+    """(name, data) of each server-sent event in a body."""
+    found = re.findall(r"^event: (\S+)\ndata: (.*)$", body.decode(errors="replace"), re.MULTILINE)
+    return [(name, data) for name, data in found]
 
 
 @attack("tutor-trickle")
@@ -692,7 +694,7 @@ def tutor_trickle(context: Context) -> Result:
             if not pages[index]:
                 return Answer(0, {}, b"", 0.0)
             body, headers = form({"text": "How do I pick my element?"})
-            headers |= cookie_header(learners[index])
+            headers |= cookie_header(learners[index]) | {"Accept": "text/event-stream"}
             return request(
                 context.port,
                 "POST",
@@ -710,12 +712,9 @@ def tutor_trickle(context: Context) -> Result:
             context.api.trickle = False
         result.statuses.update(f"say {answer.status}" for answer in answers)
         for answer in answers:
-            events = events_of(answer.body)
-            retry = b"Retry" in answer.body or b"retry" in answer.body
-            result.notes.append(
-                f"{answer.seconds:.1f} s, last events {events[-2:]}, "
-                f"{'offers Retry' if retry else 'no Retry offered'}"
-            )
+            events = events_of(answer.body) or [("-", answer.body[:100].decode(errors="replace"))]
+            name, data = events[-1]
+            result.notes.append(f"{answer.seconds:.1f} s, ends with {name}: {data[:110]}")
     return result
 
 
