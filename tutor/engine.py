@@ -424,10 +424,13 @@ def submit(
     stream: bool = True,
     host: str | None = None,
     compare_with: int | None = None,
+    automatic: bool = False,
 ) -> Iterator[Event]:
     """Store and run a submission: the WGSL, and the host program (None: the previous
     version's carries over; "": the harness is the host). compare_with: the number of an
-    earlier version whose readbacks are the reference (a free-form session's choice)."""
+    earlier version whose readbacks are the reference (a free-form session's choice).
+    automatic: the automatic reviewer answers even where Claude would (tutor_eval compares
+    the two)."""
     with transaction.atomic():
         version, turn, meta = _store_submission(guided, source, host, note, compare_with)
     if meta.get("answer_request"):
@@ -452,8 +455,9 @@ def submit(
         yield "turn", {"turn": _automatic_turn(guided, content, "run_note", version)}
         yield "done", {}
         return
-    problem = budget_problem(guided) if llm.configured() else ""
-    if llm.configured() and not problem:
+    online = llm.configured() and not automatic
+    problem = budget_problem(guided) if online else ""
+    if online and not problem:
         yield from tutor_reply(guided, turn, reviewed=version, stream=stream)
         return
     review, digest = _review(guided, version, turn, outcome)

@@ -81,36 +81,43 @@ def one_cell_each(entry: EntryPointFacts | None, name: str) -> bool:
 
 
 def race(entry: EntryPointFacts | None) -> str:
-    """A race on workgroup memory seen in the kernel itself: a var<workgroup> slot read at
-    an index no store of this invocation wrote (so another invocation's), with no
-    workgroup barrier anywhere in the module; "" otherwise (or for an older runner's
-    analysis, which did not record workgroup memory)."""
+    """A race on workgroup memory seen in the kernel itself: a var<workgroup> slot read
+    at an index no store of this invocation wrote (so another invocation's), with no
+    workgroup barrier between the store before it and the read; "" otherwise. Only told
+    where every barrier is in the entry point's own body (one in a helper function could
+    run anywhere), and never for an older runner's analysis, which did not record them."""
     shared = (entry or {}).get("shared") or {}
     accesses = shared.get("accesses") or []
-    if not accesses or shared.get("barriers"):
+    barriers = shared.get("barriers") or []
+    if not accesses or shared.get("barriers_elsewhere", 1):
         return ""
     writes = [a for a in accesses if a["kind"] == "write"]
     written = {(a["variable"], a["index"]) for a in writes}
     for read in accesses:
         if read["kind"] != "read" or (read["variable"], read["index"]) in written:
             continue
-        write = next((w for w in writes if w["variable"] == read["variable"]), None)
-        if write is None:
+        before = [
+            w for w in writes if w["variable"] == read["variable"] and w["line"] < read["line"]
+        ]
+        if not before:
+            continue
+        write = before[-1]
+        if any(write["line"] <= line <= read["line"] for line in barriers):
             continue
         name = read["variable"]
         stored = quote(f"{name}[{write['index']}]" if write["index"] else name)
         loaded = quote(f"{name}[{read['index']}]" if read["index"] else name)
         if not stored or not loaded:
             continue
+        nowhere = "Nothing in the kernel calls" if not barriers else "Between them, nothing calls"
         return (
             f"**A race on workgroup memory.** Your kernel stores into {stored} (line "
-            f"{write['line']}) and reads {loaded} (line {read['line']}): a slot that another "
-            "invocation of the workgroup writes. Nothing in the kernel calls "
-            "`workgroupBarrier()`, and the invocations of a workgroup do not run in step, so "
-            "nothing makes that store happen before that read: an invocation can read the "
-            "slot before its writer has written it, or after it has been overwritten. Between "
-            f"which two lines must every invocation have finished writing `{name}` before any "
-            "of them reads it?"
+            f"{write['line']}) and then reads {loaded} (line {read['line']}): a slot that "
+            f"another invocation of the workgroup writes. {nowhere} `workgroupBarrier()`, "
+            "and the invocations of a workgroup do not run in step, so nothing makes that "
+            "store happen before that read: an invocation can read the slot before its "
+            "writer has written it, or after it has been overwritten. Where must every "
+            f"invocation have finished writing `{name}` before any of them reads it?"
         )
     return ""
 

@@ -460,14 +460,25 @@ def _results_review(outcome: Outcome, harness: dict, host: str) -> list[str]:
                     "before writing or wrote to another cell; the run does not show which."
                 ) + _stores(outcome, harness, name)
             parts.append(text)
-        if nonfinite:
+        if nonfinite and raced:
+            parts.append(
+                f"**{nonfinite} cells of `{name}` are NaN or infinite** where the reference is "
+                "finite: a value read from workgroup memory before it was written can give them."
+            )
+        elif nonfinite:
             parts.append(
                 f"**{nonfinite} cells of `{name}` are NaN or infinite** where the reference is "
                 "finite. That is an overflow or an undefined operation: exp() of a large value "
                 "(softmax must subtract the row maximum before exp), a division by zero, sqrt or "
                 "log of a negative number, or reading a cell nobody wrote."
             )
-        if wrong > 0 and (pattern := _value_pattern(output, _store_places(entry, name), harness)):
+        if raced and wrong > 0:
+            # The race explains the values; what is plain about them is where they are.
+            got, expected = output_list(output, "got"), output_list(output, "expected")
+            if got and expected:
+                shape = output.get("shape") or []
+                parts.append(evidence.wrong_by_row(got, expected, shape, _closeness(harness)))
+        elif wrong > 0 and (pattern := _value_pattern(output, _store_places(entry, name), harness)):
             parts.append(pattern)
     return parts
 

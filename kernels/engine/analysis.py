@@ -101,16 +101,24 @@ def _shared(
     module: Module, function: Function, lines: list[str], pairs: dict[int, int]
 ) -> dict[str, object]:
     """How the entry point uses var<workgroup> memory: each access to it (variable,
-    index as written, line, "write" or "read"; `+=` is both) and the lines of its
-    workgroup barriers. Barriers anywhere in the module count, as a helper function the
-    entry point calls may hold them: a race is only claimed where there is none at all."""
+    index as written, line, "write" or "read"; `+=` is both), the lines of the workgroup
+    barriers in its body, and how many barriers the rest of the module holds (a helper
+    the entry point calls may hold them: then no line tells where they run)."""
     tokens = module.tokens
     names = {v.name for v in module.variables if v.address_space == "workgroup"}
     accesses: list[dict[str, object]] = []
-    barriers = [t.line for t in tokens if t.kind == IDENT and t.text in WORKGROUP_BARRIERS]
+    inside = set(function.body)
+    barriers = [j for j, t in enumerate(tokens) if t.kind == IDENT and t.text in WORKGROUP_BARRIERS]
     module.steps += len(tokens)
+    own = [tokens[j].line for j in barriers if j in inside]
+    facts: dict[str, object] = {
+        "accesses": accesses,
+        "barriers": own[: 4 * MAX_ITEMS],
+        # Barriers not listed: in other functions, or past the list's end.
+        "barriers_elsewhere": len(barriers) - len(own[: 4 * MAX_ITEMS]),
+    }
     if not names:
-        return {"accesses": [], "barriers": barriers[:MAX_ITEMS]}
+        return facts
     for j in function.body:
         module.steps += 1
         token = tokens[j]
@@ -132,7 +140,8 @@ def _shared(
             )
         if len(accesses) >= 2 * MAX_ITEMS:
             break
-    return {"accesses": accesses[: 2 * MAX_ITEMS], "barriers": barriers[:MAX_ITEMS]}
+    facts["accesses"] = accesses[: 2 * MAX_ITEMS]
+    return facts
 
 
 def _writes(

@@ -104,7 +104,8 @@ class EntryPointFacts(TypedDict):
                        whether an if, return, loop, select, min or clamp comes before it
     loops              kind ("for", "while", "loop"), line, condition as written
     shared             its var<workgroup> accesses (variable, index as written, line,
-                       kind "read" or "write") and the module's workgroup barrier lines;
+                       kind "read" or "write"), the lines of the workgroup barriers in its
+                       body and barriers_elsewhere (how many others the module holds);
                        absent from outcomes of runners before version 5
     calls              the functions its body calls, each once (version 5 on)
     """

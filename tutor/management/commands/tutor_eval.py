@@ -1,4 +1,4 @@
-"""manage.py tutor_eval: score the configured tutor on the recorded learner situations."""
+"""manage.py tutor_eval: score the tutors on the recorded learner situations."""
 
 from __future__ import annotations
 
@@ -7,13 +7,21 @@ from pathlib import Path
 from django.core.management.base import BaseCommand
 
 from tutor import llm
-from tutor.evaluation import SITUATIONS_DIR, evaluate, load_situations, table
+from tutor.evaluation import (
+    CLAUDE,
+    REVIEWER,
+    SITUATIONS_DIR,
+    evaluate,
+    load_situations,
+    side_by_side,
+    table,
+)
 
 
 class Command(BaseCommand):
     help = (
-        "Run the recorded learner situations through the configured tutor (Claude with "
-        "ANTHROPIC_API_KEY, else the automatic reviewer) and print each reply's score."
+        "Run the recorded learner situations through the automatic reviewer and, with "
+        "ANTHROPIC_API_KEY, through Claude too; print each reply's score, side by side."
     )
 
     def add_arguments(self, parser) -> None:
@@ -21,10 +29,13 @@ class Command(BaseCommand):
         parser.add_argument("--replies", action="store_true", help="print every reply too")
 
     def handle(self, *args, situations: Path, replies: bool, **options) -> None:
-        tutor = "Claude" if llm.configured() else "the automatic reviewer"
-        self.stdout.write(f"Tutor: {tutor}\n")
-        scores = evaluate(load_situations(situations))
-        if replies:
-            for score in scores:
-                self.stdout.write(f"--- {score.name}\n{score.reply}\n")
-        self.stdout.write(table(scores) + "\n")
+        tutors = [REVIEWER, CLAUDE] if llm.configured() else [REVIEWER]
+        results = evaluate(load_situations(situations), tutors)
+        for tutor, scores in results.items():
+            self.stdout.write(f"Tutor: {tutor}\n")
+            if replies:
+                for score in scores:
+                    self.stdout.write(f"--- {score.name}\n{score.reply}\n")
+            self.stdout.write(table(scores) + "\n\n")
+        if len(results) > 1:
+            self.stdout.write("Side by side\n" + side_by_side(results) + "\n")
