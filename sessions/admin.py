@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from django.contrib import admin, messages
-from django.db.models import Count, QuerySet
+from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from sessions.importers.writer import CURATED
@@ -45,7 +45,7 @@ class SessionAdmin(admin.ModelAdmin):
     inlines = (TurnInline,)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
-        return super().get_queryset(request).annotate(turn_count=Count("turns"))
+        return super().get_queryset(request).with_turn_count()
 
     def save_formset(self, request: HttpRequest, form, formset, change: bool) -> None:
         for turn_form in formset.forms:
