@@ -787,6 +787,12 @@ def big_import(context: Context) -> Result:
         result.notes.append(
             f"front page: {before:.0f} ms before, {after:.0f} ms after ({after / before:.1f}x)"
         )
+        for path in ("/s/long/", "/s/long/?page=1000"):
+            page = request(context.port, "GET", path, headers=cookie_header(curator))
+            result.notes.append(
+                f"{path} (uncached, staff): {page.seconds:.2f} s, "
+                f"{len(page.body) / 1e3:.0f} KB ({page.status})"
+            )
     return result
 
 
