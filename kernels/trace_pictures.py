@@ -130,7 +130,8 @@ def _uniform_layout(reading: _Reading, traced: Mapping[str, Any]) -> dict[str, A
                 layout = struct_layout(dispatch.source, struct or "")
             except LayoutError:
                 return _words(reading, name, size)
-            described = layout.describe(_written_bytes(reading, name, size))
+            # Only the bytes the struct reads: a buffer's own size may be 128 MiB.
+            described = layout.describe(_written_bytes(reading, name, min(size, layout.size)))
             segments = _segments(described)
             if described["given"] < described["size"]:
                 reading.findings.append(_short_uniform(traced, described, b, dispatch))
@@ -139,11 +140,12 @@ def _uniform_layout(reading: _Reading, traced: Mapping[str, Any]) -> dict[str, A
 
 
 def _words(reading: _Reading, name: str, size: int) -> dict[str, Any]:
-    """A uniform with no struct to read it against: its 4-byte words as u32."""
-    data = _written_bytes(reading, name, size)
-    words = np.frombuffer(data[: size - size % 4], dtype=np.uint32)[:MAX_SHOWN_WORDS]
-    segment = {"kind": "field", "name": "", "type": "u32 words", "offset": 0, "size": size}
-    return _laid_out("", size, [{**segment, "values": list(map(int, words)), "missing": False}])
+    """A uniform with no struct to read it against: its first MAX_SHOWN_WORDS 4-byte words
+    as u32 (only those are read, whatever the buffer's size)."""
+    shown = min(size - size % 4, 4 * MAX_SHOWN_WORDS)
+    words = np.frombuffer(_written_bytes(reading, name, shown), dtype=np.uint32)
+    segment = {"kind": "field", "name": "", "type": "u32 words", "offset": 0, "size": shown}
+    return _laid_out("", shown, [{**segment, "values": list(map(int, words)), "missing": False}])
 
 
 def _laid_out(struct: str, size: int, segments: list[dict[str, Any]]) -> dict[str, Any]:
@@ -270,7 +272,7 @@ def _unbound_groups(reading: _Reading, error: Mapping[str, Any] | None) -> list[
             continue
         entries = [
             _binding(reading, DispatchBinding(-1, e["binding"], e["buffer"], e.get("size")))
-            for e in group["entries"]
+            for e in group["entries"][: traces.MAX_GROUP_ENTRIES]
         ]
         message = str((error or {}).get("message", "")) if failed else ""
         shown.append(

@@ -230,6 +230,9 @@ class Outcome(TypedDict):
                  outcome is kept like a finished run (see cacheable)
     detail       for staff only: the dead workers' ids and the tails of their stderr, a
                  traceback; kept apart from the outcome a reader sees (kernels.replay.finish)
+    cut          what the worker left out so that the outcome stays under its size cap
+                 (worker.MAX_OUTCOME_BYTES): "the program's trace", "the program's
+                 console", the values of an output; absent when nothing was cut
     """
 
     status: str
@@ -248,6 +251,7 @@ class Outcome(TypedDict):
     check: NotRequired[CheckReport]
     crash: NotRequired[Crash]
     detail: NotRequired[str]
+    cut: NotRequired[list[str]]
 
 
 def cacheable(outcome: Outcome) -> bool:

@@ -35,7 +35,7 @@ import traceback
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 import numpy as np
 
@@ -50,6 +50,9 @@ MAX_FRAME = 256 * 1024 * 1024
 MAX_FILE_BYTES = 16 * 1024 * 1024
 MEMO_BYTES = 512 * 1024 * 1024
 MEMO_ENTRIES = 256
+# The most JSON an outcome may be when it leaves the worker (result_frame()). A legitimate
+# outcome is far smaller: outputs carry their cells only up to a size (outcome.pack_values).
+MAX_OUTCOME_BYTES = 8 * 1024 * 1024
 # Address space a worker may map. lavapipe reserves 1.3 GB of it for a device before any
 # job; the heaviest program measured (three 128 MiB buffers, a 64 MiB readback, a
 # JavaScript heap run out) peaked at 2.8 GB, and a harness at its caps (512 MiB of
@@ -83,6 +86,47 @@ def read_frame(stream: BinaryIO) -> dict[str, Any] | None:
 def encode_frame(message: dict[str, Any]) -> bytes:
     body = json.dumps(message, allow_nan=False).encode()
     return HEADER.pack(len(body)) + body
+
+
+def result_frame(job_id: Any, outcome: Outcome) -> bytes:
+    """The result message, its outcome cut to MAX_OUTCOME_BYTES of JSON first: what the
+    program controls goes, biggest part first, and outcome["cut"] says what went (the
+    page says so). The web process never receives, stores or parses more."""
+    frame = encode_frame({"type": "result", "id": job_id, "outcome": outcome})
+    if len(frame) <= MAX_OUTCOME_BYTES:
+        return frame
+    shown = cast(dict[str, Any], outcome)
+    program: dict[str, Any] = shown.get("program") or {}
+    parts: list[tuple[str, dict[str, Any], str]] = [
+        ("the program's trace", program, "trace"),
+        ("the program's console", program, "console"),
+        *(
+            (f"the values of output {output.get('name', '')}", output, key)
+            for output in shown.get("outputs", [])
+            for key in ("got", "expected")
+        ),
+        ("the staff detail", shown, "detail"),
+    ]
+    sizes = [(len(json.dumps(holder.get(key))), what, holder, key) for what, holder, key in parts]
+    cut: list[str] = []
+    total = len(frame)
+    for size, what, holder, key in sorted(sizes, key=lambda part: -part[0]):
+        if total <= MAX_OUTCOME_BYTES or key not in holder:
+            continue
+        holder.pop(key)
+        total -= size
+        cut.append(what)
+    outcome["cut"] = cut
+    frame = encode_frame({"type": "result", "id": job_id, "outcome": outcome})
+    if len(frame) <= MAX_OUTCOME_BYTES:
+        return frame
+    too_big = failure(
+        Status.REJECTED,
+        f"The run's outcome was over {MAX_OUTCOME_BYTES // 1024**2} MiB even without its "
+        "trace, console and values, so it is not kept.",
+        environment=outcome.get("environment"),
+    )
+    return encode_frame({"type": "result", "id": job_id, "outcome": too_big})
 
 
 class Memo:
@@ -255,7 +299,7 @@ def main() -> int:
             outcome = failure(Status.INFRA_ERROR, no_adapter, no_adapter)
         else:
             outcome = run_job(device, env, message, memo, kept)
-        channel.write(encode_frame({"type": "result", "id": message.get("id"), "outcome": outcome}))
+        channel.write(result_frame(message.get("id"), outcome))
         channel.flush()
 
 

@@ -40,6 +40,12 @@ MAX_LABEL_CHARS = 256  # the shim cuts labels to 200 characters and an ellipsis
 MAX_CODE_CHARS = 1024 * 1024  # a shader module's WGSL (the shim refuses more, at its line)
 MAX_URL_CHARS = 2048
 MAX_LIST = 10_000  # entries of a list in one call (bind group entries, command buffers)
+# What the host wrote into a buffer is kept whole (Timeline.written, a reference's inputs) for
+# buffers up to this size, and up to MAX_SHADOWS_BYTES in all.
+MAX_SHADOW_BYTES = 64 * 1024 * 1024
+MAX_SHADOWS_BYTES = 256 * 1024 * 1024
+# A destroyed buffer this big is freed at once (Timeline.op_destroyBuffer).
+FREED_AT_ONCE = 16 * 1024 * 1024
 MAX_SAFE_INTEGER = 2**53 - 1
 U32_MAX = 2**32 - 1
 Entry = dict[str, Any]  # one recorded call, as the shim wrote it
@@ -333,12 +339,14 @@ class Timeline:
         self.kinds: dict[int, str] = {}  # id -> the kind of object it was made as (MAKES)
         self.sources: dict[int, str] = {}  # shader module id -> WGSL
         self.pipeline_stage: dict[int, tuple[int, str | None]] = {}
+        self.group_sizes: dict[int, int] = {}  # pipeline id -> invocations per workgroup
         self.encoders: dict[int, Encoder] = {}
         self.copied_from: dict[int, str] = {}
         self.views: dict[int, str] = {}
         # What the program put in each buffer from the host (writes, mapped ranges and the
         # copies between such buffers), whole: the inputs a reference is computed from.
         self.written: dict[int, bytearray] = {}
+        self.shadowed = 0  # bytes of those copies
         self.live_bytes = 0
         self.readback_bytes = 0
         self.invocations = 0
@@ -346,22 +354,23 @@ class Timeline:
         self.dispatches = 0
         self.counts: dict[str, int] = {}
         self.readbacks: list[Readback] = []
+        self.code_left = traces.MAX_TRACE_CODE  # WGSL the trace may still carry
         self.trace: Trace = traces.new_trace()
 
     def apply(self, entry: Entry, blob: Blob) -> Any:
         """Replay one entry; for a request, the answer: a dict, or a dict and bytes."""
+        shown = entry if type(entry) is dict else {}
         self.calls += 1
         if self.calls > MAX_CALLS:
             raise HostError(
-                "limit", f"The program made more than {MAX_CALLS:,} WebGPU calls.", entry
+                "limit", f"The program made more than {MAX_CALLS:,} WebGPU calls.", shown
             )
-        op = entry.get("op") if type(entry) is dict else None
+        op = shown.get("op")
         if type(op) is str and type(entry.get("line")) is int:
             # The line where the call begins (QuickJS names the one where it ends).
             line = entry["line"] if 1 <= entry["line"] <= len(self.lines) else None
             entry["line"] = call_start(self.lines, line, METHODS.get(op, op))
         if problem := check_entry(entry, self.kinds):
-            shown = entry if type(entry) is dict else {}
             raise HostError("record", f"the call could not be replayed: {problem}.", shown)
         wgpu = import_wgpu()
         try:
@@ -421,13 +430,17 @@ class Timeline:
         return {}
 
     def op_onSubmittedWorkDone(self, entry: Entry, blob: Blob) -> dict[str, Any]:
+        self.wait_idle()
+        return {}
+
+    def wait_idle(self) -> None:
+        """Wait for the work submitted so far; wgpu-native frees destroyed buffers then."""
         # wgpu-py 0.32's on_submitted_work_done fails in cffi (a callback signature from
         # an older wgpu-native); mapping a buffer waits for the same submitted work.
         wgpu = import_wgpu()
         fence = self.device.create_buffer(size=4, usage=wgpu.BufferUsage.MAP_READ)
         fence.map_sync(wgpu.MapMode.READ)
         fence.destroy()
-        return {}
 
     def op_destroyDevice(self, entry: Entry, blob: Blob) -> None:
         return None
@@ -474,7 +487,15 @@ class Timeline:
         self.trace_write(entry, entry["buffer"], entry["offset"], data, entry["dtype"])
 
     def remember(self, buffer: int, offset: int, data: bytes) -> None:
-        shadow = self.written.setdefault(buffer, bytearray(self.made_sizes[buffer]))
+        """Keep what the host put in buffer, in a whole copy of it: up to MAX_SHADOW_BYTES a
+        buffer and MAX_SHADOWS_BYTES in all (40 uniforms of 128 MiB would take 5 GiB)."""
+        shadow = self.written.get(buffer)
+        if shadow is None:
+            size = self.made_sizes[buffer]
+            if size > MAX_SHADOW_BYTES or self.shadowed + size > MAX_SHADOWS_BYTES:
+                return
+            shadow = self.written[buffer] = bytearray(size)
+            self.shadowed += size
         # Cut to the buffer: a copy WebGPU refuses at finish() is traced before then.
         data = data[: max(0, len(shadow) - offset)]
         shadow[offset : offset + len(data)] = data
@@ -508,6 +529,10 @@ class Timeline:
     def op_destroyBuffer(self, entry: Entry, blob: Blob) -> None:
         self.objects[entry["buffer"]].destroy()
         self.live_bytes -= self.sizes[entry["buffer"]]
+        if self.sizes[entry["buffer"]] >= FREED_AT_ONCE:
+            # Freed now, as a browser lets a program count on: a program that makes and
+            # destroys 128 MiB buffers in a loop ran out of the worker's memory at the 22nd.
+            self.wait_idle()
         self.sizes[entry["buffer"]] = 0
 
     def op_mapAsync(self, entry: Entry, blob: Blob) -> tuple[dict[str, Any], bytes]:
@@ -589,8 +614,9 @@ class Timeline:
             "bytes": len(entry["code"].encode()),
             "line": entry["line"],
         }
-        if len(entry["code"]) <= traces.MAX_MODULE_CODE:
+        if len(entry["code"]) <= min(traces.MAX_MODULE_CODE, self.code_left):
             traced["code"] = entry["code"]
+            self.code_left -= len(entry["code"])
         traces.append(self.trace, "modules", traced)
 
     def compile_error(self, entry: Entry, info: CompileError) -> HostError:
@@ -692,8 +718,10 @@ class Timeline:
                 "offset": e["offset"],
                 "size": e["size"],
             }
-            for e in entry["entries"]
+            for e in entry["entries"][: traces.MAX_GROUP_ENTRIES]
         ]
+        if len(entry["entries"]) > traces.MAX_GROUP_ENTRIES:
+            traces.drop(self.trace, "bind group entries", len(entry["entries"]) - len(traced))
         # Traced before it is made: one WebGPU refuses is the last, drawn with the error.
         traces.append(
             self.trace, "bind_groups", {"name": name, "entries": traced, "line": entry["line"]}
@@ -719,6 +747,8 @@ class Timeline:
         wgpu = import_wgpu()
         encoder = self.encoders[entry["encoder"]]
         encoder.entries.append(entry)
+        if entry["op"] == "setPipeline":
+            encoder.pipeline_id = entry["pipeline"]
         if entry["op"] == "dispatchWorkgroups":
             self.check_dispatch(encoder, entry)
         try:
@@ -735,14 +765,12 @@ class Timeline:
         counts = entry["workgroups"]
         for axis, count in zip("xyz", counts, strict=True):
             self.within("max_workgroups_per_dim", f"The dispatch in {axis}", count, entry)
-        pipeline = next(
-            (e["pipeline"] for e in reversed(encoder.entries) if e["op"] == "setPipeline"), None
-        )
+        pipeline = encoder.pipeline_id
         if pipeline in self.pipeline_stage:
-            module, entry_point = self.pipeline_stage[pipeline]
-            source = self.sources[module]
-            per_group = workgroup_size(source, entry_point or "")
-            self.invocations += math.prod(counts) * per_group
+            if pipeline not in self.group_sizes:
+                module, entry_point = self.pipeline_stage[pipeline]
+                self.group_sizes[pipeline] = workgroup_size(self.sources[module], entry_point or "")
+            self.invocations += math.prod(counts) * self.group_sizes[pipeline]
         what = "The number of invocations (workgroups times workgroup size, all dispatches)"
         self.within("max_invocations", what, self.invocations, entry)
 
@@ -763,11 +791,14 @@ class Timeline:
         elif op == "setPipeline":
             encoder.pipeline = self.names[entry["pipeline"]]
         elif op == "setBindGroup" and entry["group"] is not None:
-            encoder.bind_groups[str(entry["index"])] = self.names[entry["group"]]
+            if entry["index"] < traces.MAX_BIND_GROUPS:
+                encoder.bind_groups[str(entry["index"])] = self.names[entry["group"]]
         elif op == "dispatchWorkgroups":
             self.dispatches += 1
             dispatches = encoder.traced_pass["dispatches"] if encoder.traced_pass else []
-            if len(dispatches) < traces.MAX_ENTRIES:
+            if self.dispatches > traces.MAX_DISPATCHES:
+                traces.drop(self.trace, "dispatches")
+            elif len(dispatches) < traces.MAX_ENTRIES:
                 dispatches.append(
                     {
                         "pipeline": encoder.pipeline,

@@ -141,6 +141,9 @@ def _drive(script: Script, timeline: Timeline) -> ProgramError | None:
             script.run_jobs()
             taken = script.take()
             for entry in taken.record:
+                # Replaying is Python's time, which QuickJS's deadline does not cover.
+                if time.monotonic() > script.deadline:
+                    return _timed_out(entry.get("line") if isinstance(entry, dict) else None)
                 answer = timeline.apply(entry, script.blob)
                 if "request" in entry:
                     data = None
@@ -268,10 +271,28 @@ def _js_message(name: str, message: str, line: int | None) -> str:
     return f"{where}: {name}: {message}"
 
 
+# What a program's error may carry: its text comes from the program (a thrown message, a
+# label inside wgpu's text), cut here in the worker before it is stored.
+MAX_MESSAGE_CHARS = 2000
+MAX_DETAIL_CHARS = 8000
+
+
 def _error(
     kind: str, message: str, line: int | None, detail: str = "", call: str = ""
 ) -> ProgramError:
-    return {"kind": kind, "message": message, "line": line, "call": call, "detail": detail}
+    return {
+        "kind": kind,
+        "message": _cut(message, MAX_MESSAGE_CHARS),
+        "line": line,
+        "call": call,
+        "detail": _cut(detail, MAX_DETAIL_CHARS),
+    }
+
+
+def _cut(text: str, limit: int) -> str:
+    return (
+        text if len(text) <= limit else text[:limit] + f"… ({len(text) - limit:,} more characters)"
+    )
 
 
 # -- outcomes -----------------------------------------------------------------------------------

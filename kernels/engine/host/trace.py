@@ -2,8 +2,11 @@
 
 Every entry carries `line`, the program line of the call that made it (1-based, None when
 unknown). Buffers are named by their label, or "buffer N" (N counts createBuffer calls) for
-a buffer without one. Lists are capped at MAX_ENTRIES and values at MAX_VALUES per entry;
-`dropped` counts what the caps left out, per list.
+a buffer without one. Lists are capped at MAX_ENTRIES and values at MAX_VALUES per entry,
+dispatches at MAX_DISPATCHES over all passes, a bind group's entries at MAX_GROUP_ENTRIES and
+the modules' WGSL at MAX_TRACE_CODE in all; `dropped` counts what the caps left out, per
+list. The caps are applied in the worker, so a page draws a trace of bounded size whatever
+the program did (200 passes of 200 dispatches made a 24.7 MB page).
 """
 
 from __future__ import annotations
@@ -22,6 +25,11 @@ MAX_VALUES = 256
 # A module's WGSL travels in the trace up to this many characters (the picture and the
 # warnings read each dispatch against its own module's code).
 MAX_MODULE_CODE = 64 * 1024
+MAX_TRACE_CODE = 256 * 1024
+MAX_DISPATCHES = 200
+MAX_GROUP_ENTRIES = 16
+# Bind group slots a dispatch's trace keeps (WebGPU guarantees 4; more fail at finish()).
+MAX_BIND_GROUPS = 8
 
 USAGE_NAMES = (
     "MAP_READ",
@@ -162,13 +170,18 @@ Listed = Literal[
 ]
 
 
+def drop(trace: Trace, key: str, count: int = 1) -> None:
+    """Count count entries of key that a cap left out."""
+    trace["dropped"][key] = trace["dropped"].get(key, 0) + count
+
+
 def append(trace: Trace, key: Listed, entry: Any) -> None:
     """Add entry to the list trace[key] unless it is full (then count it as dropped)."""
     entries: list[Any] = trace[key]
     if len(entries) < MAX_ENTRIES:
         entries.append(entry)
     else:
-        trace["dropped"][key] = trace["dropped"].get(key, 0) + 1
+        drop(trace, key)
 
 
 def usage_names(usage: int) -> list[str]:
@@ -215,20 +228,21 @@ class Dispatch:
 
 
 def dispatches(trace: Mapping[str, Any], sources: Mapping[str, str]) -> list[Dispatch]:
-    """The trace's dispatches in order; sources maps module names to their WGSL (a module
+    """The trace's dispatches in order, at most MAX_DISPATCHES (a trace stored before the
+    worker capped them may hold more); sources maps module names to their WGSL (a module
     it lacks has source "")."""
     pipelines = {p["name"]: p for p in trace.get("pipelines", [])}
     groups = {g["name"]: g for g in trace.get("bind_groups", [])}
-    found = []
+    found: list[Dispatch] = []
     for number, traced in enumerate(trace.get("passes", []), start=1):
-        for dispatch in traced["dispatches"]:
+        for dispatch in traced["dispatches"][: MAX_DISPATCHES - len(found)]:
             pipeline = pipelines.get(dispatch["pipeline"], {})
             source = sources.get(pipeline.get("module", ""), "")
             entry = pipeline.get("entry_point") or next(iter(entry_points(source)), "")
             bindings = [
                 DispatchBinding(int(index), e["binding"], e["buffer"], e.get("size"))
-                for index, name in sorted(dispatch["bind_groups"].items())
-                for e in groups.get(name, {}).get("entries", [])
+                for index, name in sorted(dispatch["bind_groups"].items())[:MAX_BIND_GROUPS]
+                for e in groups.get(name, {}).get("entries", [])[:MAX_GROUP_ENTRIES]
             ]
             found.append(
                 Dispatch(
