@@ -91,6 +91,15 @@ class KernelVersion(models.Model):
         related_name="introduced_versions",
         help_text="The turn that introduced this version.",
     )
+    # The program state this version was written in: its replay runs that state's
+    # program on that state's files. None for curated versions driven by a harness.
+    state = models.ForeignKey(
+        "kernels.ProgramState",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="versions",
+    )
     harness_override = models.JSONField(
         null=True, blank=True, help_text="Replaces the kernel's harness for this version only."
     )
@@ -197,6 +206,103 @@ class SessionFile(models.Model):
         self.sha256 = hashlib.sha256(data).hexdigest()
         super().save(*args, **kwargs)
         self.session.touch()
+
+
+class Blob(models.Model):
+    """One file's bytes, stored once whatever number of program states hold it: a file
+    a learner did not change between two turns costs one row of StateFile, not a copy."""
+
+    sha256 = models.CharField(max_length=64, primary_key=True, editable=False)
+    size = models.PositiveIntegerField(editable=False)
+    data = models.BinaryField()
+
+    def __str__(self) -> str:
+        return f"{self.sha256[:12]} ({self.size:,} bytes)"
+
+    @classmethod
+    def store(cls, contents: list[bytes]) -> list[str]:
+        """Store each content not stored yet, in one insert; their sha256s, in order."""
+        blobs = {hashlib.sha256(data).hexdigest(): data for data in contents}
+        have = set(cls.objects.filter(pk__in=list(blobs)).values_list("pk", flat=True))
+        cls.objects.bulk_create(
+            (
+                cls(sha256=key, size=len(data), data=data)
+                for key, data in blobs.items()
+                if key not in have
+            ),
+            ignore_conflicts=True,
+        )
+        return [hashlib.sha256(data).hexdigest() for data in contents]
+
+
+class ProgramState(models.Model):
+    """The learner's project as it stood after a turn: every file it held then (pages,
+    scripts, shaders, data written in the session), and the program that runs it.
+
+    A turn links to the state it wrote or reviewed (Turn.state); a kernel version made
+    in it links here too (KernelVersion.state), and its replay runs this state's program
+    with fetch() served from these files over the session's uploaded files
+    (SessionFile). Numbered in the order the session made them.
+    """
+
+    class Kind(models.TextChoices):
+        WEBGPU = "webgpu", "WebGPU"
+        TRITON = "triton", "Triton"
+        CUDA = "cuda", "CUDA"
+
+    session = models.ForeignKey(
+        "tutoring_sessions.Session", on_delete=models.CASCADE, related_name="states"
+    )
+    number = models.PositiveIntegerField()
+    kind = models.CharField(max_length=10, choices=Kind.choices, default=Kind.WEBGPU)
+    # The file whose program runs: a page (its scripts) or a script; "" when the state
+    # holds no program that can run here (shaders only).
+    entry = models.CharField(max_length=200, blank=True)
+    # sha256 over the entry, the kind and every (path, file sha256): two states with the
+    # same digest run the same program on the same files.
+    digest = models.CharField(max_length=64, editable=False)
+
+    class Meta:
+        ordering = ["session", "number"]
+        constraints = [
+            models.UniqueConstraint(fields=["session", "number"], name="state_number_unique"),
+            models.CheckConstraint(condition=Q(number__gte=1), name="state_number_from_one"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.session.slug} state {self.number}"
+
+    @staticmethod
+    def digest_of(entry: str, kind: str, files: dict[str, str]) -> str:
+        """files: path → sha256."""
+        content = json.dumps([entry, kind, sorted(files.items())], separators=(",", ":"))
+        return hashlib.sha256(content.encode()).hexdigest()
+
+    def file_shas(self) -> dict[str, str]:
+        """path → sha256 of each file the state holds."""
+        return dict(self.files.values_list("path", "blob_id"))
+
+    def file_data(self) -> dict[str, bytes]:
+        """path → content of each file the state holds."""
+        rows = self.files.values_list("path", "blob__data")
+        return {path: bytes(data) for path, data in rows}
+
+
+class StateFile(models.Model):
+    """A file of a program state: its path in the project, its content by address."""
+
+    state = models.ForeignKey(ProgramState, on_delete=models.CASCADE, related_name="files")
+    path = models.CharField(max_length=200)
+    blob = models.ForeignKey(Blob, on_delete=models.PROTECT, related_name="+")
+
+    class Meta:
+        ordering = ["state", "path"]
+        constraints = [
+            models.UniqueConstraint(fields=["state", "path"], name="state_file_path_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.state} {self.path}"
 
 
 class RunQuerySet(models.QuerySet):

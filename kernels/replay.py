@@ -39,7 +39,7 @@ from django.utils.module_loading import import_string
 from config import processes
 from kernels.engine.harness import Harness, HarnessError, canonical_digest, parse_harness
 from kernels.engine.outcome import Outcome, Status, cacheable, failure
-from kernels.models import KernelVersion, Run, SessionFile
+from kernels.models import KernelVersion, Run, SessionFile, StateFile
 
 BACKENDS = {
     "local": "kernels.backends.LocalBackend",
@@ -186,9 +186,7 @@ def program_job(
     against; the files themselves join the payload only when the job is sent (with_files).
     """
     check = program_check(version, parsed_harness(version, spec), compare_with)
-    files = dict(
-        SessionFile.objects.filter(session=version.kernel.session_id).values_list("name", "sha256")
-    )
+    files = program_files(version)
     content = {"self": version.source, "@host": version.host_program}
     content |= {f"@file:{name}": sha256 for name, sha256 in files.items()}
     payload: dict = {
@@ -197,6 +195,7 @@ def program_job(
         "wgsl": wgsl_files(version),
         "files": None,
         "session_files": version.kernel.session_id if files else None,
+        "state_files": version.state_id if files else None,
         "deadline_s": max(1.0, settings.REPLAY_DEADLINE - PROGRAM_MARGIN),
         "fixtures_dir": str(settings.FIXTURES_DIR),
     }
@@ -213,14 +212,34 @@ def program_job(
     return Job(sources_digest(content), digest, payload)
 
 
+def program_files(version: KernelVersion) -> dict[str, str]:
+    """name → sha256 of each file the version's program may fetch(): the session's
+    uploaded files, and over them the files of the program state it was written in."""
+    files = dict(
+        SessionFile.objects.filter(session=version.kernel.session_id).values_list("name", "sha256")
+    )
+    if version.state_id is not None:
+        files |= dict(
+            StateFile.objects.filter(state=version.state_id).values_list("path", "blob_id")
+        )
+    return files
+
+
 def with_files(job: Job) -> Job:
-    """The job with its session's files in it, read from the database when it is sent."""
+    """The job with its files in it (the session's, then its state's over them), read
+    from the database when it is sent."""
     session_id = job.payload.get("session_files")
     if session_id is None:
         return job
-    rows = SessionFile.objects.filter(session=session_id).values_list("name", "data")
+    rows = list(SessionFile.objects.filter(session=session_id).values_list("name", "data"))
+    if (state_id := job.payload.get("state_files")) is not None:
+        rows += StateFile.objects.filter(state=state_id).values_list("path", "blob__data")
     files = {name: base64.b64encode(bytes(data)).decode() for name, data in rows}
-    payload = {key: value for key, value in job.payload.items() if key != "session_files"}
+    payload = {
+        key: value
+        for key, value in job.payload.items()
+        if key not in ("session_files", "state_files")
+    }
     return Job(job.source_sha256, job.harness_digest, {**payload, "files": files})
 
 

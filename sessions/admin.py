@@ -4,15 +4,24 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from sessions.importers.writer import CURATED
+from sessions.importers.writer import CURATED, RELINKED
 from sessions.models import Session, Tag, Turn
 
 
 class TurnInline(admin.StackedInline):
     model = Turn
     extra = 0
-    fields = ("number", "role", "hidden", "content", "kernel_version", "timestamp", "meta")
-    raw_id_fields = ("kernel_version",)
+    fields = (
+        "number",
+        "role",
+        "hidden",
+        "content",
+        "kernel_version",
+        "state",
+        "timestamp",
+        "meta",
+    )
+    raw_id_fields = ("kernel_version", "state")
     show_change_link = True
 
     def get_readonly_fields(self, request: HttpRequest, obj: Session | None = None):
@@ -51,6 +60,8 @@ class SessionAdmin(admin.ModelAdmin):
         for turn_form in formset.forms:
             if "hidden" in turn_form.changed_data:
                 _record_curated(turn_form.instance)
+            if "kernel_version" in turn_form.changed_data:
+                _record_relink(turn_form.instance)
         super().save_formset(request, form, formset, change)
 
     @admin.display(ordering="turn_count", description="turns")
@@ -89,12 +100,20 @@ def _record_curated(turn: Turn) -> None:
     turn.meta = {**turn.meta, CURATED: turn.hidden}
 
 
+def _record_relink(turn: Turn) -> None:
+    """A curator linked this turn to another version (or none): a re-import of the
+    session keeps the link, by the version's kernel name and number."""
+    version = turn.kernel_version
+    link = None if version is None else {"kernel": version.kernel.name, "version": version.number}
+    turn.meta = {**turn.meta, RELINKED: link}
+
+
 @admin.register(Turn)
 class TurnAdmin(admin.ModelAdmin):
     list_display = ("session", "number", "role", "hidden", "kernel_version")
     list_filter = ("role", "hidden")
     search_fields = ("session__slug", "content")
-    raw_id_fields = ("session", "kernel_version")
+    raw_id_fields = ("session", "kernel_version", "state")
     actions = ("hide", "show")
 
     def get_readonly_fields(self, request: HttpRequest, obj: Turn | None = None):
@@ -103,6 +122,8 @@ class TurnAdmin(admin.ModelAdmin):
     def save_model(self, request: HttpRequest, obj: Turn, form, change: bool) -> None:
         if "hidden" in form.changed_data:
             _record_curated(obj)
+        if "kernel_version" in form.changed_data:
+            _record_relink(obj)
         super().save_model(request, obj, form, change)
 
     @admin.action(description="Hide (keeps the numbers: links and embeds stay valid)")

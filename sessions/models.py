@@ -188,6 +188,14 @@ class Turn(models.Model):
         related_name="turns",
         help_text="The kernel version this turn submitted or reviewed.",
     )
+    state = models.ForeignKey(
+        "kernels.ProgramState",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="turns",
+        help_text="The state of the learner's project this turn wrote or reviewed.",
+    )
     hidden = models.BooleanField(
         default=False,
         help_text="Kept, with its number, but out of the reader's way: pages, embeds, the "
