@@ -231,6 +231,9 @@ FIXTURES_DIR = BASE_DIR / "fixtures"
 # Files a session's host programs fetch() (weights, test data), uploaded in the admin,
 # stored in the database and sent with every program job of the session.
 SESSION_FILE_MAX_BYTES = envint("SESSION_FILE_MAX_BYTES", 8 * 1024 * 1024)
+# A project's files brought with an import or added later, all together.
+PROJECT_FILES_MAX_BYTES = envint("PROJECT_FILES_MAX_BYTES", 64 * 1024 * 1024)
+PROJECT_FILES_MAX_COUNT = envint("PROJECT_FILES_MAX_COUNT", 500)
 # The draw-a-digit page classifies with the latest version of this kernel of this session.
 DIGITS_SESSION = os.getenv("DIGITS_SESSION", "gpu-inference-from-scratch")
 DIGITS_KERNEL = os.getenv("DIGITS_KERNEL", "mnist")

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
 
+    from sessions.importers.project_files import ProjectFiles
+
 
 @dataclass(frozen=True)
 class ImportOptions:
@@ -21,6 +23,8 @@ class ImportOptions:
     redact: bool = True
     # A new session's owner.
     owner: User | None = None
+    # The project's other files (weights, data), to add to the session's files.
+    files: ProjectFiles | None = None
 
 
 DEFAULTS = ImportOptions()

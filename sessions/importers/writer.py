@@ -25,7 +25,16 @@ from django.db import connection, models, transaction
 from django.db.models import Max, QuerySet
 from django.utils.text import slugify
 
-from kernels.models import Kernel, KernelVersion, SessionFile, sha256_text
+from kernels.models import (
+    Blob,
+    Fork,
+    Kernel,
+    KernelVersion,
+    ProgramState,
+    SessionFile,
+    StateFile,
+    sha256_text,
+)
 from sessions.models import Session, SessionImage, Tag, Turn
 
 if TYPE_CHECKING:
@@ -108,6 +117,8 @@ class TurnSpec:
     kernel: tuple[str, int] | None = None
     # Kept, with its number, out of the reader's way (importer housekeeping).
     hidden: bool = False
+    # The number of the program state this turn wrote or reviewed.
+    state: int | None = None
 
 
 @dataclass
@@ -128,6 +139,7 @@ class VersionSpec:
     harness_override: dict[str, Any] | None = None
     host_program: str = ""  # the learner's WebGPU host code, if the version has one
     meta: dict[str, Any] = field(default_factory=dict)
+    state: int | None = None  # the number of the program state it was written in
 
 
 @dataclass
@@ -150,9 +162,20 @@ class ImageSpec:
     height: int
 
 
+@dataclass
+class StateSpec:
+    """The learner's project after a turn (kernels.models.ProgramState): every file by
+    its path in the project. It comes before the turns and versions that name it."""
+
+    number: int
+    files: dict[str, bytes]
+    entry: str = ""
+    kind: str = ProgramState.Kind.WEBGPU
+
+
 # What an importer hands the writer, in order: a turn, or a kernel, or a version of a
-# kernel handed over before, or a session file, or a picture.
-Item = TurnSpec | KernelSpec | VersionSpec | FileSpec | ImageSpec
+# kernel handed over before, or a session file, or a picture, or a program state.
+Item = TurnSpec | KernelSpec | VersionSpec | FileSpec | ImageSpec | StateSpec
 
 
 @dataclass
@@ -185,13 +208,29 @@ class Written:
     kernels: int
     versions: int
     notes: list[str]
+    states: int = 0
 
 
 WRITE_BATCH = 500
 # Set on a new session only once all of it is written.
 PUBLISHING = ("visibility", "published_at")
+# What a re-import rewrites of a version it keeps (its id, and so its forks, stay).
+VERSION_FIELDS = [
+    "source",
+    "sha256",
+    "turn",
+    "note",
+    "expected_status",
+    "harness_override",
+    "host_program",
+    "meta",
+    "state",
+]
 # The meta key that records a curator's choice to hide (True) or show (False) a turn.
 CURATED = "hidden_by_curator"
+# The meta key that records a curator's link of a turn to a kernel version: {"kernel":
+# name, "version": number}, or None for "no version". A re-import keeps it.
+RELINKED = "relinked_by_curator"
 
 
 def _unique_slug(base: str) -> str:
@@ -255,6 +294,19 @@ class _Batches:
         self.batch_size = batch_size
         # Each batch its own transaction, or all of them inside the caller's one.
         self.batch_commits = batch_commits
+        # What a re-import finds: kernels and versions keep their rows (and so their
+        # forks, whose ids and URLs are permanent) where the recording still makes them.
+        self.old_kernels = {kernel.name: kernel for kernel in session.kernels.all()}
+        self.old_versions: dict[tuple[str, int], int] = {
+            (name, number): pk
+            for name, number, pk in KernelVersion.objects.filter(
+                kernel__session=session
+            ).values_list("kernel__name", "number", "pk")
+        }
+        self.kept_versions: set[int] = set()
+        self.states: dict[int, int] = {}  # state number → pk
+        self.state_count = 0
+        self.versions_dropped = self.forks_dropped = 0
         # Turns that existed before this import have pks up to here; the ones this
         # import does not overwrite are left over at the end.
         self.old_max_pk = Turn.objects.aggregate(top=Max("pk"))["top"] or 0
@@ -277,18 +329,64 @@ class _Batches:
             if isinstance(meta, dict) and meta.get("source_id")
         }
         self.curated_kept = 0
+        # A curator's links of turns to versions, by recorded message (meta.source_id).
+        self.relinks: dict[str, dict[str, Any] | None] = {
+            meta["source_id"]: meta[RELINKED]
+            for meta in Turn.objects.filter(session=session, meta__has_key=RELINKED)
+            .values_list("meta", flat=True)
+            .iterator()
+            if isinstance(meta, dict) and meta.get("source_id")
+        }
+        self.relinks_kept = 0
+        # A published session's numbers by recorded message (_renumber).
+        self.published_numbers: dict[str, int] = {}
+        self.renumber: dict[int, int] = {}
+        self.numbers_used: set[int] = set()
+        self.next_number = 1
+        if frozen:
+            rows = Turn.objects.filter(session=session).values_list("number", "meta")
+            for number, meta in rows.iterator():
+                if isinstance(meta, dict) and meta.get("source_id"):
+                    self.published_numbers.setdefault(meta["source_id"], number)
+                self.next_number = max(self.next_number, number + 1)
+        self.published_claimed = set(self.published_numbers.values())
+
+    def _renumber(self, spec: TurnSpec) -> None:
+        """A published session keeps every number it handed out: a turn holding a
+        recorded message it held before takes that number again, a new one (a sub-agent's
+        turn brought by its file) the next number after the last."""
+        source_id = spec.meta.get("source_id")
+        number = self.published_numbers.get(source_id) if source_id else None
+        if number is None or number in self.numbers_used:
+            number = spec.number
+            if source_id or number in self.numbers_used or number in self.published_claimed:
+                while self.next_number in self.numbers_used:
+                    self.next_number += 1
+                number = self.next_number
+        self.renumber[spec.number] = number
+        self.numbers_used.add(number)
+        spec.number = number
+
+    def _final(self, number: int) -> int | None:
+        """The number a turn of the file is written with (None: not read yet)."""
+        return self.renumber.get(number) if self.frozen else number
 
     def add(self, item: Item) -> None:
         if isinstance(item, TurnSpec):
+            if self.frozen:
+                self._renumber(item)
             self.turns.append(item)
             if len(self.turns) >= self.batch_size:
                 self.flush()
         elif isinstance(item, KernelSpec):
             if item.name in self.kernels:
                 raise ImportProblem(f"Kernel '{item.name}' appears more than once.")
-            self.kernels[item.name] = Kernel.objects.create(
-                session=self.session, name=item.name, title=item.title, harness=item.harness
-            )
+            kernel = self.old_kernels.get(item.name)
+            if kernel is None:
+                kernel = Kernel(session=self.session, name=item.name)
+            kernel.title, kernel.harness = item.title, item.harness
+            kernel.save()
+            self.kernels[item.name] = kernel
         elif isinstance(item, VersionSpec):
             kernel = self.kernels.get(item.kernel)
             if kernel is None:
@@ -297,6 +395,8 @@ class _Batches:
             if len(self.versions) >= self.batch_size:
                 self.flush()
         elif isinstance(item, FileSpec):
+            # A file of the same name is replaced (a re-import that brings it again).
+            SessionFile.objects.filter(session=self.session, name=item.name).delete()
             SessionFile.objects.create(
                 session=self.session, name=item.name, data=item.data, content_type=item.content_type
             )
@@ -304,8 +404,37 @@ class _Batches:
             SessionImage.objects.get_or_create(
                 session=self.session, sha256=item.sha256, defaults=vars(item)
             )
+        elif isinstance(item, StateSpec):
+            with self.batch():
+                self._write_state(item)
         else:
             raise TypeError(f"cannot write {type(item).__name__}")
+
+    def _write_state(self, spec: StateSpec) -> None:
+        if spec.number in self.states:
+            raise ImportProblem(f"Program state {spec.number} appears more than once.")
+        paths = sorted(spec.files)
+        shas = Blob.store([spec.files[path] for path in paths])
+        files = dict(zip(paths, shas, strict=True))
+        state = ProgramState.objects.create(
+            session=self.session,
+            number=spec.number,
+            kind=spec.kind,
+            entry=spec.entry,
+            digest=ProgramState.digest_of(spec.entry, spec.kind, files),
+        )
+        StateFile.objects.bulk_create(
+            StateFile(state=state, path=path, blob_id=sha) for path, sha in files.items()
+        )
+        self.states[spec.number] = state.pk
+        self.state_count += 1
+
+    def _state_pk(self, number: int | None) -> int | None:
+        if number is None:
+            return None
+        if number not in self.states:
+            raise ImportProblem(f"Something refers to program state {number}, which is missing.")
+        return self.states[number]
 
     def batch(self) -> AbstractContextManager[object]:
         return transaction.atomic() if self.batch_commits else nullcontext()
@@ -336,11 +465,14 @@ class _Batches:
                 timestamp=spec.timestamp,
                 meta=spec.meta,
                 hidden=spec.hidden,
+                state_id=self._state_pk(spec.state),
             )
             for spec in self.turns
         ]
         if self.curated:
             self._keep_curated(turns)
+        if self.relinks:
+            self._keep_relinks(turns)
         for turn in turns:
             turn.html = turn.rendered()  # bulk_create does not call save()
         return turns
@@ -374,6 +506,19 @@ class _Batches:
                 turn.meta = {**turn.meta, CURATED: choice}
                 self.curated_kept += 1
 
+    def _keep_relinks(self, turns: list[Turn]) -> None:
+        for spec, turn in zip(self.turns, turns, strict=True):
+            source_id = turn.meta.get("source_id", "")
+            if source_id not in self.relinks:
+                continue
+            link = self.relinks[source_id]
+            turn.meta = {**turn.meta, RELINKED: link}
+            if isinstance(link, dict) and isinstance(link.get("version"), int):
+                spec.kernel = (str(link.get("kernel", "")), link["version"])
+            else:
+                spec.kernel = None
+            self.relinks_kept += 1
+
     def _check_identity(self, old: QuerySet[Turn]) -> None:
         """A published turn number must keep pointing at the same recorded message."""
         new = {spec.number: spec.meta.get("source_id") for spec in self.turns}
@@ -390,26 +535,37 @@ class _Batches:
         if not self.versions:
             return
         batch = self.batch_pks
+        finals = {s.turn: self._final(s.turn) for s, _ in self.versions if s.turn is not None}
         earlier = self._turn_pks(
-            sorted({s.turn for s, _ in self.versions if s.turn is not None and s.turn not in batch})
+            sorted({n for n in finals.values() if n is not None and n not in batch})
         )
-        created = KernelVersion.objects.bulk_create(
-            KernelVersion(
+        created = []
+        kept = []
+        for spec, kernel in self.versions:
+            version = KernelVersion(
                 kernel=kernel,
                 number=spec.number,
                 source=spec.source,
                 sha256=sha256_text(spec.source),
                 turn_id=None
-                if spec.turn is None
-                else batch.get(spec.turn) or earlier.get(spec.turn),
+                if spec.turn is None or (final := finals[spec.turn]) is None
+                else batch.get(final) or earlier.get(final),
                 note=spec.note,
                 expected_status=spec.expected_status,
                 harness_override=spec.harness_override,
                 host_program=spec.host_program,
                 meta=spec.meta,
+                state_id=self._state_pk(spec.state),
             )
-            for spec, kernel in self.versions
-        )
+            old_pk = self.old_versions.get((kernel.name, spec.number))
+            if old_pk is not None:
+                version.pk = old_pk
+                kept.append(version)
+                self.kept_versions.add(old_pk)
+            created.append(version)
+        KernelVersion.objects.bulk_create([v for v in created if v.pk is None])
+        if kept:
+            KernelVersion.objects.bulk_update(kept, VERSION_FIELDS)
         for (spec, kernel), version in zip(self.versions, created, strict=True):
             self._remember((kernel.name, spec.number), version.pk)
             if spec.turn is not None and version.turn_id is None:
@@ -448,12 +604,29 @@ class _Batches:
         return found
 
     def finish(self) -> None:
-        """Write what is pending, drop the old turns left over, set the forward links."""
+        """Write what is pending, drop the old turns and versions left over, set the
+        forward links."""
         self.flush()
         with self.batch():
             self._drop_leftover_turns()
+            self._drop_leftover_versions()
             self._link_waiting_versions()
             self._link_waiting_turns()
+            if self.frozen:
+                self._renumber_ranges()
+
+    def _renumber_ranges(self) -> None:
+        """A turn that names the range of turns nested under it (meta.nested_range, and
+        "turns A–B" in its text) names them by the numbers they were written with."""
+        for turn in Turn.objects.filter(session=self.session, meta__has_key="nested_range"):
+            first, last = turn.meta["nested_range"]
+            now = [self.renumber.get(first, first), self.renumber.get(last, last)]
+            if now != [first, last]:
+                turn.content = turn.content.replace(
+                    f"turns {first}–{last}", f"turns {now[0]}–{now[1]}"
+                )
+                turn.meta = {**turn.meta, "nested_range": now}
+                turn.save(update_fields=["content", "meta"])
 
     def _drop_leftover_turns(self) -> None:
         leftover = Turn.objects.filter(session=self.session, pk__lte=self.old_max_pk)
@@ -466,11 +639,24 @@ class _Batches:
             )
         leftover.delete()
 
+    def _drop_leftover_versions(self) -> None:
+        """Versions (and kernels) the recording no longer makes: their forks go too,
+        counted in the report."""
+        leftover = KernelVersion.objects.filter(
+            pk__in=set(self.old_versions.values()) - self.kept_versions
+        )
+        self.forks_dropped = Fork.objects.filter(version__in=leftover).count()
+        self.versions_dropped = leftover.count()
+        leftover.delete()
+        gone = [k.pk for name, k in self.old_kernels.items() if name not in self.kernels]
+        Kernel.objects.filter(pk__in=gone).delete()
+
     def _link_waiting_versions(self) -> None:
         """Versions made by a turn that came after them in the file."""
-        turn_pks = self._turn_pks(sorted({number for _, number in self.waiting_versions}))
+        waiting = [(pk, self._final(number) or 0) for pk, number in self.waiting_versions]
+        turn_pks = self._turn_pks(sorted({number for _, number in waiting}))
         pairs = []
-        for version_pk, number in self.waiting_versions:
+        for version_pk, number in waiting:
             if number not in turn_pks:
                 raise ImportProblem(f"A kernel version refers to turn {number}, which is missing.")
             pairs.append((turn_pks[number], version_pk))
@@ -523,10 +709,12 @@ def write_session(
 ) -> Written:
     """Write one session and everything in it, or nothing.
 
-    A session that exists is updated in place: its turns and kernels are replaced. When
-    it has been published, its turn numbers are frozen: the new content must keep every
-    old number, and a number must keep holding the same recorded message (same
-    meta.source_id), or the import is refused.
+    A session that exists is updated in place: its turns and program states are
+    replaced; its kernels and versions are kept by name and number and rewritten (so
+    their forks stay), those the file no longer has dropped. When it has been published,
+    its turn numbers are frozen: a turn holding a recorded message (meta.source_id) that
+    a number held before gets that number again, new ones the numbers after the last,
+    and an import that would drop a published turn is refused.
     """
     notes: list[str] = []
     with transaction.atomic():
@@ -557,7 +745,9 @@ def write_session(
                 Tag.objects.get_or_create(slug=slugify(name), defaults={"name": name})[0]
                 for name in spec.tags
             )
-        session.kernels.all().delete()
+        # States are rebuilt whole; kernels and versions are matched by name and number
+        # so that forks of them survive (_Batches).
+        session.states.all().delete()
         session.images.all().delete()
         if spec.replace_files:
             session.files.all().delete()
@@ -576,6 +766,20 @@ def write_session(
             raise
     if batches.curated_kept:
         notes.append(f"Kept the curator's choice to hide or show {batches.curated_kept} turn(s).")
+    if batches.state_count:
+        notes.append(f"Rebuilt {batches.state_count} program state(s) of the learner's project.")
+    if batches.relinks_kept:
+        notes.append(f"Kept the curator's links of {batches.relinks_kept} turn(s) to versions.")
+    if batches.kept_versions:
+        notes.append(
+            f"Kept {len(batches.kept_versions)} kernel version(s) of the earlier import in "
+            "place: their forks keep their ids and URLs."
+        )
+    if batches.versions_dropped:
+        notes.append(
+            f"Dropped {batches.versions_dropped} kernel version(s) the recording no longer "
+            f"makes, with {batches.forks_dropped} fork(s) of them."
+        )
     return Written(
         session=session,
         created=created,
@@ -583,4 +787,5 @@ def write_session(
         kernels=len(batches.kernels),
         versions=batches.version_count,
         notes=notes,
+        states=batches.state_count,
     )

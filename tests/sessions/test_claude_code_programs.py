@@ -73,7 +73,7 @@ class ProgramImportTestCase(ImportingTestCase):
 
         program = read_program("site/index.html", page)
 
-        self.assertEqual([kind for kind, _ in html_scripts(page)], ["wgsl", "js", "js", "other"])
+        self.assertEqual([kind for kind, _, _ in html_scripts(page)], ["wgsl", "js", "js", "other"])
         self.assertEqual([s.entry for s in program.shaders], ["fill", "main"])
         self.assertEqual(program.shaders[0].container, "script_tag")
         # The constant comes from another script of the same page.
@@ -145,7 +145,7 @@ class ProgramReplayTestCase(TransactionTestCase):
 
 
 def _script_of(page: str) -> str:
-    (script,) = [text for kind, text in html_scripts(page) if kind == "js"]
+    (script,) = [text for kind, text, _ in html_scripts(page) if kind == "js"]
     return script
 
 

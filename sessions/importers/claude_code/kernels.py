@@ -20,14 +20,27 @@ order and reports each new version of each kernel:
 - Fenced ```wgsl blocks in the learner's messages that hold a `@compute` entry point
   ("fenced").
 
+Program states: every successful Write or Edit of a file under the project's folder (the
+transcript's cwd), and a full Read that shows the learner changed one, makes a new state of
+the project (`NewState`): every file as it stands then, by its path in the project, and
+its entry, the last page or script written that is a whole WebGPU program. A version
+made by that call belongs to that state and carries the entry's host code, so its replay
+runs the state's program; a `.wgsl` file's version does when the entry names the file.
+
+A shader in a page or script is followed across versions of its file by what it is, not
+where it is: the same text, else the closest earlier shader of the file (the share of
+lines they have in common, helped by the same variable or label), else it is a new
+kernel. Four `fn main` shaders that replace one another are four kernels.
+
 Kernel names (slugs, stable across re-imports of the same or a longer transcript):
 
 - `.wgsl` file: the file stem (`kernels/matmul_tiled.wgsl` → `matmul_tiled`). A second
   file with the same stem in another folder gets its folder as a prefix
   (`naive/matmul.wgsl` → `naive-matmul`), then a number if that is taken too.
 - Shader in a JS/TS template string or an HTML page: file stem and its first `@compute`
-  entry point (`src/pipeline.js`, `fn reduce_sum` → `pipeline-reduce_sum`); a second
-  shader in the same file with the same entry point name gets `-2`, in file order.
+  entry point (`src/pipeline.js`, `fn reduce_sum` → `pipeline-reduce_sum`); another
+  shader of the file with the same entry point name gets `-2`, in the order they first
+  appear (a name, once given, stays with the shader's lineage).
 - Learner's fenced block: a leading comment naming a `.wgsl` file (`// matmul.wgsl`)
   joins that file's kernel; otherwise a block whose entry points match exactly one
   existing kernel continues it; otherwise its first entry point names it ("snippet"
@@ -39,6 +52,7 @@ Names are slugified and cut to 60 characters; every name is unique in its sessio
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,11 +60,26 @@ from django.utils.text import slugify
 
 # The engine's tokenizer: one linear pass, block comments nested as WGSL says.
 from kernels.engine.wgsl import entry_points
-from sessions.importers.claude_code.scripts import HTML_SUFFIXES, SCRIPT_SUFFIXES, read_program
+from sessions.importers.claude_code.scripts import (
+    HTML_SUFFIXES,
+    RUNNABLE_SUFFIXES,
+    SCRIPT_SUFFIXES,
+    Shader,
+    read_program,
+)
 
 WGSL_SUFFIXES = (".wgsl",)
 TRACKED_SUFFIXES = WGSL_SUFFIXES + SCRIPT_SUFFIXES + HTML_SUFFIXES
 NAME_MAX = 60
+# How alike two shaders must be to be one shader's versions: the share of their lines
+# in common (Dice's coefficient over the stripped lines that hold a word: not blank, not
+# comments, not lone braces), lower when the code gives both the same label. Two small
+# `fn main` shaders share about half their lines by boilerplate alone (the attribute, the
+# signature, the index); a fix keeps most of them.
+SAME_SHADER = 0.55
+SAME_NAMED_SHADER = 0.3
+# A project path a program can fetch() (kernels.models.FILE_NAME).
+_PROJECT_PATH = re.compile(r"[A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+)*")
 
 _FENCE = re.compile(
     r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})[ \t]*wgsl\b[^\n]*\n(?P<body>.*?)"
@@ -73,9 +102,61 @@ def _slug(text: str) -> str:
     return slugify(text)[:NAME_MAX].strip("-_") or "kernel"
 
 
+def _edits(tool: str, params: dict[str, Any], result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The edits an Edit or MultiEdit call made, as dicts (others are dropped: they are
+    counted as edits that could not be applied)."""
+    if tool == "Edit":
+        # The result says what was applied (the user may have changed the proposal).
+        if isinstance(result.get("oldString"), str) and isinstance(result.get("newString"), str):
+            return [
+                {
+                    "old_string": result["oldString"],
+                    "new_string": result["newString"],
+                    "replace_all": result.get("replaceAll", params.get("replace_all")),
+                }
+            ]
+        return [params]
+    listed = params.get("edits")
+    return [e if isinstance(e, dict) else {} for e in listed] if isinstance(listed, list) else []
+
+
+def _apply(text: str, edits: list[dict[str, Any]]) -> tuple[str, int]:
+    """The text with the edits applied, and how many could not be."""
+    missing = 0
+    for edit in edits:
+        old, new = edit.get("old_string"), edit.get("new_string")
+        if not isinstance(old, str) or not isinstance(new, str):
+            missing += 1
+        elif old == "":
+            text = text or new  # an empty old_string creates the file
+        elif old in text:
+            text = text.replace(old, new) if edit.get("replace_all") else text.replace(old, new, 1)
+        else:
+            missing += 1
+    return text, missing
+
+
 def fenced_wgsl(text: str) -> list[str]:
     """The bodies of ```wgsl fenced blocks that hold a @compute entry point."""
     return [m["body"] for m in _FENCE.finditer(text) if entry_points(m["body"])]
+
+
+_WORD = re.compile(r"\w")
+
+
+def _lines(source: str) -> Counter[str]:
+    return Counter(
+        line
+        for raw in source.splitlines()
+        if (line := raw.strip()) and not line.startswith("//") and _WORD.search(line)
+    )
+
+
+def likeness(old: str, new: str) -> float:
+    """The share of lines two shaders have in common (0 to 1); one pass over each."""
+    a, b = _lines(old), _lines(new)
+    total = sum(a.values()) + sum(b.values())
+    return 2 * sum((a & b).values()) / total if total else 1.0
 
 
 @dataclass
@@ -88,6 +169,17 @@ class NewVersion:
     new_kernel: bool = False
     kernel_title: str = ""
     host_program: str = ""
+    state: int | None = None  # the number of the program state it was written in
+
+
+@dataclass
+class NewState:
+    """The project after a tool call changed it: every file by its path in the project."""
+
+    number: int
+    entry: str  # the page or script whose program runs ("" when none can)
+    files: dict[str, str]
+    changed: str  # the path this call wrote
 
 
 @dataclass
@@ -97,6 +189,8 @@ class _Kernel:
     source: str | None = None
     host: str = ""
     entries: tuple[str, ...] = ()
+    variable: str = ""
+    label: str = ""
 
 
 @dataclass
@@ -113,9 +207,17 @@ class KernelHistory:
     kernels: dict[str, _Kernel] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)  # path → last known content
     path_names: dict[str, str] = field(default_factory=dict)
-    shader_names: dict[tuple[str, str, int], str] = field(default_factory=dict)
     # Edits that produced no version, for the report: (path, why).
     unresolved: list[tuple[str, str]] = field(default_factory=list)
+    # The project: every file under cwd the transcript wrote or read, by relative path.
+    project: dict[str, str] = field(default_factory=dict)
+    states: int = 0
+    entry: str = ""
+    # The state the last tool call made, until the caller takes it (take_state).
+    new_state: NewState | None = None
+    # Each program file's kernels, in the order they first appeared, and its host code.
+    file_kernels: dict[str, list[str]] = field(default_factory=dict)
+    file_hosts: dict[str, str] = field(default_factory=dict)
 
     # Naming ------------------------------------------------------------------
 
@@ -156,12 +258,40 @@ class KernelHistory:
         self.path_names[path] = name
         return name
 
-    def _shader_name(self, path: str, entry: str, ordinal: int) -> str:
-        key = (path, entry, ordinal)
-        if key not in self.shader_names:
-            base = f"{_stem(path)}-{entry}" + (f"-{ordinal + 1}" if ordinal else "")
-            self.shader_names[key] = self._unique(base)
-        return self.shader_names[key]
+    def _lineage(self, path: str, shaders: tuple[Shader, ...]) -> list[str]:
+        """The kernel each shader of a file's new text continues, or a new one's name."""
+        known = self.file_kernels.setdefault(path, [])
+        names: list[str | None] = [None] * len(shaders)
+        free = list(known)
+        for i, shader in enumerate(shaders):
+            same = next((n for n in free if self.kernels[n].source == shader.source), None)
+            if same is not None:
+                names[i] = same
+                free.remove(same)
+        pairs = []
+        for i, shader in enumerate(shaders):
+            if names[i] is not None:
+                continue
+            for name in free:
+                kernel = self.kernels[name]
+                alike = likeness(kernel.source or "", shader.source)
+                # A label is given on purpose; a variable (`shader`, `code`) may be
+                # reused for whatever the page runs now, so it only breaks ties.
+                labelled = bool(shader.label and shader.label == kernel.label)
+                same_variable = bool(shader.variable and shader.variable == kernel.variable)
+                if alike >= (SAME_NAMED_SHADER if labelled else SAME_SHADER):
+                    pairs.append((labelled, alike, same_variable, -i, name))
+        for *_, minus_i, name in sorted(pairs, reverse=True):
+            if names[-minus_i] is None and name in free:
+                names[-minus_i] = name
+                free.remove(name)
+        for i, shader in enumerate(shaders):
+            if names[i] is None:
+                name = self._unique(f"{_stem(path)}-{shader.entry}")
+                self.kernels[name] = _Kernel(name=name)  # the name is taken from now
+                names[i] = name
+                known.append(name)
+        return [name for name in names if name is not None]
 
     # Recording ---------------------------------------------------------------
 
@@ -174,13 +304,14 @@ class KernelHistory:
         note: str = "",
         force: bool = False,
         host: str | None = None,
+        shader: Shader | None = None,
     ) -> NewVersion | None:
         """A new version of the kernel when its source or host code changed (host None:
         the kernel keeps the host code it has, as for a pasted block of its shader)."""
         kernel = self.kernels.get(name)
-        new_kernel = kernel is None
         if kernel is None:
             kernel = self.kernels[name] = _Kernel(name=name)
+        new_kernel = kernel.number == 0
         host = kernel.host if host is None else host
         if not new_kernel and (kernel.source, kernel.host) == (source, host) and not force:
             return None  # unchanged: not a new version
@@ -188,6 +319,8 @@ class KernelHistory:
         kernel.source = source
         kernel.host = host
         kernel.entries = tuple(entry_points(source))
+        if shader is not None:
+            kernel.variable, kernel.label = shader.variable, shader.label
         return NewVersion(
             kernel=name,
             number=kernel.number,
@@ -203,30 +336,91 @@ class KernelHistory:
         self, path: str, content: str, meta: dict[str, Any], note: str = "", force: bool = False
     ) -> list[NewVersion]:
         self.files[path] = content
+        state = self._project_changed(path, content)
         meta = {"file_path": path, **meta}
         if path.lower().endswith(WGSL_SUFFIXES):
             version = self._record(
-                self._wgsl_name(path), content, meta, self.title_for(path), note, force
+                self._wgsl_name(path),
+                content,
+                meta,
+                self.title_for(path),
+                note,
+                force,
+                host=self._host_fetching(path),
             )
-            return [version] if version else []
+            return self._in_state([version] if version else [], state)
         program = read_program(path, content)
+        names = self._lineage(path, program.shaders)
+        host_changed = self.file_hosts.get(path) != program.host
+        self.file_hosts[path] = program.host
         versions = []
-        seen: dict[str, int] = {}
-        for number, shader in enumerate(program.shaders):
-            ordinal = seen.get(shader.entry, 0)
-            seen[shader.entry] = ordinal + 1
+        for number, (name, shader) in enumerate(zip(names, program.shaders, strict=True)):
+            changed = self.kernels[name].source != shader.source
+            # A change of the host code alone is a version of the file's first shader.
+            if not changed and not (number == 0 and host_changed):
+                continue
             shader_meta = {**meta, "container": shader.container, "entry_point": shader.entry}
             if shader.substituted:
                 shader_meta["substituted"] = True
-            # The program belongs to its first shader's kernel; the others are shaders only.
-            host = program.host if number == 0 else ""
-            if host:
+            if program.host:
                 shader_meta["program"] = True
             title = f"{self.title_for(path)} · fn {shader.entry}"
-            name = self._shader_name(path, shader.entry, ordinal)
-            if version := self._record(name, shader.source, shader_meta, title, note, host=host):
+            version = self._record(
+                name, shader.source, shader_meta, title, note, host=program.host, shader=shader
+            )
+            if version:
                 versions.append(version)
+        return self._in_state(versions, state)
+
+    def _in_state(self, versions: list[NewVersion], state: NewState | None) -> list[NewVersion]:
+        number = state.number if state else (self.states or None)
+        for version in versions:
+            version.state = number
         return versions
+
+    # The project ----------------------------------------------------------------
+
+    def project_path(self, path: str) -> str | None:
+        """The path of a file in the project (relative to cwd), or None when it is
+        outside it or has a name a program could not fetch."""
+        root = self.cwd.rstrip("/\\")
+        parts = _path_parts(path)
+        if root:
+            if not (path.startswith(root) and path[len(root) : len(root) + 1] in ("/", "\\")):
+                return None
+            parts = _path_parts(path[len(root) + 1 :])
+        elif parts:
+            parts = parts[-1:]
+        relative = "/".join(parts)
+        if not _PROJECT_PATH.fullmatch(relative) or ".." in parts or len(relative) > 200:
+            return None
+        return relative
+
+    def _project_changed(self, path: str, content: str) -> NewState | None:
+        """A new state when the file is in the project and its content is new there."""
+        relative = self.project_path(path)
+        if relative is None or self.project.get(relative) == content:
+            return None
+        self.project[relative] = content
+        if relative.lower().endswith(RUNNABLE_SUFFIXES) and read_program(relative, content).host:
+            self.entry = relative
+        self.states += 1
+        self.new_state = NewState(self.states, self.entry, dict(self.project), relative)
+        return self.new_state
+
+    def take_state(self) -> NewState | None:
+        """The state the last tool call made (once)."""
+        state, self.new_state = self.new_state, None
+        return state
+
+    def _host_fetching(self, path: str) -> str:
+        """The entry's host code when it names this file (a page that fetch()es its
+        shader from a .wgsl file), else ""."""
+        if not self.entry:
+            return ""
+        host = read_program(self.entry, self.project[self.entry]).host
+        name = _path_parts(path)[-1] if _path_parts(path) else path
+        return host if name in host else ""
 
     def tool_call(
         self, tool: str, params: Any, outcome: Outcome, meta: dict[str, Any]
@@ -235,9 +429,10 @@ class KernelHistory:
         if not isinstance(params, dict):
             return []
         path = params.get("file_path")
-        if not isinstance(path, str) or not path.lower().endswith(TRACKED_SUFFIXES):
+        if not isinstance(path, str) or not outcome.ok:
             return []
-        if not outcome.ok:
+        if not path.lower().endswith(TRACKED_SUFFIXES):
+            self._other_file(tool, path, params, outcome)
             return []
         result = outcome.result if isinstance(outcome.result, dict) else {}
         meta = {"tool": tool, **meta}
@@ -249,6 +444,25 @@ class KernelHistory:
             return self._read(path, result, meta)
         return []
 
+    def _other_file(self, tool: str, path: str, params: dict[str, Any], outcome: Outcome) -> None:
+        """A file that holds no kernel, written or edited: the project changes."""
+        result = outcome.result if isinstance(outcome.result, dict) else {}
+        relative = self.project_path(path)
+        if relative is None:
+            return
+        if tool == "Write" and isinstance(params.get("content"), str):
+            self._project_changed(path, params["content"])
+        elif tool in ("Edit", "MultiEdit"):
+            base = result.get("originalFile")
+            if not isinstance(base, str):
+                base = self.project.get(relative)
+            edits = _edits(tool, params, result)
+            if base is None and not (edits and all(e.get("old_string") == "" for e in edits)):
+                return
+            text, missing = _apply(base or "", edits)
+            if not missing:
+                self._project_changed(path, text)
+
     def _edit(
         self,
         tool: str,
@@ -257,49 +471,17 @@ class KernelHistory:
         result: dict[str, Any],
         meta: dict[str, Any],
     ) -> list[NewVersion]:
-        edits: list[Any]
-        if tool == "Edit":
-            edits = [params]
-            # The result says what was applied (the user may have changed the proposal).
-            if isinstance(result.get("oldString"), str) and isinstance(
-                result.get("newString"), str
-            ):
-                edits = [
-                    {
-                        "old_string": result["oldString"],
-                        "new_string": result["newString"],
-                        "replace_all": result.get("replaceAll", params.get("replace_all")),
-                    }
-                ]
-        else:
-            listed = params.get("edits")
-            edits = listed if isinstance(listed, list) else []
+        edits = _edits(tool, params, result)
         if isinstance(result.get("originalFile"), str):
             base, how = result["originalFile"], "edit_original"
         elif path in self.files:
             base, how = self.files[path], "reconstructed"
-        elif all(isinstance(e, dict) and e.get("old_string") == "" for e in edits) and edits:
+        elif all(e.get("old_string") == "" for e in edits) and edits:
             base, how = "", "reconstructed"  # an Edit with an empty old_string creates a file
         else:
             self.unresolved.append((path, "edited before any version of it was seen"))
             return []
-        text, missing = base, 0
-        for edit in edits:
-            old, new = (
-                (edit.get("old_string"), edit.get("new_string"))
-                if isinstance(edit, dict)
-                else (None, None)
-            )
-            if not isinstance(old, str) or not isinstance(new, str):
-                missing += 1
-            elif old == "":
-                text = text or new  # an empty old_string creates the file
-            elif old in text:
-                text = (
-                    text.replace(old, new) if edit.get("replace_all") else text.replace(old, new, 1)
-                )
-            else:
-                missing += 1
+        text, missing = _apply(base, edits)
         if result.get("userModified"):
             meta["user_modified"] = True
         if missing:

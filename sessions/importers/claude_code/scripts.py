@@ -38,6 +38,16 @@ _PLACEHOLDER = re.compile(r"\$\{\s*([A-Za-z_$][\w$]*)\s*\}")
 _SCRIPT_TAG = re.compile(r"<script\b([^<>]*)>", re.I)
 _TYPE = re.compile(r"""\btype\s*=\s*["']?([^"'\s>]*)""", re.I)
 _SRC = re.compile(r"\bsrc\s*=", re.I)
+_ID = re.compile(r"""\bid\s*=\s*["']?([\w-]+)""", re.I)
+# What names a shader's text just before it: `const matmulCode = ` or `label: "matmul",
+# code: `; and a module made from a variable: `{ label: "matmul", code: matmulCode }`.
+_ASSIGNED = re.compile(r"\b(?:const|let|var)\s+([A-Za-z_$][\w$]*)\s*=\s*\Z")
+_LABEL_BEFORE = re.compile(r"""\blabel\s*:\s*["'`]([^"'`\n]{1,60})["'`]\s*,\s*code\s*:\s*\Z""")
+_LABELLED_VARIABLE = re.compile(
+    r"""\blabel\s*:\s*["'`]([^"'`\n]{1,60})["'`]\s*,\s*code\s*:\s*([A-Za-z_$][\w$]*)"""
+)
+# How far before a template string its name is looked for.
+_NAME_WINDOW = 120
 JS_TYPES = ("", "module", "text/javascript", "application/javascript", "text/ecmascript")
 _HOST = re.compile(r"\brequestDevice\b")
 # A start tag and its attributes. [^<>]* stops at the next "<", and an attribute name
@@ -55,6 +65,11 @@ class Shader:
     source: str
     container: str  # "template_string" or "script_tag"
     substituted: bool = False  # ${NAME} placeholders filled in
+    # What the code calls it, for following it across versions of the file: the
+    # variable its text is assigned to, the label of the module made from it (or a
+    # script tag's id).
+    variable: str = ""
+    label: str = ""
 
 
 @dataclass(frozen=True)
@@ -71,14 +86,14 @@ def read_program(path: str, content: str) -> Program:
     lower = path.lower()
     if lower.endswith(HTML_SUFFIXES):
         scripts = html_scripts(content)
-        code = "\n".join(text for kind, text in scripts if kind == "js")
+        code = "\n".join(text for kind, text, _ in scripts if kind == "js")
         code += attribute_handlers(content)
         shaders: list[Shader] = []
-        for kind, text in scripts:
+        for kind, text, script_id in scripts:
             if kind == "js":
                 shaders += shaders_in_script(text, code)
             elif names := entry_points(text):
-                shaders.append(Shader(names[0], text, "script_tag"))
+                shaders.append(Shader(names[0], text, "script_tag", label=script_id))
     else:
         code = content
         shaders = shaders_in_script(content)
@@ -86,8 +101,8 @@ def read_program(path: str, content: str) -> Program:
     return Program(tuple(shaders), code if runnable else "")
 
 
-def html_scripts(html: str) -> list[tuple[str, str]]:
-    """(kind, text) of each inline <script> in page order: "js", "wgsl", or "other"."""
+def html_scripts(html: str) -> list[tuple[str, str, str]]:
+    """(kind, text, id) of each inline <script> in page order: "js", "wgsl", or "other"."""
     lower = html.lower()
     found = []
     pos = 0
@@ -101,10 +116,12 @@ def html_scripts(html: str) -> list[tuple[str, str]]:
             continue
         kind = _TYPE.search(attributes)
         script_type = kind[1].lower() if kind else ""
+        script_id = _ID.search(attributes)
+        name = script_id[1] if script_id else ""
         if script_type in JS_TYPES:
-            found.append(("js", html[start:end]))
+            found.append(("js", html[start:end], name))
         else:
-            found.append(("wgsl" if "wgsl" in script_type else "other", html[start:end]))
+            found.append(("wgsl" if "wgsl" in script_type else "other", html[start:end], name))
     return found
 
 
@@ -232,12 +249,17 @@ def _template(code: str, i: int, found: list[tuple[str, int]], nesting: int) -> 
 
 def template_strings(code: str) -> list[str]:
     """The text of every JS/TS template literal in the code, in source order."""
+    return [text for text, _ in _template_spans(code)]
+
+
+def _template_spans(code: str) -> list[tuple[str, int]]:
+    """(text, index of its opening backtick) of every template literal, in source order."""
     found: list[tuple[str, int]] = []
     i = 0
     while i < len(code):
         i = _skip_code(code, i, found)
         i += 1  # past a stray "}"
-    return [text for text, _ in sorted(found, key=lambda item: item[1])]
+    return sorted(found, key=lambda item: item[1])
 
 
 def shaders_in_script(code: str, scope: str | None = None) -> list[Shader]:
@@ -249,11 +271,17 @@ def shaders_in_script(code: str, scope: str | None = None) -> list[Shader]:
     """
     defined = _JS_CONST.findall(code if scope is None else scope)
     constants = {name: value.strip("\"'") for name, value in defined}
+    labels = {variable: label for label, variable in _LABELLED_VARIABLE.findall(code)}
     shaders = []
-    for text in template_strings(code):
+    for text, start in _template_spans(code):
         names = entry_points(text)
         if not names:
             continue
         filled = _PLACEHOLDER.sub(lambda m: constants.get(m[1], m[0]), text)
-        shaders.append(Shader(names[0], filled, "template_string", filled != text))
+        before = code[max(0, start - _NAME_WINDOW) : start]
+        assigned = _ASSIGNED.search(before)
+        variable = assigned[1] if assigned else ""
+        labelled = _LABEL_BEFORE.search(before)
+        label = labelled[1] if labelled else labels.get(variable, "")
+        shaders.append(Shader(names[0], filled, "template_string", filled != text, variable, label))
     return shaders

@@ -391,7 +391,10 @@ class ToolCalls:
         versions += made
         content = "\n\n".join(p for p in parts if p)
         turn = self.turns.turn(Turn.Role.TOOL, content, response.timestamp, meta)
-        items: list[Item] = [*stored, *self.turns.with_versions(turn, versions)]
+        items: list[Item] = [
+            *stored,
+            *self.turns.with_versions(turn, versions, self.history.take_state()),
+        ]
         if found is not None:
             items += self._decision(name, tool_id, found, text, given)
         if name in ("Task", "Agent") and self.subagents is not None:

@@ -11,9 +11,9 @@ from datetime import datetime
 from typing import Any
 
 from sessions import ansi
-from sessions.importers.claude_code.kernels import NewVersion
+from sessions.importers.claude_code.kernels import NewState, NewVersion
 from sessions.importers.claude_code.lines import timestamp_of
-from sessions.importers.writer import Item, KernelSpec, TurnSpec, VersionSpec
+from sessions.importers.writer import Item, KernelSpec, StateSpec, TurnSpec, VersionSpec
 from sessions.markdown import fence_for
 from sessions.models import Turn
 
@@ -41,6 +41,7 @@ class TurnMaker:
     def __init__(self) -> None:
         self.number = 0
         self.review: tuple[str, int] | None = None  # the version the next tutor turn reviews
+        self.review_state: int | None = None  # the program state it reviews
         self.kernels_seen: set[str] = set()
         # Set while a sub-agent's conversation is made: {"agent", "call", "depth"}.
         self.nesting: dict[str, Any] = {}
@@ -71,8 +72,11 @@ class TurnMaker:
         hidden = hidden or self.hiding
         if hidden:
             self.hidden["sub-agent" if self.nesting else meta.get("kind", "")] += 1
-        if role == Turn.Role.TUTOR and meta.get("kind") != "thinking" and self.review:
-            kernel, self.review = kernel or self.review, None
+        state = None
+        if role == Turn.Role.TUTOR and meta.get("kind") != "thinking":
+            if self.review:
+                kernel, self.review = kernel or self.review, None
+            state, self.review_state = self.review_state, None
         if self.nesting:
             # Folded under their call: one line each until opened.
             meta = {**meta, **self.nesting, "collapsed": True}
@@ -85,6 +89,7 @@ class TurnMaker:
             meta=meta,
             kernel=kernel,
             hidden=hidden,
+            state=state,
         )
 
     def note(
@@ -112,10 +117,18 @@ class TurnMaker:
         content = f"{why}\n\n{raw_json(value)}"
         return self.turn(Turn.Role.SYSTEM, content, timestamp_of(timestamp), meta, hidden=hidden)
 
-    def with_versions(self, turn: TurnSpec, versions: list[NewVersion]) -> Iterator[Item]:
-        """A turn that made versions points at the last; the next tutor turn reviews it."""
+    def with_versions(
+        self, turn: TurnSpec, versions: list[NewVersion], state: NewState | None = None
+    ) -> Iterator[Item]:
+        """A turn that made versions points at the first (the file's first shader that
+        changed, which carries the program); the next tutor turn reviews it. A turn that
+        changed the project points at the state it made."""
+        if state is not None:
+            files = {path: text.encode() for path, text in state.files.items()}
+            yield StateSpec(number=state.number, files=files, entry=state.entry)
+            turn.state = self.review_state = state.number
         if versions:
-            turn.kernel = (versions[-1].kernel, versions[-1].number)
+            turn.kernel = (versions[0].kernel, versions[0].number)
             self.review = turn.kernel
         yield from self._specs(versions, turn.number)
         yield turn
@@ -135,4 +148,5 @@ class TurnMaker:
                 note=version.note[:200],
                 meta=version.meta,
                 host_program=version.host_program,
+                state=version.state,
             )

@@ -6,6 +6,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from sessions.importers.files import import_path
 from sessions.importers.options import ImportOptions
+from sessions.importers.project_files import read_archive, read_folder
 from sessions.importers.writer import ImportProblem
 from sessions.models import Session
 
@@ -24,6 +25,13 @@ class Command(BaseCommand):
         parser.add_argument("--slug", help="Import under this slug instead of the file's.")
         parser.add_argument("--visibility", choices=Session.Visibility.values)
         parser.add_argument(
+            "--files",
+            type=Path,
+            help="The project's root folder (or a zip or tar archive of it): its files "
+            "(weights, data) join the session's, named by their path in it, so a program "
+            "that fetch()es weights/w1.bin finds it.",
+        )
+        parser.add_argument(
             "--no-redact",
             dest="redact",
             action="store_false",
@@ -31,9 +39,18 @@ class Command(BaseCommand):
             "(redaction is on by default).",
         )
 
-    def handle(self, *args, path: Path, title, slug, visibility, redact, **options) -> None:
-        options = ImportOptions(title=title, slug=slug, visibility=visibility, redact=redact)
+    def handle(self, *args, path: Path, title, slug, visibility, redact, files, **options) -> None:
         try:
+            found = None
+            if files is not None:
+                if files.is_dir():
+                    found = read_folder(files)
+                else:
+                    with files.open("rb") as archive:
+                        found = read_archive(archive, files.name)
+            options = ImportOptions(
+                title=title, slug=slug, visibility=visibility, redact=redact, files=found
+            )
             report = import_path(path, options=options)
         except OSError as error:
             raise CommandError(f"Cannot read {path}: {error.strerror}") from None

@@ -1,0 +1,228 @@
+"""A session's code is a program: one index.html over nine states, its weights passed
+with --files, imported with no admin step. Each turn that wrote the page links to the
+state it made and replays that state's own program; a kernel's timeline holds one
+shader; a fork made before a re-import answers at the same URL after it."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from django.core.cache import cache
+from django.core.management import call_command
+from django.test import TransactionTestCase
+
+from kernels.models import Blob, Fork, Kernel, ProgramState, SessionFile
+from sessions.importers.claude_code.kernels import likeness
+from sessions.models import Session, Turn
+from tests.kernels.test_replay_views import finished
+from tests.sessions.importing import ImportingTestCase
+from tests.sessions.transcripts.mnist_page import (
+    ADD,
+    MATMUL,
+    MATMUL_BIAS,
+    RELU,
+    SOFTMAX,
+    STATES,
+    expected_probabilities,
+    mnist_page,
+    weights_folder,
+)
+
+WEIGHTS = [
+    "weights/b1.bin",
+    "weights/b2.bin",
+    "weights/digit.bin",
+    "weights/w1.bin",
+    "weights/w2.bin",
+]
+
+
+class ProgramStateImportTestCase(ImportingTestCase):
+    def setUp(self) -> None:
+        super().setUp()
+        self.transcript = self.write("mnist-page.jsonl", mnist_page())
+        self.project = weights_folder(self.tmp / "project")
+
+    def test_each_turn_that_wrote_the_page_links_the_state_it_made(self) -> None:
+        report = self.run_import(self.transcript, "--files", str(self.project))
+
+        session = self.session()
+        states = list(session.states.order_by("number"))
+        self.assertEqual([s.number for s in states], list(range(1, 10)))
+        self.assertEqual({s.entry for s in states}, {"index.html"})
+        # Every state holds the page as it stood then, byte for byte.
+        for state, page in zip(states, STATES, strict=True):
+            self.assertEqual(state.file_data(), {"index.html": page.encode()})
+        writers = [t for t in self.turns(session) if t.meta.get("tool") in ("Write", "Edit")]
+        self.assertEqual([t.state.number for t in writers], list(range(1, 10)))
+        # The tutor's reply after each reviews the same state.
+        for turn in writers:
+            reply = session.turns.get(number=turn.number + 1)
+            self.assertEqual((reply.role, reply.state_id), (Turn.Role.TUTOR, turn.state_id))
+        # The weights folder joined the session's files under their project paths.
+        self.assertEqual(sorted(session.files.values_list("name", flat=True)), WEIGHTS)
+        self.assertIn("Rebuilt 9 program state(s)", report)
+        self.assertIn("The programs fetch 5 file(s): weights/w1.bin", report)
+        self.assertIn("Every file they fetch is there.", report)
+
+    def test_no_kernel_timeline_mixes_two_shaders(self) -> None:
+        self.run_import(self.transcript, "--files", str(self.project))
+
+        timelines = {
+            kernel.name: [v.source for v in kernel.versions.order_by("number")]
+            for kernel in Kernel.objects.all()
+        }
+        by_shader = {
+            name: {
+                {ADD: "add", MATMUL: "matmul", MATMUL_BIAS: "matmul", RELU: "relu"}.get(
+                    source, "softmax" if source == SOFTMAX else "?"
+                )
+                for source in sources
+            }
+            for name, sources in timelines.items()
+        }
+        # Four `fn main` shaders, four kernels, each with one shader's versions (matmul
+        # grows a bias: the same shader's next version, a real diff).
+        self.assertEqual(
+            by_shader,
+            {
+                "index-main": {"add"},
+                "index-main-2": {"matmul"},
+                "index-main-3": {"relu"},
+                "index-main-4": {"softmax"},
+            },
+        )
+        self.assertEqual(timelines["index-main-2"][:2], [MATMUL, MATMUL_BIAS])
+        self.assertLess(likeness(ADD, MATMUL), 0.5)
+        self.assertLess(likeness(RELU, SOFTMAX), 0.5)
+        self.assertGreater(likeness(MATMUL, MATMUL_BIAS), 0.5)
+
+    def test_each_turn_opens_a_version_that_carries_its_own_program(self) -> None:
+        self.run_import(self.transcript, "--files", str(self.project))
+
+        writers = [t for t in self.turns() if t.meta.get("tool") in ("Write", "Edit")]
+        # The first buffer has no shader: its state has nothing a replay page can show.
+        self.assertIsNone(writers[0].kernel_version)
+        for turn in writers[1:]:
+            version = turn.kernel_version
+            self.assertEqual(version.state_id, turn.state_id)
+            self.assertIn("main();", version.host_program)
+            page = STATES[turn.state.number - 1]
+            self.assertIn(version.host_program.strip().splitlines()[-2].strip(), page)
+
+    def test_unchanged_pages_are_stored_once(self) -> None:
+        self.run_import(self.transcript, "--files", str(self.project))
+        blobs = Blob.objects.count()
+        self.assertEqual(blobs, len(set(STATES)))
+
+        self.run_import(self.transcript, "--files", str(self.project))
+
+        self.assertEqual(Blob.objects.count(), blobs)
+        self.assertEqual(ProgramState.objects.count(), 9)
+
+    def test_the_report_names_the_files_the_programs_fetch_that_are_missing(self) -> None:
+        report = self.run_import(self.transcript)
+
+        for name in ("w1", "b1", "w2", "b2", "digit"):
+            self.assertIn(
+                f"Missing: weights/{name}.bin (fetched in program state(s) 7, 8, 9)", report
+            )
+        self.assertFalse(SessionFile.objects.exists())
+
+        # Added later in one step: the same folder as an archive.
+        archive = shutil.make_archive(str(self.tmp / "project"), "zip", self.project)
+        again = self.run_import(self.transcript, "--files", archive)
+        self.assertIn("Every file they fetch is there.", again)
+        self.assertEqual(sorted(SessionFile.objects.values_list("name", flat=True)), WEIGHTS)
+
+
+@pytest.mark.usefixtures("fresh_replay_backend")
+class ProgramStateReplayTestCase(TransactionTestCase):
+    def setUp(self) -> None:
+        cache.clear()  # rate limit counters
+        self.tmp = Path(tempfile.mkdtemp(prefix="kernelbin-states-"))
+        self.addCleanup(shutil.rmtree, self.tmp, ignore_errors=True)
+        self.transcript = self.tmp / "mnist-page.jsonl"
+        self.transcript.write_text(
+            "".join(json.dumps(line) + "\n" for line in mnist_page().lines), encoding="utf-8"
+        )
+        self.project = weights_folder(self.tmp / "project")
+
+    def import_it(self) -> str:
+        out = io.StringIO()
+        call_command(
+            "import_transcript",
+            str(self.transcript),
+            "--files",
+            str(self.project),
+            "--visibility",
+            "public",
+            stdout=out,
+        )
+        return out.getvalue()
+
+    def printed(self, slug: str, number: int) -> list[str]:
+        outcome = finished(self.client, f"/s/{slug}/turns/{number}/replay.json")["outcome"]
+        return [line["text"] for line in outcome["program"]["console"]]
+
+    def test_each_turn_replays_its_own_program(self) -> None:
+        self.import_it()
+        session = Session.objects.get()
+        writers = [
+            t
+            for t in session.turns.order_by("number")
+            if t.meta.get("tool") in ("Write", "Edit") and t.kernel_version_id
+        ]
+        printed = {t.state.number: self.printed(session.slug, t.number) for t in writers}
+
+        self.assertEqual(printed[2][0], "[7]")
+        self.assertEqual(printed[3][0], "[58,64,139,154]")
+        self.assertEqual(printed[4][0], "[0,2,0,4,0,0]")
+        np.testing.assert_allclose(json.loads(printed[5][0]), [0.659, 0.242, 0.099], atol=1e-3)
+        toy = json.loads(printed[6][0])
+        self.assertEqual(len(toy), 2)
+        self.assertAlmostEqual(sum(toy), 1.0, places=5)
+        for state in (7, 8):
+            probabilities = json.loads(printed[state][0])
+            np.testing.assert_allclose(probabilities, expected_probabilities(), atol=1e-5)
+            self.assertAlmostEqual(probabilities[7], 0.9995, places=3)
+        self.assertEqual(printed[8][1], "digit 7")
+        # The drawing page asks for a canvas the server does not have: it prints nothing.
+        self.assertEqual(printed[9], [])
+
+    def test_a_fork_made_before_a_re_import_answers_at_the_same_url_after_it(self) -> None:
+        self.import_it()
+        session = Session.objects.get()
+        turn = session.turns.filter(kernel_version__isnull=False).order_by("number")[1]
+        version = turn.kernel_version
+        edited = version.source.replace("sum += a[", "sum -= a[")
+        r = self.client.post(
+            f"/s/{session.slug}/turns/{turn.number}/fork/",
+            {"source": edited, "host": version.host_program},
+        )
+        self.assertEqual(r.status_code, 303, r.content[:300])
+        fork_url = r["Location"]
+        finished(self.client, fork_url + "replay.json")
+
+        # A curator hides a turn and links another to a different version.
+        Turn.objects.filter(pk=session.turns.get(number=1).pk).update(
+            hidden=True, meta={**session.turns.get(number=1).meta, "hidden_by_curator": True}
+        )
+        report = self.import_it()
+
+        self.assertEqual(self.client.get(fork_url).status_code, 200)
+        self.assertEqual(Fork.objects.get().version_id, version.pk)
+        self.assertIn("forks keep their ids and URLs", report)
+        self.assertTrue(session.turns.get(number=1).hidden)
+        # The same edit again is the same fork.
+        again = self.client.post(
+            f"/s/{session.slug}/turns/{turn.number}/fork/",
+            {"source": edited, "host": version.host_program},
+        )
+        self.assertEqual(again["Location"], fork_url)
