@@ -6,7 +6,37 @@ from django.core.files.uploadhandler import SkipFile, TemporaryFileUploadHandler
 from sessions.models import Session
 
 
-class ImportForm(forms.Form):
+class MultipleFileInput(forms.ClearableFileInput):
+    allow_multiple_selected = True
+
+
+class ProjectFilesField(forms.FileField):
+    """Any number of files (or one zip or tar archive): a project's files."""
+
+    widget = MultipleFileInput
+
+    def clean(self, data, initial=None):
+        single = super().clean
+        if isinstance(data, list | tuple):
+            return [single(item, initial) for item in data]
+        return [single(data, initial)] if data else []
+
+
+class ProjectFilesForm(forms.Form):
+    files = ProjectFilesField(
+        required=False,
+        help_text="The project's other files its programs fetch (weights, data): one zip "
+        "or tar archive of the project's folder, or the files themselves.",
+    )
+    folder = forms.CharField(
+        max_length=100,
+        required=False,
+        help_text="The folder in the project the files sit in (weights puts w1.bin at "
+        "weights/w1.bin); leave empty for an archive or for files at the root.",
+    )
+
+
+class ImportForm(ProjectFilesForm):
     file = forms.FileField(
         help_text="A Claude Code transcript (.jsonl, from ~/.claude/projects/…) or a "
         "kernelbin/1 export (.json)."
@@ -30,6 +60,8 @@ class ImportForm(forms.Form):
         help_text="API keys and tokens, passwords in URLs, private keys, e-mail addresses, "
         "/home/<user>/ paths.",
     )
+
+    field_order = ["file", "title", "slug", "visibility", "redact", "files", "folder"]
 
 
 class CappedUploadHandler(TemporaryFileUploadHandler):

@@ -25,9 +25,10 @@ from kernels.models import KernelVersion
 from sessions import embedding, folding, images, navigation, search
 from sessions.access import get_embeddable_session, get_session_for_user
 from sessions.export import export_markdown, export_session
-from sessions.forms import CappedUploadHandler, ImportForm
+from sessions.forms import CappedUploadHandler, ImportForm, ProjectFilesForm
 from sessions.importers.files import import_file, size_limit
 from sessions.importers.options import ImportOptions
+from sessions.importers.project_files import ProjectFiles, add_files, read_uploads
 from sessions.importers.writer import ImportProblem
 from sessions.models import Session, Tag, Turn
 from sessions.stamps import EMBEDDABLE, OPENABLE, stamp
@@ -406,6 +407,7 @@ def _import_form(request: HttpRequest, limit: int) -> HttpResponse:
                 visibility=form.cleaned_data["visibility"] or None,
                 redact=form.cleaned_data["redact"],
                 owner=request.user,
+                files=_project_files(form),
             )
             report = import_file(stream, options=options, size=upload.size, name=upload.name)
     except ImportProblem as problem:
@@ -413,3 +415,50 @@ def _import_form(request: HttpRequest, limit: int) -> HttpResponse:
         return render(request, "sessions/import.html", context, status=400)
     context.update(report=report, form=ImportForm())
     return render(request, "sessions/import.html", context)
+
+
+def _project_files(form: ProjectFilesForm) -> ProjectFiles | None:
+    """The project files uploaded with the form (an archive, or files put in a folder)."""
+    uploads = form.cleaned_data["files"]
+    if not uploads:
+        return None
+    listed = [(upload.name, upload.open("rb"), upload.size) for upload in uploads]
+    return read_uploads(listed, form.cleaned_data["folder"])
+
+
+@csrf_exempt  # CSRF is checked in _files_form, once the upload handler is in place
+@require_http_methods(["GET", "POST"])
+def session_files(request: HttpRequest, slug: str) -> HttpResponse:
+    """Staff add a project's files to a session in one step: what its programs fetch."""
+    if not request.user.is_authenticated:
+        return redirect_to_login(request.get_full_path())
+    if not request.user.is_staff:
+        raise PermissionDenied("Only staff may add files to sessions.")
+    if request.method == "POST":
+        request.upload_handlers = [CappedUploadHandler(request, size_limit(""))]
+    return _files_form(request, get_object_or_404(Session, slug=slug))
+
+
+@csrf_protect
+def _files_form(request: HttpRequest, session: Session) -> HttpResponse:
+    context: dict = {"session": session, "form": ProjectFilesForm()}
+    context["files"] = session.files.order_by("name").values_list("name", "size")
+    if request.method != "POST":
+        return render(request, "sessions/files.html", context)
+    form = ProjectFilesForm(request.POST, request.FILES)
+    handler = request.upload_handlers[0]
+    if isinstance(handler, CappedUploadHandler) and handler.too_big:
+        context["error"] = "The files are larger than the upload limit."
+        return render(request, "sessions/files.html", context, status=413)
+    if not form.is_valid() or not form.cleaned_data["files"]:
+        context["form"] = form
+        context["error"] = "Choose an archive or some files."
+        return render(request, "sessions/files.html", context, status=400)
+    try:
+        found = _project_files(form)
+        context["report"] = add_files(session, found) if found else []
+    except ImportProblem as problem:
+        context["error"] = f"{problem} Nothing was added."
+        return render(request, "sessions/files.html", context, status=400)
+    context["files"] = session.files.order_by("name").values_list("name", "size")
+    return render(request, "sessions/files.html", context)

@@ -20,7 +20,7 @@ import zipfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import IO, BinaryIO
+from typing import IO, BinaryIO, cast
 
 from django.conf import settings
 from django.db import transaction
@@ -138,16 +138,16 @@ def read_archive(stream: BinaryIO, name: str = "") -> ProjectFiles:
         ) from None
 
 
-def read_uploads(uploads: Iterable[tuple[str, BinaryIO, int]]) -> ProjectFiles:
-    """Files uploaded one by one (a folder chosen in the browser sends each with its
-    path): (path, stream, size). A single archive among them is read as an archive."""
+def read_uploads(uploads: Iterable[tuple[str, IO[bytes], int]], folder: str = "") -> ProjectFiles:
+    """Files uploaded together: (name, stream, size), put in the project's folder; one
+    archive alone is read as an archive (the project's root)."""
     listed = list(uploads)
     if len(listed) == 1 and listed[0][0].lower().endswith(ARCHIVE_SUFFIXES):
-        return read_archive(listed[0][1], listed[0][0])
-    top = _common_top([path for path, _, _ in listed])
+        return read_archive(cast(BinaryIO, listed[0][1]), listed[0][0])
     found = ProjectFiles()
-    for path, handle, size in listed:
-        found.add(_strip(path, top), handle, size)
+    prefix = "/".join(part for part in folder.replace("\\", "/").split("/") if part)
+    for name, handle, size in listed:
+        found.add(f"{prefix}/{name}" if prefix else name, handle, size)
     return found
 
 

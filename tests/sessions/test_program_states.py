@@ -13,7 +13,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from django.contrib.auth.models import User
 from django.core.cache import cache
+from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.management import call_command
 from django.test import TransactionTestCase
 
@@ -22,6 +24,7 @@ from sessions.importers.claude_code.kernels import likeness
 from sessions.models import Session, Turn
 from tests.kernels.test_replay_views import finished
 from tests.sessions.importing import ImportingTestCase
+from tests.sessions.test_claude_code_layout import session_with_agent
 from tests.sessions.transcripts.mnist_page import (
     ADD,
     MATMUL,
@@ -226,3 +229,101 @@ class ProgramStateReplayTestCase(TransactionTestCase):
             {"source": edited, "host": version.host_program},
         )
         self.assertEqual(again["Location"], fork_url)
+
+
+class ProjectFilesUploadTestCase(ImportingTestCase):
+    def setUp(self) -> None:
+        super().setUp()
+        self.staff = User.objects.create_user("cara", password="pw", is_staff=True)
+        self.transcript = self.write("mnist-page.jsonl", mnist_page()).read_bytes()
+        self.project = weights_folder(self.tmp / "project")
+
+    def test_staff_upload_a_transcript_with_an_archive_of_its_project(self) -> None:
+        self.client.force_login(self.staff)
+        archive = Path(shutil.make_archive(str(self.tmp / "project"), "gztar", self.project))
+
+        r = self.client.post(
+            "/import/",
+            {
+                "file": SimpleUploadedFile("mnist-page.jsonl", self.transcript),
+                "redact": "on",
+                "files": [SimpleUploadedFile("project.tar.gz", archive.read_bytes())],
+            },
+        )
+
+        self.assertEqual(r.status_code, 200, r.content[:500])
+        self.assertContains(r, "Every file they fetch is there.")
+        self.assertEqual(sorted(SessionFile.objects.values_list("name", flat=True)), WEIGHTS)
+
+    def test_staff_add_files_to_a_session_later_in_one_step(self) -> None:
+        self.client.force_login(self.staff)
+        self.client.post(
+            "/import/", {"file": SimpleUploadedFile("mnist-page.jsonl", self.transcript)}
+        )
+        session = Session.objects.get()
+        url = f"/s/{session.slug}/files/"
+        self.assertContains(self.client.get(url), "No files yet.")
+
+        weights = sorted((self.project / "weights").iterdir())
+        r = self.client.post(
+            url,
+            {
+                "folder": "weights",
+                "files": [SimpleUploadedFile(p.name, p.read_bytes()) for p in weights[:-1]],
+            },
+        )
+
+        self.assertContains(r, "Attached 4 project file(s)")
+        self.assertContains(r, "Missing: weights/w2.bin (fetched in program state(s) 7, 8, 9)")
+        r = self.client.post(
+            url,
+            {
+                "folder": "weights",
+                "files": [SimpleUploadedFile("w2.bin", weights[-1].read_bytes())],
+            },
+        )
+        self.assertContains(r, "Every file they fetch is there.")
+        self.assertEqual(sorted(session.files.values_list("name", flat=True)), WEIGHTS)
+
+    def test_only_staff_add_files_and_a_bad_archive_adds_nothing(self) -> None:
+        self.run_import(self.write("t.jsonl", self.transcript.decode()))
+        url = f"/s/{Session.objects.get().slug}/files/"
+        self.assertEqual(self.client.get(url).status_code, 302)
+        self.client.force_login(User.objects.create_user("dan", password="pw"))
+        self.assertEqual(self.client.get(url).status_code, 403)
+        self.client.force_login(self.staff)
+
+        r = self.client.post(url, {"files": [SimpleUploadedFile("w.zip", b"PK\x03\x04 not a zip")]})
+
+        self.assertContains(r, "is not a zip or tar archive that can be read", status_code=400)
+        self.assertFalse(SessionFile.objects.exists())
+
+
+class PublishedReimportTestCase(ImportingTestCase):
+    def test_a_published_session_re_imports_with_its_sub_agent_without_renumbering(
+        self,
+    ) -> None:
+        main, agent = session_with_agent()
+        path = self.write("with-agent.jsonl", main)
+        self.run_import(path, "--visibility", "public")
+        before = {t.meta["source_id"]: t.number for t in self.turns()}
+        main_line = [(t.number, t.content) for t in self.turns()]
+
+        (self.tmp / "with-agent" / "subagents").mkdir(parents=True)
+        self.write("with-agent/subagents/agent-a1b2c3d.jsonl", agent)
+        report = self.run_import(path)
+
+        turns = self.turns()
+        after = {t.meta["source_id"]: t.number for t in turns}
+        # Every turn keeps its number; the sub-agent's turns come after the last.
+        self.assertEqual({k: after[k] for k in before}, before)
+        new = sorted(n for k, n in after.items() if k not in before)
+        self.assertTrue(new)
+        self.assertEqual(new, list(range(max(before.values()) + 1, len(turns) + 1)))
+        for number, content in main_line:
+            self.assertTrue(self.session().turns.get(number=number).content.startswith(content))
+        self.assertTrue(all(t.meta.get("agent") for t in turns if t.number in new))
+        # The call names its sub-agent's turns by the numbers they were given.
+        call = next(t for t in self.turns() if t.meta.get("subagent"))
+        self.assertIn(f"turns {new[0]}–{new[-1]}, below", call.content)
+        self.assertIn("Updated session", report)

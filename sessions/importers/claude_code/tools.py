@@ -403,6 +403,7 @@ class ToolCalls:
                 meta["subagent"] = True
                 meta["agent"] = _agent_summary(params, found, text, nested)
                 numbers = [i.number for i in nested if isinstance(i, TurnSpec)] or [0]
+                meta["nested_range"] = [numbers[0], numbers[-1]]
                 turn.content += (
                     f"\n\n*The sub-agent's conversation: turns {numbers[0]}–{numbers[-1]}, below.*"
                 )
