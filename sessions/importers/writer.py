@@ -22,7 +22,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django.db import connection, models, transaction
-from django.db.models import Max, QuerySet
+from django.db.models import Max
 from django.utils.text import slugify
 
 from kernels.models import (
@@ -483,10 +483,11 @@ class _Batches:
         if not self.turns:
             return []
         numbers = [spec.number for spec in self.turns]
-        old = Turn.objects.filter(session=self.session, number__in=numbers, pk__lte=self.old_max_pk)
-        if self.frozen:
-            self._check_identity(old)
-        old.delete()
+        # A published session's numbers were given back to the messages that held them
+        # (_renumber): the rows replaced here hold the same messages.
+        Turn.objects.filter(
+            session=self.session, number__in=numbers, pk__lte=self.old_max_pk
+        ).delete()
         created = Turn.objects.bulk_create(turns)
         self.turn_count += len(created)
         self.batch_pks = {turn.number: turn.pk for turn in created}
@@ -518,18 +519,6 @@ class _Batches:
             else:
                 spec.kernel = None
             self.relinks_kept += 1
-
-    def _check_identity(self, old: QuerySet[Turn]) -> None:
-        """A published turn number must keep pointing at the same recorded message."""
-        new = {spec.number: spec.meta.get("source_id") for spec in self.turns}
-        for number, meta in old.values_list("number", "meta"):
-            was = meta.get("source_id") if isinstance(meta, dict) else None
-            if was and new.get(number) and was != new[number]:
-                raise ImportProblem(
-                    f"Session '{self.session.slug}' is published and turn {number} would now "
-                    "hold a different message: published turn numbers are frozen. Import it "
-                    "under another slug instead."
-                )
 
     def _write_versions(self) -> None:
         if not self.versions:

@@ -155,10 +155,11 @@ class IdempotentTestCase(ImportingTestCase):
             "the file drops turns 4: published turn numbers are frozen",
             self.import_fails(self.write("s.jsonl", shorter)),
         )
-        # A rewind that replaces the last answer: turn 4 would hold another message.
+        # A rewind that replaces the last answer: the new answer would take a new number,
+        # and turn 4's message would be gone.
         t.assistant("msg_OTHER", [text("A different answer")], parent=t.lines[-2]["uuid"])
         error = self.import_fails(self.write("r.jsonl", t))
-        self.assertIn("turn 4 would now hold a different message", error)
+        self.assertIn("the file drops turns 4: published turn numbers are frozen", error)
         self.assertEqual(snapshot(), before)
 
     def test_an_unpublished_session_may_shrink(self) -> None:
