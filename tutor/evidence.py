@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from kernels.engine.outcome import EntryPointFacts, output_list
+from kernels.engine.outcome import EntryPointFacts, RunWarning, WarningCode, output_list
 from tutor.quoting import quote
 
 LOCAL_BUILTINS = ("local_invocation_id", "local_invocation_index")
@@ -122,25 +122,37 @@ def race(entry: EntryPointFacts | None) -> str:
     return ""
 
 
-def overrun(entry: EntryPointFacts | None, threads: tuple[int, int, int] | None, outputs) -> str:
-    """Invocations past the end of an output storing into it with nothing before the
-    store to stop them: the writes this server's llvmpipe drops, so a run passes here
-    that a GPU may not. "" unless the facts show it (an older analysis has no "guarded")."""
-    if entry is None or threads is None:
-        return ""
-    groups, size, total = threads
-    for output in outputs:
-        count, name = output.get("count") or 0, output.get("name", "out")
-        stores = [w for w in entry["writes"] if w["buffer"] == name]
-        if not stores or total <= count or any(w.get("guarded", True) for w in stores):
+def overrun(
+    warnings: list[RunWarning], threads: tuple[int, int, int] | None, outputs: list[dict]
+) -> str:
+    """The run's dropped-writes warning in the review's words: a store with no bounds check
+    before it whose dispatch can reach past its buffer, which llvmpipe drops, so a run
+    passes here that a GPU may not. With the counts where the first pass's invocations
+    outnumber the output's cells; "" without such a warning (a GPU run has none)."""
+    for warning in warnings:
+        data = warning.get("data") or {}
+        if warning.get("code") != WarningCode.DROPPED_WRITES or not data.get("buffer"):
             continue
-        store = quote(f"{name}[{stores[0]['index']}]") or f"`{name}`"
-        spare = total - count
+        name = str(data["buffer"])
+        store = quote(f"{name}[{data.get('index', '')}]") or f"`{name}`"
+        output = next((o for o in outputs if o.get("name") == name), None)
+        count = (output or {}).get("count") or 0
+        if threads and count and threads[2] > count:
+            groups, size, total = threads
+            spare = total - count
+            said = (
+                f"**{spare} invocations past the end store into `{name}`.** {total} "
+                f"invocations ran ({groups} workgroups × {size}) for {count} cells, and "
+                f"nothing in your kernel before the store into {store} (line {data.get('line')}) "
+                f"stops the last {spare}."
+            )
+        else:
+            said = (
+                f"**Nothing in your kernel checks the index before the store into {store}** "
+                f"(line {data.get('line')}), and the dispatch can reach past the end of `{name}`."
+            )
         return (
-            f"**{spare} invocations past the end store into `{name}`.** {total} invocations "
-            f"ran ({groups} workgroups × {size}) for {count} cells, and nothing in your kernel "
-            f"before the store into {store} (line {stores[0]['line']}) stops the last "
-            f"{spare}. This server's CPU backend (llvmpipe) drops writes past the end of a "
+            f"{said} This server's CPU backend (llvmpipe) drops writes past the end of a "
             "buffer, so the run passes here; on a GPU they may land in other memory. What "
             "should an invocation with no cell of its own do, and how would it know?"
         )

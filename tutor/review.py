@@ -498,6 +498,11 @@ FINDINGS = {
 }
 
 
+def _overrun(outcome: Outcome, harness: dict) -> str:
+    threads = _threads(outcome, harness)
+    return evidence.overrun(warnings_of(outcome), threads, outcome.get("outputs", []))
+
+
 def findings(outcome: Outcome, harness: dict) -> list[str]:
     """The codes of what the review says about the kernel beyond its verdict (FINDINGS),
     recorded with each submission so the next one can be told what it fixed."""
@@ -506,7 +511,7 @@ def findings(outcome: Outcome, harness: dict) -> list[str]:
     codes = []
     if evidence.race(entry):
         codes.append("race")
-    if evidence.overrun(entry, _threads(outcome, harness), outcome.get("outputs", [])):
+    if _overrun(outcome, harness):
         codes.append("overrun")
     return codes
 
@@ -526,7 +531,7 @@ def offline_review(outcome: Outcome, source: str, harness: dict, host: str = "")
         parts = [f"**It passes:** {outcome.get('message', '')}"]
         found = _entry_point(outcome, harness)
         entry = found[0] if found else None
-        if past := evidence.overrun(entry, _threads(outcome, harness), outcome.get("outputs", [])):
+        if past := _overrun(outcome, harness):
             parts.append(past)
         if raced := evidence.race(entry):
             parts.append(f"It passes here by the luck of the order the invocations ran in. {raced}")
