@@ -9,6 +9,7 @@ from typing import Any
 
 from django.urls import reverse
 
+from kernels.models import Blob
 from sessions.importers.kernelbin import FORMAT
 from sessions.markdown import fence_for
 from sessions.models import Session
@@ -18,9 +19,37 @@ def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value else None
 
 
+def _content(data: bytes) -> dict[str, str]:
+    """A file's content: as text when it is UTF-8 (so an import can redact it), else
+    as base64."""
+    try:
+        return {"text": data.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {"data": base64.b64encode(data).decode()}
+
+
+def _states(session: Session) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The session's program states, each file named by its content's sha256, and the
+    contents, each once."""
+    states = session.states.prefetch_related("files").order_by("number")
+    listed = [
+        {
+            "number": state.number,
+            "kind": state.kind,
+            "entry": state.entry,
+            "files": {file.path: file.blob_id for file in state.files.all()},
+        }
+        for state in states
+    ]
+    shas = sorted({sha for state in listed for sha in state["files"].values()})
+    blobs = Blob.objects.filter(pk__in=shas).order_by("pk").values_list("pk", "data")
+    return listed, [{"sha256": sha, **_content(bytes(data))} for sha, data in blobs]
+
+
 def export_session(session: Session) -> dict[str, Any]:
-    turns = session.turns.select_related("kernel_version__kernel").order_by("number")
-    kernels = session.kernels.prefetch_related("versions__turn").order_by("name")
+    turns = session.turns.select_related("kernel_version__kernel", "state").order_by("number")
+    kernels = session.kernels.prefetch_related("versions__turn", "versions__state").order_by("name")
+    states, contents = _states(session)
     return {
         "format": FORMAT,
         "session": {
@@ -50,6 +79,7 @@ def export_session(session: Session) -> dict[str, Any]:
                 if turn.kernel_version
                 else None,
                 **({"hidden": True} if turn.hidden else {}),
+                **({"state": turn.state.number} if turn.state else {}),
             }
             for turn in turns
         ],
@@ -69,12 +99,16 @@ def export_session(session: Session) -> dict[str, Any]:
                         "harness_override": version.harness_override,
                         "host_program": version.host_program,
                         "meta": version.meta,
+                        **({"state": version.state.number} if version.state else {}),
                     }
                     for version in kernel.versions.all()
                 ],
             }
             for kernel in kernels
         ],
+        # The learner's project after each turn that changed it, and its files' contents.
+        "states": states,
+        "contents": contents,
         # What the session's host programs fetch(), whole, as base64.
         "files": [
             {

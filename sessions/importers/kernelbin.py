@@ -23,7 +23,7 @@ from django.utils.text import slugify
 
 from kernels.engine.harness import HarnessError, parse_harness
 from kernels.engine.outcome import Status
-from kernels.models import Kernel, check_file_name
+from kernels.models import Kernel, ProgramState, check_file_name
 from sessions import images
 from sessions.importers.options import ImportOptions
 from sessions.importers.redact import Scrubber
@@ -35,6 +35,7 @@ from sessions.importers.writer import (
     Item,
     KernelSpec,
     SessionSpec,
+    StateSpec,
     TurnSpec,
     VersionSpec,
     write_session,
@@ -111,6 +112,7 @@ class _Plan:
     kernels: list[dict[str, Any]]
     files: list[FileSpec]
     images: list[ImageSpec]
+    states: list[StateSpec]
 
 
 def _validate(data: Any) -> _Plan:
@@ -124,10 +126,21 @@ def _validate(data: Any) -> _Plan:
     numbers = {turn["number"] for turn in turns}
     kernels = _validate_kernels(_get(data, "kernels", list, "file", required=False) or [], numbers)
     _check_kernel_refs(turns, kernels)
+    states = _validate_states(
+        _get(data, "states", list, "file", required=False) or [],
+        _validate_contents(_get(data, "contents", list, "file", required=False) or []),
+    )
+    _check_state_refs(turns, kernels, {state.number for state in states})
     files = _validate_files(_get(data, "files", list, "file", required=False) or [])
     images = _validate_images(_get(data, "images", list, "file", required=False) or [], turns)
     return _Plan(
-        session=session, tags=tags, turns=turns, kernels=kernels, files=files, images=images
+        session=session,
+        tags=tags,
+        turns=turns,
+        kernels=kernels,
+        files=files,
+        images=images,
+        states=states,
     )
 
 
@@ -189,6 +202,7 @@ def _validate_turn(raw: Any, where: str, numbers: set[int]) -> dict[str, Any]:
         "meta": _get(raw, "meta", dict, where, required=False) or {},
         "kernel": kernel_ref,
         "hidden": bool(_get(raw, "hidden", bool, where, required=False)),
+        "state": _get(raw, "state", int, where, required=False),
     }
 
 
@@ -245,6 +259,7 @@ def _validate_version(
         "harness_override": override,
         "host_program": _get(rawv, "host_program", str, vwhere, required=False) or "",
         "meta": _get(rawv, "meta", dict, vwhere, required=False) or {},
+        "state": _get(rawv, "state", int, vwhere, required=False),
     }
 
 
@@ -277,6 +292,76 @@ def _validate_files(raw_files: list[Any]) -> list[FileSpec]:
         content_type = _get(raw, "content_type", str, where, required=False) or ""
         files.append(FileSpec(name=name, data=data, content_type=content_type[:100]))
     return files
+
+
+def _validate_contents(raw_contents: list[Any]) -> dict[str, bytes]:
+    """The contents of the states' files, by the name (a sha256) the states use: text
+    (as an import from outside has redacted it) or base64, each under the file limit."""
+    contents: dict[str, bytes] = {}
+    limit = settings.SESSION_FILE_MAX_BYTES
+    for index, raw in enumerate(raw_contents):
+        where = f"contents[{index}]"
+        if not isinstance(raw, dict):
+            raise ImportProblem(f"{where}: must be an object.")
+        key = _get(raw, "sha256", str, where)
+        text = _get(raw, "text", str, where, required=False)
+        if text is not None:
+            data = text.encode()
+        else:
+            encoded = _get(raw, "data", str, where)
+            if len(encoded) > 4 * (limit // 3 + 1):
+                raise ImportProblem(f"{where}.data: over the limit of {limit:,} bytes.")
+            try:
+                data = base64.b64decode(encoded, validate=True)
+            except (binascii.Error, ValueError):
+                raise ImportProblem(f"{where}.data: not base64.") from None
+        if len(data) > limit:
+            raise ImportProblem(f"{where}: over the limit of {limit:,} bytes.")
+        contents[key] = data
+    return contents
+
+
+def _validate_states(raw_states: list[Any], contents: dict[str, bytes]) -> list[StateSpec]:
+    states: list[StateSpec] = []
+    for index, raw in enumerate(raw_states):
+        where = f"states[{index}]"
+        if not isinstance(raw, dict):
+            raise ImportProblem(f"{where}: must be an object.")
+        number = _get(raw, "number", int, where)
+        if number < 1 or any(state.number == number for state in states):
+            raise ImportProblem(f"{where}.number: {number} is not a new number from 1 up.")
+        kind = _choice(_get(raw, "kind", str, where), ProgramState.Kind, f"{where}.kind")
+        files: dict[str, bytes] = {}
+        for path, key in _get(raw, "files", dict, where).items():
+            try:
+                check_file_name(path)
+            except ValueError as error:
+                raise ImportProblem(f"{where}.files: {error}") from None
+            if not isinstance(key, str) or key not in contents:
+                raise ImportProblem(f"{where}.files[{path!r}]: its content is not in the file.")
+            files[path] = contents[key]
+        entry = _get(raw, "entry", str, where, required=False) or ""
+        if entry and entry not in files:
+            raise ImportProblem(f"{where}.entry: '{entry}' is not one of the state's files.")
+        states.append(StateSpec(number=number, files=files, entry=entry, kind=kind))
+    return states
+
+
+def _check_state_refs(
+    turns: list[dict[str, Any]], kernels: list[dict[str, Any]], numbers: set[int]
+) -> None:
+    """Every program state a turn or a version names is in the file."""
+    named = [(f"turn {turn['number']}", turn["state"]) for turn in turns]
+    named += [
+        (f"kernel '{kernel['name']}' version {version['number']}", version["state"])
+        for kernel in kernels
+        for version in kernel["versions"]
+    ]
+    for who, number in named:
+        if number is not None and number not in numbers:
+            raise ImportProblem(
+                f"{who}: refers to program state {number}, which is not in the file."
+            )
 
 
 def _validate_images(raw_images: list[Any], turns: list[dict[str, Any]]) -> list[ImageSpec]:
@@ -335,6 +420,7 @@ def _check_harness(harness: dict[str, Any], where: str) -> None:
 
 
 def _items(plan: _Plan) -> Iterator[Item]:
+    yield from plan.states
     for turn in plan.turns:
         yield TurnSpec(**turn)
     for kernel in plan.kernels:

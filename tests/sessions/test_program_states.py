@@ -327,3 +327,38 @@ class PublishedReimportTestCase(ImportingTestCase):
         call = next(t for t in self.turns() if t.meta.get("subagent"))
         self.assertIn(f"turns {new[0]}–{new[-1]}, below", call.content)
         self.assertIn("Updated session", report)
+
+
+class ProgramStateExportTestCase(ImportingTestCase):
+    def test_the_json_export_carries_the_states_and_re_imports_losslessly(self) -> None:
+        transcript = self.write("mnist-page.jsonl", mnist_page())
+        self.run_import(
+            transcript, "--files", str(weights_folder(self.tmp / "p")), "--visibility", "public"
+        )
+        slug = self.session().slug
+        before = self.client.get(f"/s/{slug}/export.json").json()
+        self.assertEqual(len(before["states"]), 9)
+        # Each page's content once, as text (an import from outside redacts it).
+        self.assertEqual(len(before["contents"]), len(set(STATES)))
+        self.assertTrue(all("text" in content for content in before["contents"]))
+
+        Session.objects.all().delete()
+        out = self.run_import(self.write("export.json", json.dumps(before)))
+
+        self.assertIn("Rebuilt 9 program state(s)", out)
+        self.assertEqual(self.client.get(f"/s/{slug}/export.json").json(), before)
+        writers = [t for t in self.turns() if t.meta.get("tool") in ("Write", "Edit")]
+        self.assertEqual([t.state.number for t in writers], list(range(1, 10)))
+
+    def test_a_state_whose_content_is_missing_is_refused(self) -> None:
+        transcript = self.write("mnist-page.jsonl", mnist_page())
+        self.run_import(transcript, "--visibility", "public")
+        data = self.client.get(f"/s/{self.session().slug}/export.json").json()
+        data["contents"] = data["contents"][1:]
+        Session.objects.all().delete()
+
+        message = self.import_fails(self.write("export.json", json.dumps(data)))
+
+        self.assertIn("states[", message)
+        self.assertIn("its content is not in the file", message)
+        self.assertFalse(Session.objects.exists())
