@@ -1,7 +1,7 @@
 """Hostile input against a production-like server, with /healthz probed all the while.
 
-    .venv/bin/python bench/attacks.py [--only A,B] [--web-workers N] [--root DIR]
-                                      [--budget S] [--log FILE]
+    .venv/bin/python bench/attacks.py [--only A,B] [--views N] [--web-workers N]
+                                      [--root DIR] [--budget S] [--log FILE]
 
 Starts gunicorn as the README runs it (2 processes x 4 threads) on a loopback port, with
 KERNELBIN_PRODUCTION=True behind a TLS proxy that this script plays (it sets
@@ -41,7 +41,10 @@ All the while a probe (a process of its own) GETs /healthz every 50 ms, and the 
 replay worker processes under gunicorn are counted every 100 ms. Per attack it prints
 the probes, their p95 and slowest beside the idle baseline's, those slower than 200 ms,
 the replay and web workers that died, the statuses seen, and notes (page costs). It
-stops by itself: each request has a timeout, each loop a bound, the run a budget.
+stops by itself: each request has a timeout, each loop a bound, the run a budget. After
+each attack it waits (at most SETTLE_S) until /healthz answers within 200 ms again, so
+that what a request the client gave up on still costs the server is counted in its
+attack, not the next.
 
 To add an attack: write a function of a Context that returns a Result, mark it
 @attack("name"), and put it where it should run; what it needs in the database comes
@@ -404,6 +407,7 @@ class Context:
     setup: dict
     env: dict[str, str]
     api: FakeAPI
+    views: int = 16  # of each hostile fork, at once
 
     @property
     def port(self) -> int:
@@ -431,14 +435,31 @@ def attack(name: str) -> Callable[[Callable[[Context], Result]], Callable[[Conte
     return mark
 
 
+SETTLE_S = 600
+
+
+def settle(port: int) -> float:
+    """Seconds until /healthz answers within STALL_S again (at most SETTLE_S): a request
+    the client gave up on may still hold the server."""
+    started = time.monotonic()
+    while time.monotonic() - started < SETTLE_S:
+        if request(port, "GET", "/healthz", timeout=10).seconds < STALL_S:
+            break
+        time.sleep(1.0)
+    return time.monotonic() - started
+
+
 @contextmanager
 def phase(context: Context, name: str, kernels: int = 0) -> Iterator[Result]:
-    """The probes taken while the block runs count for this attack."""
+    """The probes taken while the block runs, and until the site answers quickly again,
+    count for this attack."""
     result = Result(name, kernels=kernels)
     context.watch.mark(name)
     try:
         yield result
     finally:
+        if (waited := settle(context.port)) > 2:
+            result.notes.append(f"the site answered quickly again {waited:.0f} s later")
         time.sleep(0.5)  # let the census see the processes that died at the end
         context.watch.mark("between")
 
@@ -569,9 +590,10 @@ def naga_crashes(context: Context) -> Result:
     return result
 
 
-def hostile_fork(context: Context, name: str, program: str, views: int = 16) -> Result:
+def hostile_fork(context: Context, name: str, program: str) -> Result:
     """A reader forks this host program; its page is timed alone once its run is done (the
-    page cost), then viewed `views` times at once by readers without cookies."""
+    page cost), then viewed --views times at once by readers without cookies."""
+    views = context.views
     with phase(context, name, kernels=1) as result:
         body, headers = form({"source": VECTOR_ADD, "host": program})
         made = request(
@@ -1049,7 +1071,7 @@ def report(watch: Watch, results: list[Result]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--root", type=Path, default=HERE.parent.parent)
-    parser.add_argument("--budget", type=int, default=1500, help="seconds for the whole run")
+    parser.add_argument("--budget", type=int, default=2400, help="seconds for the whole run")
     parser.add_argument("--log", type=Path, help="keep gunicorn's log in this file")
     parser.add_argument(
         "--only",
@@ -1062,6 +1084,7 @@ def main() -> None:
         default=2,
         help="gunicorn processes (1 shows what a request that holds its process does to others)",
     )
+    parser.add_argument("--views", type=int, default=16, help="views of each hostile fork")
     parser.add_argument("--prepare", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.prepare:
@@ -1085,7 +1108,7 @@ def main() -> None:
         with gunicorn(root, env, log, args.web_workers) as (port, master):
             watch = Watch(port, master).start()
             time.sleep(2)
-            context = Context(watch, setup, env, api)
+            context = Context(watch, setup, env, api, args.views)
             results = [run_attack(context, name, function) for name, function in chosen]
             watch.stop()
         print(
