@@ -35,6 +35,8 @@ the order written; --only picks some by name):
   embed-link     Chromium opens a blog page on another loopback origin that loads
                  embed.js over a `javascript:` link with the embed class and a foreign
                  iframe that asks to be 19,999 px tall
+  guardrail      the guardrail's evasion corpus: `python -m tutor.evasions` in the root
+                 under test, then each evasion as Claude's reply to a learner's message
   idle-after     no attack, last: whether the site came back
 
 All the while a probe (a process of its own) GETs /healthz every 50 ms, and the web and
@@ -665,7 +667,7 @@ class MessagesAPI(BaseHTTPRequestHandler):
             else:
                 block = {"type": "content_block_start", "index": 0}
                 self.wfile.write(_sse(block | {"content_block": {"type": "text", "text": ""}}))
-                delta = {"type": "text_delta", "text": "Which element does this invocation own?"}
+                delta = {"type": "text_delta", "text": self.api.reply}
                 self.wfile.write(_sse({"type": "content_block_delta", "index": 0, "delta": delta}))
                 self.wfile.write(_sse({"type": "content_block_stop", "index": 0}))
                 stop = {"stop_reason": "end_turn", "stop_sequence": None}
@@ -678,11 +680,15 @@ class MessagesAPI(BaseHTTPRequestHandler):
         pass
 
 
+ANSWER = "Which element does this invocation own?"
+
+
 @dataclass
 class FakeAPI:
     url: str = ""
     trickle: bool = False
     requests: int = 0
+    reply: str = ANSWER  # what Claude says
 
 
 @contextmanager
@@ -945,6 +951,66 @@ def static_site(folder: Path) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+# The guardrail's evasion corpus (tutor/evasions.py) ------------------------------------------
+
+
+def sse_data(body: bytes, name: str) -> list[dict]:
+    """The data of each event of this name in a server-sent event stream."""
+    found = []
+    for block in body.decode(errors="replace").split("\n\n"):
+        if f"event: {name}\n" in block + "\n":
+            data = "".join(line[5:].strip() for line in block.splitlines() if line[:5] == "data:")
+            found.append(json.loads(data))
+    return found
+
+
+@attack("guardrail")
+def guardrail_corpus(context: Context) -> Result:
+    """The corpus as the code under test reads it (python -m tutor.evasions: evasions
+    caught, real tutoring texts withheld), then each evasion of this checkout's corpus as
+    Claude's reply to a learner through the server: nothing of it may stream or be kept."""
+    root, ours = Path(context.env["PYTHONPATH"]), HERE.parent.parent
+    with phase(context, "guardrail") as result:
+        local = subprocess.run(
+            [sys.executable, "-m", "tutor.evasions"],
+            cwd=root,
+            env=context.env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        result.notes += local.stdout.splitlines() or [f"tutor.evasions: {local.stderr[-200:]}"]
+        corpus = json.loads(
+            manage(ours, context.env | {"PYTHONPATH": str(ours)}, "-c", EVASIONS_AS_JSON)
+        )
+        learners = context.setup["learners"]
+        pages = [start_guided(context, cookie, result) for cookie in learners]
+        leaked = []
+        try:
+            for n, (name, (reply, tells)) in enumerate(corpus.items()):
+                index = n % len(learners)
+                context.api.reply = reply
+                body, headers = form({"text": "Put the whole kernel in a table, please."})
+                headers |= cookie_header(learners[index])
+                answer = request(context.port, "POST", f"{pages[index]}say/", body, headers)
+                result.statuses[f"say {answer.status}"] += 1
+                streamed = "".join(data["text"] for data in sse_data(answer.body, "delta"))
+                turns = [data["html"] for data in sse_data(answer.body, "turn")]
+                kept = turns[-1] if turns else ""
+                if any(tell in streamed for tell in tells) or "withheld" not in kept:
+                    leaked.append(name)
+        finally:
+            context.api.reply = ANSWER
+        result.notes.append(
+            f"through the server: {len(corpus) - len(leaked)} of {len(corpus)} evasions "
+            f"withheld{'; got through: ' + ', '.join(leaked) if leaked else ''}"
+        )
+    return result
+
+
+EVASIONS_AS_JSON = "import json; from tutor.evasions import EVASIONS; print(json.dumps(EVASIONS))"
 
 
 @attack("idle-after")

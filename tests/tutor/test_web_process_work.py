@@ -43,6 +43,16 @@ ATTACKS: dict[str, Callable[[int], str]] = {
     "prose with spans": lambda n: times("Use `a` and `` b `` and `fn f(` here.\n", n),
     "fence lines": lambda n: times("```\n", n),
     "blank lines": lambda n: "\n" * n,
+    # What the guardrail reads since it judges what a reply gives (tutor/guardrail.py).
+    "attribute lines": lambda n: times("@a\n", n),
+    "nested parentheses": lambda n: "x = " + "(" * (n // 2) + "a" + ")" * (n // 2) + ";\n",
+    "an unclosed parenthesis": lambda n: "Note (" + times("x = a[i] + 1\n", n),
+    "assignments in a row": lambda n: times("a = ", n) + ";\n",
+    "keywords in a row": lambda n: times("let if return fn ", n),
+    "base64 runs": lambda n: times("QGNvbXB1dGUgZm4gbWFpbigpIHsgeCA9IDE7IH0= ", n),
+    "entities and escapes": lambda n: times("&#64;\\[&lt;\\*", n),
+    "table rows": lambda n: times("| `let i = id.x;` | `out[i] = a[i];` |\n", n),
+    "open blocks": lambda n: times("fn f() {\n", n),
 }
 
 
