@@ -993,7 +993,7 @@ def guardrail_corpus(context: Context) -> Result:
                 index = n % len(learners)
                 context.api.reply = reply
                 body, headers = form({"text": "Put the whole kernel in a table, please."})
-                headers |= cookie_header(learners[index])
+                headers |= cookie_header(learners[index]) | {"Accept": "text/event-stream"}
                 answer = request(context.port, "POST", f"{pages[index]}say/", body, headers)
                 result.statuses[f"say {answer.status}"] += 1
                 streamed = "".join(data["text"] for data in sse_data(answer.body, "delta"))

@@ -22,7 +22,7 @@ import email.utils
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import anthropic
@@ -55,11 +55,16 @@ class Stalled(httpx2.ReadTimeout):
 
 class _DeadlineStream(httpx2.SyncByteStream):
     def __init__(
-        self, stream: httpx2.SyncByteStream, request: httpx2.Request, deadline: float
+        self,
+        stream: httpx2.SyncByteStream,
+        request: httpx2.Request,
+        deadline: float,
+        stalled: Callable[[float], None],
     ) -> None:
         self.stream = stream
         self.request = request
         self.deadline = deadline
+        self.stalled = stalled
 
     def __iter__(self) -> Iterator[bytes]:
         last_event = time.monotonic()
@@ -78,6 +83,7 @@ class _DeadlineStream(httpx2.SyncByteStream):
             if time.time() > self.deadline:
                 raise Stalled("deadline", self.request)
             if now - last_event > settings.TUTOR_STALL_TIMEOUT:
+                self.stalled(self.deadline)
                 raise Stalled("stall", self.request)
             yield chunk
 
@@ -108,14 +114,28 @@ def _retry_after_seconds(headers: httpx2.Headers) -> float | None:
 class DeadlineTransport(httpx2.BaseTransport):
     """Holds every request to the reply's deadlines (see the module's docstring)."""
 
+    # Replies that stalled, by deadline: the SDK's retry of one (it retries timeouts, and
+    # a non-streaming answer is read whole inside its request) is refused at once.
+    REMEMBERED = 1024
+
     def __init__(self, inner: httpx2.BaseTransport) -> None:
         self.inner = inner
+        self.stalls: dict[float, None] = {}
+        self.lock = threading.Lock()
+
+    def _stalled(self, deadline: float) -> None:
+        with self.lock:
+            self.stalls[deadline] = None
+            while len(self.stalls) > self.REMEMBERED:
+                del self.stalls[next(iter(self.stalls))]
 
     def handle_request(self, request: httpx2.Request) -> httpx2.Response:
         deadline = float(request.headers.pop(DEADLINE_HEADER, "inf"))
         left = deadline - time.time()
         if left <= 0:
             raise Stalled("deadline", request)
+        if deadline in self.stalls:
+            raise Stalled("stall", request)
         # No single read may wait past the deadline either (a hung upstream).
         timeouts = dict(request.extensions.get("timeout") or {})
         timeouts["read"] = min(timeouts.get("read") or left, left)
@@ -130,7 +150,7 @@ class DeadlineTransport(httpx2.BaseTransport):
                 # Not waited out on a web thread: the learner is told when to retry.
                 response.headers["x-should-retry"] = "false"
         if isinstance(response.stream, httpx2.SyncByteStream) and deadline != float("inf"):
-            response.stream = _DeadlineStream(response.stream, request, deadline)
+            response.stream = _DeadlineStream(response.stream, request, deadline, self._stalled)
         return response
 
     def close(self) -> None:

@@ -95,6 +95,18 @@ class DeadlineTestCase(TutorTestCase):
         self.assertIn("nothing arrived for 0.3 s", events[-1][1]["message"])
         self.retry_answers_it(guided)
 
+    def test_a_stalled_answer_is_not_asked_again(self) -> None:
+        # Without streaming the SDK reads the answer inside its request, and retries a
+        # timeout there: the stall must not be waited out twice.
+        guided = self.start()
+        api = FakeAPI(pinging("Let me look"), text_reply("never asked for"))
+        with self.patched(api, max_retries=1):
+            self.client.post(self.url(guided, "say"), {"text": "Where do I start?"})
+        self.assertEqual(len(api.requests), 1)
+        guided.refresh_from_db()
+        self.assertIn("nothing arrived for 0.3 s", guided.last_error)
+        self.assertEqual(guided.pending_turn().content, "Where do I start?")
+
     def test_a_reply_that_never_ends_meets_its_deadline(self) -> None:
         # Text keeps coming (never a stall) for far longer than the deadline.
         guided, _, events = self.exchange(endless("Think about", every=0.05, count=400))
