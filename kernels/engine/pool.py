@@ -428,7 +428,13 @@ class Pool:
             raise _WorkerDied(death) from None
 
         worker.jobs += 1
-        if worker.jobs >= self.max_jobs_per_worker:
+        if reply.get("retire"):
+            # The worker answered for a program stuck where nothing could stop it, and exits.
+            worker.end()
+            self._retire(slot, None)
+            with self._lock:
+                self._counts["respawns"] += 1
+        elif worker.jobs >= self.max_jobs_per_worker:
             log.info("recycling replay worker %s after %s jobs", worker.pid, worker.jobs)
             worker.stop()
             with self._lock:

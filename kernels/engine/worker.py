@@ -31,6 +31,8 @@ import stat
 import struct
 import sys
 import tempfile
+import threading
+import time
 import traceback
 from collections import OrderedDict
 from collections.abc import Callable
@@ -53,6 +55,12 @@ MEMO_ENTRIES = 256
 # The most JSON an outcome may be when it leaves the worker (result_frame()). A legitimate
 # outcome is far smaller: outputs carry their cells only up to a size (outcome.pack_values).
 MAX_OUTCOME_BYTES = 8 * 1024 * 1024
+# A program job still running this long past its own deadline is stuck where QuickJS cannot
+# interrupt it (a regular expression backtracking in C): Answer's watchdog answers for it and
+# ends the worker, before the pool's deadline (kernels/replay.py PROGRAM_MARGIN later) would
+# kill it without a word.
+STUCK_GRACE = 1.0
+PROGRAM_SECONDS = 8.0  # a program job's deadline when it names none (host/program.py)
 # Address space a worker may map. lavapipe reserves 1.3 GB of it for a device before any
 # job; the heaviest program measured (three 128 MiB buffers, a 64 MiB readback, a
 # JavaScript heap run out) peaked at 2.8 GB, and a harness at its caps (512 MiB of
@@ -88,11 +96,13 @@ def encode_frame(message: dict[str, Any]) -> bytes:
     return HEADER.pack(len(body)) + body
 
 
-def result_frame(job_id: Any, outcome: Outcome) -> bytes:
+def result_frame(job_id: Any, outcome: Outcome, retire: bool = False) -> bytes:
     """The result message, its outcome cut to MAX_OUTCOME_BYTES of JSON first: what the
     program controls goes, biggest part first, and outcome["cut"] says what went (the
-    page says so). The web process never receives, stores or parses more."""
-    frame = encode_frame({"type": "result", "id": job_id, "outcome": outcome})
+    page says so). The web process never receives, stores or parses more. retire: the
+    worker exits after this answer."""
+    head: dict[str, Any] = {"type": "result", "id": job_id, "retire": retire}
+    frame = encode_frame({**head, "outcome": outcome})
     if len(frame) <= MAX_OUTCOME_BYTES:
         return frame
     shown = cast(dict[str, Any], outcome)
@@ -117,7 +127,7 @@ def result_frame(job_id: Any, outcome: Outcome) -> bytes:
         total -= size
         cut.append(what)
     outcome["cut"] = cut
-    frame = encode_frame({"type": "result", "id": job_id, "outcome": outcome})
+    frame = encode_frame({**head, "outcome": outcome})
     if len(frame) <= MAX_OUTCOME_BYTES:
         return frame
     too_big = failure(
@@ -126,7 +136,7 @@ def result_frame(job_id: Any, outcome: Outcome) -> bytes:
         "trace, console and values, so it is not kept.",
         environment=outcome.get("environment"),
     )
-    return encode_frame({"type": "result", "id": job_id, "outcome": too_big})
+    return encode_frame({**head, "outcome": too_big})
 
 
 class Memo:
@@ -198,6 +208,76 @@ def run_job(
         )
         outcome["detail"] = traceback.format_exc()
         return outcome
+
+
+class Answer:
+    """The one answer the worker sends for a job: the outcome, when the job ends; for a
+    program job stuck past its deadline, a timeout naming where it was, sent by a watchdog
+    thread (QuickJS runs without Python's lock, so it can), after which the worker exits
+    and the pool starts another ("retire")."""
+
+    def __init__(self, channel: BinaryIO, job: dict[str, Any], env: Environment | None) -> None:
+        self.channel = channel
+        self.job_id = job.get("id")
+        self.env = env
+        self.started = time.monotonic()
+        self.lock = threading.Lock()
+        self.sent = False
+        self.watchdog: threading.Timer | None = None
+        if job.get("kind") == "program" and env is not None:
+            seconds = float(job.get("deadline_s") or PROGRAM_SECONDS) + STUCK_GRACE
+            self.watchdog = threading.Timer(seconds, self.stuck)
+            self.watchdog.daemon = True
+            self.watchdog.start()
+
+    def send(self, outcome: Outcome) -> None:
+        with self.lock:
+            if self.sent:  # the watchdog answered and is ending the process
+                return
+            self.sent = True
+            if self.watchdog is not None:
+                self.watchdog.cancel()
+            self.channel.write(result_frame(self.job_id, outcome))
+            self.channel.flush()
+
+    def stuck(self) -> None:
+        from kernels.engine.host.js import native_line
+
+        with self.lock:
+            if self.sent:
+                return
+            self.sent = True
+            outcome = stuck_outcome(native_line(), time.monotonic() - self.started, self.env)
+            self.channel.write(result_frame(self.job_id, outcome, retire=True))
+            self.channel.flush()
+        os._exit(0)
+
+
+def stuck_outcome(line: int, seconds: float, env: Environment | None) -> Outcome:
+    """A program stopped inside a built-in QuickJS cannot interrupt; line as native_line()."""
+    where = f" at line {line}" if line > 0 else ""
+    inside = (
+        "a regular expression, which runs in C where its deadline cannot stop it (one that "
+        "backtracks can take hours on a few dozen characters)"
+        if line
+        else "a JavaScript built-in that cannot be interrupted"
+    )
+    message = (
+        f"The program was still running{where} at its deadline, inside {inside}; the worker "
+        "running it was stopped."
+    )
+    outcome = failure(
+        Status.TIMEOUT, message, message, env.as_dict() if env else {}, round(seconds * 1000, 2)
+    )
+    error = {"kind": "timeout", "message": message, "line": line if line > 0 else None}
+    outcome["program"] = {
+        "console": [],
+        "console_dropped": 0,
+        "trace": None,
+        "error": {**error, "call": "", "detail": message},
+        "dispatches": 0,
+    }
+    return outcome
 
 
 def protect_protocol() -> BinaryIO:
@@ -295,12 +375,11 @@ def main() -> int:
         if message.get("type") != "job":
             log.warning("ignoring a %r message", message.get("type"))
             continue
+        answer = Answer(channel, message, env)
         if env is None:
-            outcome = failure(Status.INFRA_ERROR, no_adapter, no_adapter)
+            answer.send(failure(Status.INFRA_ERROR, no_adapter, no_adapter))
         else:
-            outcome = run_job(device, env, message, memo, kept)
-        channel.write(result_frame(message.get("id"), outcome))
-        channel.flush()
+            answer.send(run_job(device, env, message, memo, kept))
 
 
 if __name__ == "__main__":

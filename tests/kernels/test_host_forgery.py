@@ -359,3 +359,23 @@ def test_the_record_grows_linearly_with_the_calls_a_program_makes(gpu):
         return result
 
     assert not growth_problem("record", work, make, 400)
+
+
+def test_a_sort_of_over_a_million_values_keeps_the_default_order(run):
+    source = (
+        "const t = new Float64Array((1 << 20) + 8).fill(5);\n"
+        "t[0] = NaN; t[1] = 0; t[2] = -0; t[3] = -7; t[4] = Infinity;\n"
+        "t.sort();\n"
+        "console.log(t[0], Object.is(t[1], -0), Object.is(t[2], 0), t[3], t[t.length - 2], t[t.length - 1]);\n"
+    )
+
+    result = run(source)
+
+    assert result.error is None, result.error
+    assert [line["text"] for line in result.console] == ["-7 true true 5 Infinity NaN"]
+
+
+def test_the_deadline_is_kept_on_the_wall_clock():
+    from kernels.engine.host.js import Script
+
+    assert Script("", 0.0, 1 << 20).clock.usable

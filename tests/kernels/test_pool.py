@@ -315,3 +315,30 @@ def test_workers_run_below_the_web_process_with_a_memory_cap_of_their_own(pool: 
         lower = min(19, os.getpriority(os.PRIO_PROCESS, 0) + NICENESS)  # 19 is the lowest
         assert os.getpriority(os.PRIO_PROCESS, pid) == lower
         assert resource.prlimit(pid, resource.RLIMIT_AS) == (MEMORY_BYTES, MEMORY_BYTES)
+
+
+def test_a_program_stuck_in_a_regular_expression_is_stopped_naming_its_line(single: Pool) -> None:
+    # QuickJS cannot interrupt its regular expressions: the worker's watchdog answers.
+    timeouts = single.status()["timeouts"]
+    source = "await navigator.gpu.requestAdapter();\nconst text = 'a'.repeat(40);\n/(a+)+b/.test(text);\n"
+
+    outcome = single.run("stuck-regex", {"kind": "program", "source": source, "deadline_s": 1})
+
+    assert outcome["status"] == "timeout"
+    assert outcome["program"]["error"]["line"] == 3
+    assert outcome["message"].startswith("The program was still running at line 3 at its deadline")
+    assert "regular expression" in outcome["message"]
+    assert single.status()["timeouts"] == timeouts  # answered, not killed by the pool
+    assert single.run("after-stuck-regex", add_job(3))["status"] == "passed"
+
+
+def test_an_endless_loop_is_stopped_by_its_own_deadline_naming_its_line(single: Pool) -> None:
+    timeouts = single.status()["timeouts"]
+    source = "await navigator.gpu.requestAdapter();\nlet i = 0;\nwhile (true) i++;\n"
+
+    outcome = single.run("endless", {"kind": "program", "source": source, "deadline_s": 1})
+
+    assert outcome["status"] == "timeout"
+    # QuickJS knows the line of the loop or of its condition.
+    assert outcome["program"]["error"]["line"] in (2, 3)
+    assert single.status()["timeouts"] == timeouts  # its own deadline, not the pool's kill

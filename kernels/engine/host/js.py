@@ -6,6 +6,11 @@ and Python reads the record between turns of QuickJS's job queue and answers the
 (see shim.js). Every entry into JavaScript runs under the time left before the deadline, so a
 loop that never ends is interrupted inside its own job, with its line.
 
+The deadline is kept on the wall clock (WallClock): the package's own time limit counts the
+process's CPU time, which a busy machine (and a worker running at a lower priority) hands
+out slower than the wall clock, so a loop outlived the pool's deadline and its worker was
+killed, without a line (7 of 8 loops on a busy machine).
+
 QuickJS strings cross between Python and JavaScript as C strings (a NUL byte ends them),
 and the quickjs package converts nothing else in bulk, so bytes leave JavaScript as
 escape()d Latin-1 and come in as a JSON list of uint32 words, the cheapest text that C code
@@ -14,8 +19,11 @@ turns into bytes on each side (bench/host_data.py).
 
 from __future__ import annotations
 
+import ctypes
 import json
+import math
 import re
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,6 +138,66 @@ for _i, _c in enumerate(b"0123456789abcdef"):
     HEX_DIGITS[ord(chr(_c).upper())] = _i
 
 
+class JSValue(ctypes.Structure):
+    """QuickJS's JSValue on 64-bit machines without NaN boxing: a union and a tag."""
+
+    _fields_ = [("u", ctypes.c_uint64), ("tag", ctypes.c_int64)]
+
+
+class WallClock:
+    """QuickJS's interrupt handler on one context, answering "stop" once the wall clock
+    passes `until` (math.inf: never).
+
+    QuickJS asks its handler every few thousand operations; this one is registered through
+    QuickJS's own C API (JS_SetInterruptHandler) on the context's runtime, which the
+    `quickjs` package keeps right after the Python object's header. That place is checked
+    against JS_GetRuntime() before anything is registered: when it does not hold, usable is
+    False and the package's CPU-time limit is used instead.
+    """
+
+    HANDLER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+
+    def __init__(self, context: quickjs.Context) -> None:
+        self.until = math.inf
+        self.usable = False
+        # The package's extension module, already loaded: the QuickJS it was built with.
+        library = ctypes.CDLL(sys.modules[type(context).__module__].__file__)
+        self.library = library
+        library.JS_GetArrayBuffer.restype = ctypes.c_void_p
+        library.JS_GetArrayBuffer.argtypes = [
+            ctypes.c_void_p,
+            ctypes.POINTER(ctypes.c_size_t),
+            JSValue,
+        ]
+        library.JS_GetRuntime.restype = ctypes.c_void_p
+        library.JS_GetRuntime.argtypes = [ctypes.c_void_p]
+        library.JS_SetInterruptHandler.argtypes = [ctypes.c_void_p, self.HANDLER, ctypes.c_void_p]
+        # ob_refcnt, ob_type, then the package's JSRuntime* and JSContext*.
+        _, _, runtime, js_context = (ctypes.c_void_p * 4).from_address(id(context))
+        if runtime is None or library.JS_GetRuntime(js_context) != runtime:
+            return
+        self.js_context = js_context
+        # Kept on self: QuickJS holds only the C pointer.
+        self.handler = self.HANDLER(lambda runtime, opaque: int(time.monotonic() >= self.until))
+        library.JS_SetInterruptHandler(runtime, self.handler, None)
+        self.usable = True
+
+    def cell(self, buffer: Any) -> Any:
+        """A ctypes pointer to the int32 an ArrayBuffer of 4 bytes holds (a quickjs.Object
+        from this context), readable from another thread; None when it cannot be had."""
+        if not self.usable:
+            return None
+        # ob_refcnt, ob_type, the package's context, then the JSValue.
+        _, _, _, union, tag = (ctypes.c_uint64 * 5).from_address(id(buffer))
+        size = ctypes.c_size_t()
+        address = self.library.JS_GetArrayBuffer(
+            self.js_context, ctypes.byref(size), JSValue(union, tag)
+        )
+        if not address or size.value != 4:
+            return None
+        return ctypes.cast(address, ctypes.POINTER(ctypes.c_int32))
+
+
 class Interrupted(Exception):
     """JavaScript ran past the deadline; line is the program line it was running, if known."""
 
@@ -171,15 +239,21 @@ class Script:
         self.deadline = deadline
         self.context = quickjs.Context()
         self.context.set_memory_limit(heap_bytes)
+        self.clock = WallClock(self.context)
         self.offset = SHIM.count("\n") + 1
         self.host: Any = None
+        self.native: Any = None  # shim.js nativeLine, see native_line()
         self.source = source
         program = drop_bare_calls(source)
         self.text = "\n" * (self.offset - 1) + PROGRAM_PREFIX + program + PROGRAM_SUFFIX
 
     def start(self) -> None:
         """Load the shim, compile the program and run it up to its first wait."""
+        global _running
         self.host = self._enter(lambda: self.context.eval(SHIM), BOOKKEEPING_SECONDS)
+        self.buffer = self.host("nativeLine")  # kept: the cell lives as long as it does
+        self.native = self.clock.cell(self.buffer)
+        _running = self
         program = self._enter(lambda: self.context.eval(self.text))
         self._enter(lambda: self.host("start", self.offset, program))
 
@@ -229,15 +303,19 @@ class Script:
         left = self.deadline - time.monotonic() if seconds is None else seconds
         if left <= 0:
             raise Interrupted(None)
-        # QuickJS measures this limit in process CPU time (clock()): a loop spinning on one
-        # thread uses it at the pace of the wall clock. Between entries the wall clock rules.
-        self.context.set_time_limit(left)
+        if self.clock.usable:
+            self.clock.until = time.monotonic() + left
+        else:
+            # The package's limit, in process CPU time (clock()).
+            self.context.set_time_limit(left)
         try:
             return call()
         except quickjs.JSException as e:
             raise self._failure(str(e)) from None
         finally:
-            self.context.set_time_limit(-1)
+            self.clock.until = math.inf
+            if not self.clock.usable:
+                self.context.set_time_limit(-1)
 
     def _failure(self, text: str) -> Exception:
         headline, _, stack = text.partition("\n")
@@ -255,6 +333,20 @@ class Script:
             if number.isdigit() and int(number) > self.offset:
                 return int(number) - self.offset
         return None
+
+
+# The script this process started last: a worker runs one program at a time.
+_running: Script | None = None
+
+
+def native_line() -> int:
+    """Where the program is in a regular expression now, read from another thread while
+    QuickJS is stuck in it (shim.js exec()): its program line, -1 when the line is not
+    known, 0 when it runs none."""
+    script = _running
+    if script is None or script.native is None:
+        return 0
+    return int(script.native[0])
 
 
 def unescape_latin1(text: str) -> bytes:

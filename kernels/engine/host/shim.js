@@ -61,6 +61,7 @@ const shim = (() => {
   const bufferLength = uncurry(Object.getOwnPropertyDescriptor(ArrayBuffer.prototype, "byteLength").get);
   const U8 = Uint8Array;
   const U32 = Uint32Array;
+  const I32 = Int32Array;
   const TypedArrayPrototype = getPrototypeOf(U8.prototype);
   const typedSlice = uncurry(TypedArrayPrototype.slice);
   const typedSubarray = uncurry(TypedArrayPrototype.subarray);
@@ -404,6 +405,25 @@ const shim = (() => {
     return jsonStringify(value, by, space);
   }
 
+  // A regular expression runs in C, where QuickJS's deadline cannot stop it either, and
+  // one that backtracks can run for hours on a text of 30 characters. The line of the one
+  // running is kept in nativeLine, which the worker's watchdog reads from outside (js.py
+  // native_line()) when the program is still there past its deadline: the worker stops,
+  // naming the line.
+  const nativeLine = new I32(1);
+  const SHORT_TEXT = 16;
+  function exec(string) {
+    const text = StringOf(string);
+    if (text.length <= SHORT_TEXT) return regexExec(this, text);
+    const outer = nativeLine[0];
+    nativeLine[0] = callLine() || -1;
+    try {
+      return regexExec(this, text);
+    } finally {
+      nativeLine[0] = outer;
+    }
+  }
+
   // A sort without a comparator runs in C, where QuickJS's deadline cannot stop it; past
   // MAX_SORT_NATIVE elements it is given the default order as a comparator written here,
   // which runs as JavaScript and stops at the deadline, with its line.
@@ -466,6 +486,7 @@ const shim = (() => {
     return copy;
   };
   JSON.stringify = stringify;
+  RegExp.prototype.exec = exec;
   Array.prototype.sort = sortArray;
   TypedArrayPrototype.sort = sortTyped;
 
@@ -1134,6 +1155,8 @@ const shim = (() => {
         return runTimer();
       case "console":
         return consoleText();
+      case "nativeLine":
+        return typedBuffer(nativeLine);
       default:
         throw new TypeErrorOf(`unknown command ${name}`);
     }
