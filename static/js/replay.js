@@ -30,6 +30,14 @@
           var next = fresh.querySelector('[data-live="' + old.dataset.live + '"]');
           if (next) old.replaceWith(document.importNode(next, true));
         });
+        // The editors stay (with what the reader typed); the run's errors mark them.
+        document.querySelectorAll("textarea[data-marks]").forEach(function (area) {
+          var next = area.id && fresh.getElementById(area.id);
+          if (!next) return;
+          area.dataset.marks = next.dataset.marks || "[]";
+          var marks = JSON.parse(area.dataset.marks);
+          area.dispatchEvent(new CustomEvent("kernelbin:marks", { detail: marks }));
+        });
         var article = fresh.querySelector(".replay");
         if (article) page.dataset.state = article.dataset.state;
         if (page.dataset.state !== "done") poll(1000);

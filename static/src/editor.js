@@ -186,11 +186,27 @@ function enhance(textarea) {
         "aria-label": label ? label.textContent.trim() : "Code",
         spellcheck: "false",
         autocapitalize: "off",
+        // Focusable as it is (contenteditable), said outright so that checkers see that
+        // the scrolling box around it is reached by the keyboard.
+        tabindex: "0",
       }),
       EditorView.updateListener.of((update) => {
         if (update.docChanged) textarea.value = update.state.doc.toString();
       }),
       styleNonce ? EditorView.cspNonce.of(styleNonce) : [],
+      // Typing over a selection that spans highlighted tokens makes Chrome's own editing
+      // keep their look with a style attribute, which the page's CSP blocks (and logs).
+      // The edit is made here instead, so the browser touches no markup.
+      EditorView.domEventHandlers({
+        beforeinput(event, view) {
+          if (event.isComposing || typeof event.data !== "string") return false;
+          if (event.inputType !== "insertText" && event.inputType !== "insertReplacementText") return false;
+          if (view.state.selection.main.empty) return false;
+          event.preventDefault();
+          view.dispatch(view.state.replaceSelection(event.data), { userEvent: "input.type", scrollIntoView: true });
+          return true;
+        },
+      }),
     ],
   });
   view.dom.classList.add("code-editor");
