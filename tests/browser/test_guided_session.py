@@ -74,8 +74,9 @@ def test_a_learner_is_taught_and_every_submission_runs(live_server, browser, tut
     badge = page.locator("[data-turn] .kernel-badge").last
     assert badge.inner_text().endswith("wrong results"), badge.inner_text()
     assert "status-mismatch" in (badge.get_attribute("class") or "")
+    # The welcome, the reply to the message, and now the review of the submission.
     page.wait_for_function(
-        "n => document.querySelectorAll('[data-turn] .role-tutor').length >= n", arg=2
+        "n => document.querySelectorAll('[data-turn] .role-tutor').length >= n", arg=3
     )
     assert len(tutor_api) == 2
     # The tutor saw the kernel and its outcome in the request the app sent.
