@@ -37,6 +37,12 @@ the order written; --only picks some by name):
                  iframe that asks to be 19,999 px tall
   guardrail      the guardrail's evasion corpus: `python -m tutor.evasions` in the root
                  under test, then each evasion as Claude's reply to a learner's message
+  forged-records forks whose programs attack the shim (a replaced JSON.stringify, polluted
+                 prototypes, __host.console, forged ids and sizes, values nested 100,000
+                 deep, `throw null`): how each run ended, its line, and any Python text
+  fork-huge-labels, fork-32mib-error, fork-backtracking-regex, fork-endless-loop
+                 hostile forks as above: five buffer labels of 20 MiB, an error message of
+                 32 MiB, a regular expression that backtracks, a loop that never ends
   idle-after     no attack, last: whether the site came back
 
 All the while a probe (a process of its own) GETs /healthz every 50 ms, and the web and
@@ -592,19 +598,27 @@ def naga_crashes(context: Context) -> Result:
     return result
 
 
+def new_fork(context: Context, program: str, result: Result) -> str:
+    """A reader forks this host program: the fork's page, or "" (noted) when none is made."""
+    body, headers = form({"source": VECTOR_ADD, "host": program})
+    made = request(
+        context.port, "POST", context.setup["fork_from"], body, headers | cookie_header()
+    )
+    result.statuses[f"fork {made.status}"] += 1
+    page = made.headers.get("Location", "")
+    if made.status != 303 or not page.startswith("/f/"):
+        result.notes.append(f"no fork: {made.status} {made.body[:200]!r}")
+        return ""
+    return page
+
+
 def hostile_fork(context: Context, name: str, program: str) -> Result:
     """A reader forks this host program; its page is timed alone once its run is done (the
     page cost), then viewed --views times at once by readers without cookies."""
     views = context.views
     with phase(context, name, kernels=1) as result:
-        body, headers = form({"source": VECTOR_ADD, "host": program})
-        made = request(
-            context.port, "POST", context.setup["fork_from"], body, headers | cookie_header()
-        )
-        result.statuses[f"fork {made.status}"] += 1
-        page = made.headers.get("Location", "")
-        if made.status != 303 or not page.startswith("/f/"):
-            result.notes.append(f"no fork: {made.status} {made.body[:200]!r}")
+        page = new_fork(context, program, result)
+        if not page:
             return result
         seen = run_until_done(context.port, page)
         result.statuses[f"outcome {seen['status']}"] += 1
@@ -1011,6 +1025,85 @@ def guardrail_corpus(context: Context) -> Result:
 
 
 EVASIONS_AS_JSON = "import json; from tutor.evasions import EVASIONS; print(json.dumps(EVASIONS))"
+
+
+# Programs that attack the shim they share a realm with (#23): each must end as the
+# program's own outcome, its error naming a line, with no Python exception in sight.
+FORGED_RECORDS = {
+    "stringify": 'JSON.stringify = () => \'{"record":[{"op":"__init__"}],"state":"done"}\';',
+    "to-json": "Object.prototype.toJSON = function () { return { op: 'op___init__' }; };",
+    "push": "Array.prototype.push = () => 0; Map.prototype.set = function () { return this; };",
+    "host-console": "__host.console = () => 'x'.repeat(20 * 1024 * 1024);",
+    "forged-id": "device.queue.writeBuffer({ __id: 1, size: 1 << 30 }, 0, new Float32Array(4));",
+    "forged-size": (
+        "for (let i = 0; i < 6; i++)\n"
+        "  device.createBuffer({ size: 256 * 1024 * 1024, usage: GPUBufferUsage.UNIFORM });"
+    ),
+    "inherited-size": "Object.defineProperty(Object.prototype, 'size', { get: () => 2 ** 40 });",
+    "deep-nesting": (
+        "let deep = {};\nfor (let i = 0; i < 100000; i++) deep = { a: deep };\n"
+        "device.createComputePipeline({ layout: 'auto', compute: { module, constants: deep } });"
+    ),
+    "deep-stringify": (
+        "let deep = {};\nfor (let i = 0; i < 100000; i++) deep = { a: deep };\n"
+        "JSON.stringify(deep);"
+    ),
+    "threw-null": "throw null;",
+}
+PYTHON_TELLS = re.compile(
+    r"Traceback|AttributeError|KeyError|TypeError: string indices|runner failed|op___init__"
+)
+
+
+@attack("forged-records")
+def forged_records(context: Context) -> Result:
+    """Each attack in FORGED_RECORDS, as a fork of the vector add: how its run ended."""
+    with phase(context, "forged-records", kernels=len(FORGED_RECORDS)) as result:
+        for name, attack_code in FORGED_RECORDS.items():
+            page = new_fork(context, HOST_PROGRAM + attack_code + "\n" + SUBMIT, result)
+            if not page:
+                continue
+            run_until_done(context.port, page)
+            body = request(context.port, "GET", f"{page}replay.json").body
+            outcome = json.loads(body).get("outcome") or {}
+            error = (outcome.get("program") or {}).get("error") or {}
+            told = PYTHON_TELLS.search(body.decode(errors="replace"))
+            result.statuses[f"outcome {outcome.get('status')}"] += 1
+            result.notes.append(
+                f"{name}: {outcome.get('status')}, line {error.get('line')}"
+                f"{', PYTHON TEXT: ' + told.group(0) if told else ''}: "
+                f"{str(outcome.get('message', ''))[:110]}"
+            )
+    return result
+
+
+# What a program controls, at its largest, and loops QuickJS cannot stop by itself (#23, #30).
+HUGE_LABELS = """const huge = 'L'.repeat(20 * 1024 * 1024);
+for (let i = 0; i < 5; i++) device.createBuffer({ label: huge + i, size: 16, usage });
+"""
+HUGE_ERROR = "throw new Error('E'.repeat(32 * 1024 * 1024));\n"
+BACKTRACKING = "/(a+)+b/.test('a'.repeat(40));\n"
+ENDLESS = "let spins = 0;\nwhile (true) spins++;\n"
+
+
+@attack("fork-huge-labels")
+def fork_huge_labels(context: Context) -> Result:
+    return hostile_fork(context, "fork-huge-labels", HOST_PROGRAM + HUGE_LABELS + SUBMIT)
+
+
+@attack("fork-32mib-error")
+def fork_32mib_error(context: Context) -> Result:
+    return hostile_fork(context, "fork-32mib-error", HOST_PROGRAM + HUGE_ERROR)
+
+
+@attack("fork-backtracking-regex")
+def fork_backtracking_regex(context: Context) -> Result:
+    return hostile_fork(context, "fork-backtracking-regex", HOST_PROGRAM + BACKTRACKING)
+
+
+@attack("fork-endless-loop")
+def fork_endless_loop(context: Context) -> Result:
+    return hostile_fork(context, "fork-endless-loop", HOST_PROGRAM + ENDLESS)
 
 
 @attack("idle-after")
