@@ -54,3 +54,22 @@ class InputsTestCase(ImportingTestCase):
         out = self.run_import(self.write("titled.jsonl", t))
         self.assertEqual(self.session().title, "Why does my reduction return zero?")
         self.assertIn("1 summary line(s) of other sessions of the project: not the title.", out)
+
+    def test_lines_without_parents_are_read_in_file_order(self) -> None:
+        # Other tools write transcripts without parentUuid: each line is its own root.
+        t = Transcript("flat")
+        t.user("What is a workgroup?", parent=None)
+        t.assistant("msg_F1", [text("A group of invocations that share memory.")], parent=None)
+        t.user("And a subgroup?", parent=None)
+        t.assistant("msg_F2", [text("A hardware-sized slice of a workgroup.")], parent=None)
+        out = self.run_import(self.write("flat.jsonl", t))
+        self.assertEqual(
+            [turn.content for turn in self.turns()],
+            [
+                "What is a workgroup?",
+                "A group of invocations that share memory.",
+                "And a subgroup?",
+                "A hardware-sized slice of a workgroup.",
+            ],
+        )
+        self.assertNotIn("unconnected", out)

@@ -82,14 +82,20 @@ class _Graph:
         by_uuid = Lookup(as_numpy(index.uuids))
         dup = np.ones(len(index), dtype=bool)
         dup[by_uuid.lines] = False
-        return cls(
-            kinds=as_numpy(index.kinds, np.uint8),
-            flags=flags,
-            side=(flags & SIDECHAIN) != 0,
-            dup=dup,
-            parent=by_uuid.find(as_numpy(index.parents)),
-            by_uuid=by_uuid,
-        )
+        kinds = as_numpy(index.kinds, np.uint8)
+        side = (flags & SIDECHAIN) != 0
+        parent = by_uuid.find(as_numpy(index.parents))
+        _file_order(parent, np.isin(kinds, CONVERSATION) & ~dup & ~side)
+        return cls(kinds=kinds, flags=flags, side=side, dup=dup, parent=parent, by_uuid=by_uuid)
+
+
+def _file_order(parent: npt.NDArray[np.int64], trunk: npt.NDArray[np.bool_]) -> None:
+    """Transcripts written by hand or by other tools often leave parentUuid out: when no
+    conversation line has a parent, each follows the one before it in the file."""
+    lines = np.nonzero(trunk)[0]
+    if len(lines) < 2 or (parent[lines] >= 0).any():
+        return
+    parent[lines[1:]] = lines[:-1]
 
 
 @dataclass
