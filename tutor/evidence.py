@@ -194,6 +194,13 @@ def unwritten_cells(
             "Which component of the invocation id gives your row, which gives your column, "
             "and how many invocations does the dispatch run along each?"
         )
+        if threads and threads[2] >= count:
+            # Enough ran: the dispatch is not the first suspect, what stops them is.
+            question = (
+                f"{threads[2]} invocations ran for {count} cells. Which of them should have "
+                "written those cells, and what in your kernel stops them or sends their "
+                "stores elsewhere?"
+            )
         return "lines", f"{lines} {question}"
     if not one_cell_each(entry, name):
         return "unknown", (
