@@ -87,7 +87,9 @@ literals carry a u suffix (8u).
 - The host calls dispatchWorkgroups(x, y, z): invocations per axis = workgroups × workgroup size.
 - exp(x) overflows f32 above about 88.7: softmax subtracts the row maximum first.
 - On the server's CPU backend (llvmpipe) out-of-bounds writes are silently dropped and loops \
-stop after 65,535 iterations: the run's warnings say so when it matters.
+stop after 65,535 iterations: the run's warnings say so where the kernel can meet it. A \
+llvmpipe_loop_cap warning only means a loop's count was not known before it ran: mention the \
+cap only if that loop can run 65,535 times for one invocation.
 
 # The run_kernel tool
 It runs the learner's latest submitted version (or the version you name) under the lesson's \
