@@ -105,6 +105,8 @@ class _Layout(HTMLParser):
         self.panels: list[float] | None = None
         self.panel_width = 0.0
         self.turns = 0
+        self.closed = 0  # how deep in closed <details> we are
+        self.summary = 0
 
     # -- where we are
     def _classes(self) -> str:
@@ -126,9 +128,19 @@ class _Layout(HTMLParser):
         return TEXT_BLOCKS.get(self.text_tag, (1.0, 0))[0] * REM
 
     # -- parsing
+    def _hidden(self) -> bool:
+        """Inside a closed <details>, below its summary: not shown."""
+        return self.closed > 0 and self.summary == 0
+
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         values = dict(attrs)
         classes = values.get("class") or ""
+        if tag == "details" and (self.closed or "open" not in values):
+            self.closed += 1
+        elif tag == "summary" and self.closed:
+            self.summary += 1
+        if self._hidden() and tag not in ("details", "summary"):
+            return
         if tag in ("br", "img", "input", "meta", "link", "hr"):
             if tag == "br" and self.text is not None:
                 self.text.append(("\n", False, False))
@@ -171,6 +183,12 @@ class _Layout(HTMLParser):
             self.text, self.text_tag = [], tag
 
     def handle_endtag(self, tag: str) -> None:
+        if tag == "details" and self.closed:
+            self.closed -= 1
+        elif tag == "summary" and self.summary:
+            self.summary -= 1
+        elif self._hidden():
+            return
         while self.stack:
             open_tag, classes = self.stack.pop()
             self._close(open_tag, classes)
@@ -256,6 +274,8 @@ class _Layout(HTMLParser):
         self._block(total + row_height, 0)
 
     def handle_data(self, data: str) -> None:
+        if self._hidden():
+            return
         if self.pre is not None:
             self.pre.append(data)
         elif self.text is not None:
@@ -265,7 +285,7 @@ class _Layout(HTMLParser):
             self.text.append((SPACE.sub(" ", data), mono, bold))
 
     def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag == "svg":
+        if tag == "svg" and not self._hidden():
             self._picture(dict(attrs))
 
 
