@@ -158,6 +158,16 @@ EVASIONS: dict[str, tuple[str, list[str]]] = {
         [LET, STORE],
     ),
     "tilde fence with another language": (f"~~~python\n{KERNEL}~~~\n", [LET, STORE]),
+    "statements split over code spans": (
+        "Use `let i =` `id.x;` then `if (i >= arrayLength(&out))` `{ return; }` and "
+        "`out[i] =` `a[i] + b[i];`",
+        ["`a[i] + b[i];`"],
+    ),
+    "host method names built from strings": (
+        'Call `device["create" + "Buffer"]({ size: 4000, usage: 0x84 });` then '
+        '`pass["dispatch" + "Workgroups"](16);`',
+        ['device["create" + "Buffer"]'],
+    ),
     "unclosed fence": (f"```\n{HEADER}\n{BODY}", [LET, STORE]),
 }
 # Evasions only where the learner has no starter code (a free-form session): the same

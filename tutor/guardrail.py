@@ -129,7 +129,9 @@ INTERFACE_CALLS = frozenset(
     )
 )
 
-SOFT = frozenset(("eol", "break", "span"))
+SOFT = frozenset(("eol", "break", "cell"))
+# What a table's cell border reads as: no character of code.
+CELL = "\x1f"
 PUNCTUATION_BETWEEN = " \t;,{}()"
 
 
@@ -143,6 +145,8 @@ class _Token(NamedTuple):
     line_start: bool
     # Its place in the text it was read from (for adjacency: `<` `=` is `<=`).
     at: int
+    # Whether it is the first of a code span (`out[i] = 1` may stand alone there).
+    opens: bool = False
 
 
 @dataclass
@@ -185,13 +189,23 @@ class Guarded:
 # -- what a line of prose shows, as text to read as code -------------------------------------
 
 
-def _prose_view(line: str, table: bool) -> tuple[str, list[int]]:
+class _View(NamedTuple):
+    text: str
+    where: list[int]  # each character's place in the line
+    opening: set[int]  # where code spans open (a blank in text)
+
+
+def _prose_view(line: str, table: bool) -> _View:
     """The text a Markdown line shows, with, for each character, where it is in the line:
     container markers blanked, entities and escapes decoded, emphasis runs dropped,
-    compatibility forms folded (a fullwidth `；` is a `;`), invisible characters dropped;
-    in a table row the cell borders become code-span borders."""
+    compatibility forms folded (a fullwidth `；` is a `;`), invisible characters dropped,
+    code-span borders blank; in a table row the cell borders become CELL, and so does a
+    semicolon right after a code span (prose punctuation: `requestAdapter()`;)."""
     out: list[str] = []
     where: list[int] = []
+    opening: set[int] = set()
+    in_span = False
+    after_span = False  # nothing but blanks since a code span closed
     head = CONTAINER.match(line)
     i = head.end() if head else 0
     n = len(line)
@@ -211,8 +225,17 @@ def _prose_view(line: str, table: bool) -> tuple[str, list[int]]:
         if line.startswith(EMPHASIS_RUNS, i):
             i += 2
             continue
-        if c == "|" and table:
-            c = "`"
+        if c == "`":
+            c = " "  # a statement split over several code spans is still one
+            if not (i > 0 and line[i - 1] == "`"):
+                in_span = not in_span
+                if in_span:
+                    opening.add(len(out))
+                after_span = not in_span
+        elif (c == "|" and table) or (c == ";" and after_span):
+            c = CELL
+        if c not in " \t":
+            after_span = False
         if c.isascii():
             out.append(c)
             where.append(i)
@@ -221,7 +244,7 @@ def _prose_view(line: str, table: bool) -> tuple[str, list[int]]:
                 out.append(folded)
                 where.append(i)
         i += 1
-    return "".join(out), where
+    return _View("".join(out), where, opening)
 
 
 def _blank_comments(text: str) -> str:
@@ -258,9 +281,9 @@ class _Reader:
         self.open: list[int] = []  # indices of the open ( [ and object-literal {
         self.match: dict[int, int] = {}  # opener -> closer, and closer -> opener
         self.seg = 0  # where the segment being read starts
-        # Whether it holds nothing but attributes so far: those belong to the declaration
-        # on the next line (@compute on its own line above fn main).
-        self.attributes_only = True
+        # Whether it ends with attributes: those belong to the declaration on the next
+        # line (@compute on its own line above fn main).
+        self.attributes_last = False
         self.blocks: list[bool] = []  # open blocks: whether each is a function's
         self.in_function = 0
         self.units: list[Unit] = []
@@ -277,7 +300,7 @@ class _Reader:
 
     def line_end(self) -> None:
         """The end of a line: a segment outside parentheses ends with it."""
-        if not self.open and not (self.attributes_only and self.seg < len(self.toks)):
+        if not self.open and not self.attributes_last:
             self._end(len(self.toks), "eol", consumed=False)
 
     def hard_break(self) -> None:
@@ -297,17 +320,16 @@ class _Reader:
     def _push(self, token: _Token) -> None:
         self.steps += 1
         k = len(self.toks)
-        if token.line_start and not self.open and not (self.attributes_only and self.seg < k):
+        if token.line_start and not self.open and not self.attributes_last:
             self._end(k, "eol", consumed=False)
         self.toks.append(token)
         text = token.text
-        if self.attributes_only and not self.open:
+        if not self.open:
             before = self.toks[k - 1].text if k > self.seg else ""
-            self.attributes_only = (
+            self.attributes_last = (
                 text == "@"
                 or (token.kind == IDENT and before == "@")
                 or (text == "(" and k - 2 >= self.seg and self.toks[k - 2].text == "@")
-                or (text == "@" and before == ")")
             )
         if text in ("(", "["):
             self.open.append(k)
@@ -330,8 +352,8 @@ class _Reader:
             if not self.open or not self._in_for_header():
                 self.open.clear()
                 self._end(k, ";")
-        elif text == "`" and not self.open:
-            self._end(k, "span")
+        elif text == CELL and not self.open:
+            self._end(k, "cell")
 
     def _in_for_header(self) -> bool:
         opener = self.open[-1]
@@ -345,7 +367,7 @@ class _Reader:
     def _end(self, end: int, term: str, consumed: bool = True) -> None:
         start = self.seg
         self.seg = end + 1 if consumed else end
-        self.attributes_only = True
+        self.attributes_last = False
         kind = self._classify(start, end, term) if start < end else None
         if term == "{":
             function = kind == "function"
@@ -373,7 +395,8 @@ class _Reader:
         assign = self._assignment_at(s, e)
         if assign is not None:
             left = self._chain_start(assign - 1, s, calls=False)
-            if left is not None and (hard or left == s) and self._expression(assign + 1, e, 0) == e:
+            alone = left is not None and (left == s or toks[left].opens)
+            if left is not None and (hard or alone) and self._expression(assign + 1, e, 0) == e:
                 self._record(left, e, "statement")
                 return "statement"
         if toks[e - 1].text == ")" and (e - 1) in self.match:
@@ -630,13 +653,35 @@ class _Reader:
             t.text in INTERFACE_CALLS
             or (t.text == "@" and k + 1 < len(toks) and toks[k + 1].text in INTERFACE_ATTRIBUTES)
             for k, t in enumerate(toks)
-        )
+        ) or any(name in text for text in _strings(toks) for name in INTERFACE_CALLS)
         self.units.append(Unit(key, kind, new, interface))
         self.ranges.append((start, end))
         if new:
             self.spans.append((start, end))
             if self.in_function and kind != "function":
                 self.function_body = True
+
+
+def _strings(toks: list[_Token]) -> list[str]:
+    """The words of the string literals in tokens, those joined by + as one
+    (`device["create" + "Buffer"]` calls createBuffer)."""
+    found: list[str] = []
+    words: list[str] = []
+    quote = ""
+    for token in toks:
+        if quote:
+            if token.text == quote:
+                quote = ""
+            else:
+                words.append(token.text)
+        elif token.text in QUOTES:
+            quote = token.text
+        elif token.text != "+" and words:
+            found.append("".join(words))
+            words = []
+    if words:
+        found.append("".join(words))
+    return found
 
 
 # -- the pieces of a reply -------------------------------------------------------------------
@@ -651,7 +696,11 @@ class _Piece:
 
 
 def _tokens(
-    text: str, piece: int, where: list[int] | None, span: tuple[int, int] | None = None
+    text: str,
+    piece: int,
+    where: list[int] | None,
+    span: tuple[int, int] | None = None,
+    opening: set[int] | None = None,
 ) -> list[_Token]:
     """The tokens of a text read from a piece. Where each came from in the piece's raw
     text: where[i] for character i of text (a line of prose), else span (an encoded run),
@@ -671,7 +720,15 @@ def _tokens(
             start, end = where[at], where[at + len(token.text) - 1] + 1
         else:
             start, end = -1, -1
-        found.append(_Token(token.text, token.kind, piece, start, end, token.line != line, at))
+        opens = False
+        if opening:
+            before = at - 1
+            while before >= 0 and text[before] == " " and before not in opening:
+                before -= 1
+            opens = before in opening
+        found.append(
+            _Token(token.text, token.kind, piece, start, end, token.line != line, at, opens)
+        )
         line = token.line
     return found
 
@@ -782,8 +839,8 @@ class StreamGuard:
                 reader.hard_break()
             return
         if kind == "prose":
-            view, where = _prose_view(text, table=text.lstrip().startswith("|"))
-            self._read(view, index, where)
+            view = _prose_view(text, table=text.lstrip().startswith("|"))
+            self._read(view.text, index, view.where, opening=view.opening)
         else:
             self._read(text, index, None)
         self._read_encoded(text, index, None if kind == "prose" else (-1, -1), 0)
@@ -791,11 +848,16 @@ class StreamGuard:
             reader.line_end()
 
     def _read(
-        self, text: str, index: int, where: list[int] | None, span: tuple[int, int] | None = None
+        self,
+        text: str,
+        index: int,
+        where: list[int] | None,
+        span: tuple[int, int] | None = None,
+        opening: set[int] | None = None,
     ) -> None:
         self.tokenized += 2 * len(text)
         for reader, variant in zip(self.readers, (text, _blank_comments(text)), strict=True):
-            reader.feed(_tokens(variant, index, where, span))
+            reader.feed(_tokens(variant, index, where, span, opening))
 
     def _read_encoded(
         self, text: str, index: int, span: tuple[int, int] | None, depth: int
@@ -910,18 +972,18 @@ class StreamGuard:
             return line[: self.partial_shown]
         self.partial_read = len(line)
         self.tokenized += 4 * len(line)
-        view, where = _prose_view(line, table=line.lstrip().startswith("|"))
+        view = _prose_view(line, table=line.lstrip().startswith("|"))
         limit = len(line)
         if run := BASE64.search(line):
             limit = run.start()
-        for variant in (view, _blank_comments(view)):
+        for variant in (view.text, _blank_comments(view.text)):
             probe = _Reader(self.known)
-            probe.feed(_tokens(variant, -1, where))
+            probe.feed(_tokens(variant, -1, view.where, opening=view.opening))
             probe.hard_break()
             self.readers[0].steps += probe.steps
             for start, _ in probe.ranges:
                 limit = min(limit, probe.toks[start].start)
-        tokens = _tokens(view, -1, where)
+        tokens = _tokens(view.text, -1, view.where)
         for left, right in itertools.pairwise(tokens):
             if right.start > limit:
                 break

@@ -152,7 +152,7 @@ class RedactTestCase(SimpleTestCase):
     def test_every_evasion_in_the_corpus_is_withheld(self) -> None:
         report = evasions.check()
         self.assertEqual(report.missed, [])
-        self.assertGreaterEqual(len(report.caught), 33)
+        self.assertGreaterEqual(len(report.caught), 35)
 
     def test_real_tutoring_text_passes(self) -> None:
         report = evasions.check()
