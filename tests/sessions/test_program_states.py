@@ -362,3 +362,37 @@ class ProgramStateExportTestCase(ImportingTestCase):
         self.assertIn("states[", message)
         self.assertIn("its content is not in the file", message)
         self.assertFalse(Session.objects.exists())
+
+
+class CuratorRelinkTestCase(ImportingTestCase):
+    def test_a_curators_relink_in_the_admin_survives_a_re_import(self) -> None:
+        transcript = self.write("mnist-page.jsonl", mnist_page())
+        self.run_import(transcript, "--visibility", "public")
+        session = self.session()
+        # The tutor's reply after the matmul page: the curator links it to the add kernel.
+        reply = session.turns.get(state__number=3, role=Turn.Role.TUTOR)
+        add = Kernel.objects.get(name="index-main").versions.get(number=1)
+        self.assertNotEqual(reply.kernel_version_id, add.pk)
+        self.client.force_login(User.objects.create_superuser("cur", password="pw"))
+        r = self.client.post(
+            f"/admin/tutoring_sessions/turn/{reply.pk}/change/",
+            {
+                "role": reply.role,
+                "content": reply.content,
+                "kernel_version": add.pk,
+                "state": reply.state_id,
+                "timestamp_0": "",
+                "timestamp_1": "",
+                "meta": json.dumps(reply.meta),
+            },
+        )
+        self.assertEqual(r.status_code, 302, r.content[:2000])
+
+        report = self.run_import(transcript, "--files", str(weights_folder(self.tmp / "p")))
+
+        relinked = session.turns.get(number=reply.number)
+        self.assertEqual(relinked.kernel_version_id, add.pk)
+        self.assertEqual(
+            relinked.meta["relinked_by_curator"], {"kernel": "index-main", "version": 1}
+        )
+        self.assertIn("Kept the curator's links of 1 turn(s) to versions.", report)
