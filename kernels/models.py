@@ -261,6 +261,8 @@ class ProgramState(models.Model):
     # sha256 over the entry, the kind and every (path, file sha256): two states with the
     # same digest run the same program on the same files.
     digest = models.CharField(max_length=64, editable=False)
+    # The shader modules its files hold, in path order: [{"kernel": name, "version": n}].
+    modules = models.JSONField(default=list, blank=True)
 
     class Meta:
         ordering = ["session", "number"]

@@ -123,6 +123,7 @@ def replay_page(request: HttpRequest, slug: str, number: int) -> HttpResponse:
         "busy": shown.busy,
         "json_url": reverse("kernels:replay_json", args=[session.slug, turn.number]),
         "introduced_at": version.turn,
+        "program": _program_context(version),
         "intent": story.intent(version, outcome),
         "explained_at": story.explaining_turn(turn),
         "share": _share(request, turn),
@@ -146,6 +147,27 @@ def _share(request: HttpRequest, turn: Turn) -> dict:
         "url": origin + request.path,
         "image": origin + card,
     }
+
+
+def _program_context(version: KernelVersion) -> dict | None:
+    """The program state the version was written in: its entry, its files, and its shader
+    modules (this one marked), each linked to its kernel's timeline."""
+    state = version.state
+    if state is None:
+        return None
+    slug = version.kernel.session.slug
+    modules = [
+        {
+            "kernel": module["kernel"],
+            "version": module["version"],
+            "this": (module["kernel"], module["version"]) == (version.kernel.name, version.number),
+            "url": reverse("kernels:timeline", args=[slug, module["kernel"]]),
+        }
+        for module in state.modules
+        if isinstance(module, dict) and Kernel.name_problem(str(module.get("kernel"))) == ""
+    ]
+    paths = list(state.files.order_by("path").values_list("path", flat=True))
+    return {"state": state, "paths": paths, "modules": modules}
 
 
 def _embedding_context(request: HttpRequest, turn: Turn) -> dict:

@@ -38,6 +38,7 @@ def _states(session: Session) -> tuple[list[dict[str, Any]], list[dict[str, Any]
             "kind": state.kind,
             "entry": state.entry,
             "files": {file.path: file.blob_id for file in state.files.all()},
+            "modules": state.modules,
         }
         for state in states
     ]

@@ -343,7 +343,17 @@ def _validate_states(raw_states: list[Any], contents: dict[str, bytes]) -> list[
         entry = _get(raw, "entry", str, where, required=False) or ""
         if entry and entry not in files:
             raise ImportProblem(f"{where}.entry: '{entry}' is not one of the state's files.")
-        states.append(StateSpec(number=number, files=files, entry=entry, kind=kind))
+        modules = []
+        for m_index, module in enumerate(_get(raw, "modules", list, where, required=False) or []):
+            m_where = f"{where}.modules[{m_index}]"
+            if not isinstance(module, dict):
+                raise ImportProblem(f"{m_where}: must be an object.")
+            modules.append(
+                (_get(module, "kernel", str, m_where), _get(module, "version", int, m_where))
+            )
+        states.append(
+            StateSpec(number=number, files=files, entry=entry, kind=kind, modules=modules)
+        )
     return states
 
 

@@ -171,6 +171,8 @@ class StateSpec:
     files: dict[str, bytes]
     entry: str = ""
     kind: str = ProgramState.Kind.WEBGPU
+    # The shader modules its files hold: (kernel name, version number).
+    modules: list[tuple[str, int]] = field(default_factory=list)
 
 
 # What an importer hands the writer, in order: a turn, or a kernel, or a version of a
@@ -422,6 +424,7 @@ class _Batches:
             kind=spec.kind,
             entry=spec.entry,
             digest=ProgramState.digest_of(spec.entry, spec.kind, files),
+            modules=[{"kernel": kernel, "version": number} for kernel, number in spec.modules],
         )
         StateFile.objects.bulk_create(
             StateFile(state=state, path=path, blob_id=sha) for path, sha in files.items()

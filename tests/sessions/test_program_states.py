@@ -102,6 +102,16 @@ class ProgramStateImportTestCase(ImportingTestCase):
             },
         )
         self.assertEqual(timelines["index-main-2"][:2], [MATMUL, MATMUL_BIAS])
+        # Each state lists the shader modules its page holds then.
+        modules = {
+            state.number: [(m["kernel"], m["version"]) for m in state.modules]
+            for state in ProgramState.objects.all()
+        }
+        self.assertEqual(modules[1], [])
+        self.assertEqual(modules[2], [("index-main", 1)])
+        self.assertEqual(
+            modules[6], [("index-main-2", 2), ("index-main-3", 1), ("index-main-4", 1)]
+        )
         self.assertLess(likeness(ADD, MATMUL), 0.5)
         self.assertLess(likeness(RELU, SOFTMAX), 0.5)
         self.assertGreater(likeness(MATMUL, MATMUL_BIAS), 0.5)
@@ -156,6 +166,7 @@ class ProgramStateReplayTestCase(TransactionTestCase):
             "".join(json.dumps(line) + "\n" for line in mnist_page().lines), encoding="utf-8"
         )
         self.project = weights_folder(self.tmp / "project")
+        self.outcomes: dict[int, dict] = {}
 
     def import_it(self) -> str:
         out = io.StringIO()
@@ -172,6 +183,7 @@ class ProgramStateReplayTestCase(TransactionTestCase):
 
     def printed(self, slug: str, number: int) -> list[str]:
         outcome = finished(self.client, f"/s/{slug}/turns/{number}/replay.json")["outcome"]
+        self.outcomes[number] = outcome
         return [line["text"] for line in outcome["program"]["console"]]
 
     def test_each_turn_replays_its_own_program(self) -> None:
@@ -196,8 +208,25 @@ class ProgramStateReplayTestCase(TransactionTestCase):
             np.testing.assert_allclose(probabilities, expected_probabilities(), atol=1e-5)
             self.assertAlmostEqual(probabilities[7], 0.9995, places=3)
         self.assertEqual(printed[8][1], "digit 7")
-        # The drawing page asks for a canvas the server does not have: it prints nothing.
+        # The drawing page asks for a canvas the server does not have: it prints nothing,
+        # and the rejection nobody awaited names getContext and its line.
         self.assertEqual(printed[9], [])
+        drawing = next(t for t in writers if t.state.number == 9)
+        self.assertRegex(
+            json.dumps(self.outcomes[drawing.number]),
+            r"Line \d+: Uncaught \(in promise\).*getContext",
+        )
+        # A turn's replay page shows the program's shader modules, this one marked.
+        toy = next(t for t in writers if t.state.number == 6)
+        page = self.client.get(f"/s/{session.slug}/turns/{toy.number}/replay/")
+        self.assertContains(page, "as the project stood after this turn (state 6: index.html)")
+        self.assertContains(
+            page,
+            f'<a href="/s/{session.slug}/kernels/index-main-2/" aria-current="true">'
+            "<code>index-main-2</code> v2</a>",
+            html=True,
+        )
+        self.assertContains(page, "<code>index-main-4</code> v1", html=True)
 
     def test_a_fork_made_before_a_re_import_answers_at_the_same_url_after_it(self) -> None:
         self.import_it()

@@ -180,6 +180,8 @@ class NewState:
     entry: str  # the page or script whose program runs ("" when none can)
     files: dict[str, str]
     changed: str  # the path this call wrote
+    # The shader modules its files hold, as (kernel name, version number).
+    modules: list[tuple[str, int]] = field(default_factory=list)
 
 
 @dataclass
@@ -218,6 +220,8 @@ class KernelHistory:
     # Each program file's kernels, in the order they first appeared, and its host code.
     file_kernels: dict[str, list[str]] = field(default_factory=dict)
     file_hosts: dict[str, str] = field(default_factory=dict)
+    # Each project file's shader modules now, by its path in the project.
+    file_modules: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
 
     # Naming ------------------------------------------------------------------
 
@@ -348,7 +352,8 @@ class KernelHistory:
                 force,
                 host=self._host_fetching(path),
             )
-            return self._in_state([version] if version else [], state)
+            self._modules_of(path, [self._wgsl_name(path)], state)
+            return self._in_state([version] if version else [], state, path)
         program = read_program(path, content)
         names = self._lineage(path, program.shaders)
         host_changed = self.file_hosts.get(path) != program.host
@@ -370,13 +375,37 @@ class KernelHistory:
             )
             if version:
                 versions.append(version)
-        return self._in_state(versions, state)
+        self._modules_of(path, names, state)
+        return self._in_state(versions, state, path)
 
-    def _in_state(self, versions: list[NewVersion], state: NewState | None) -> list[NewVersion]:
-        number = state.number if state else (self.states or None)
+    def _in_state(
+        self, versions: list[NewVersion], state: NewState | None, path: str
+    ) -> list[NewVersion]:
+        """The versions, each in the state this call made (or, for a file the project
+        holds as it was, the last state; for a file outside the project, none)."""
+        number = state.number if state else None
+        if state is None and self.project_path(path) is not None:
+            number = self.states or None
         for version in versions:
             version.state = number
         return versions
+
+    def _modules_of(self, path: str, names: list[str], state: NewState | None) -> None:
+        """Record the shader modules the file holds now; the state lists the project's."""
+        relative = self.project_path(path)
+        if relative is None:
+            return
+        self.file_modules[relative] = [
+            (name, self.kernels[name].number) for name in names if self.kernels[name].number
+        ]
+        if state is not None:
+            state.modules = self._modules()
+
+    def _modules(self) -> list[tuple[str, int]]:
+        """The shader modules of the project's files, in path order: (kernel, version)."""
+        return [
+            module for path in sorted(self.project) for module in self.file_modules.get(path, [])
+        ]
 
     # The project ----------------------------------------------------------------
 
@@ -405,7 +434,9 @@ class KernelHistory:
         if relative.lower().endswith(RUNNABLE_SUFFIXES) and read_program(relative, content).host:
             self.entry = relative
         self.states += 1
-        self.new_state = NewState(self.states, self.entry, dict(self.project), relative)
+        self.new_state = NewState(
+            self.states, self.entry, dict(self.project), relative, self._modules()
+        )
         return self.new_state
 
     def take_state(self) -> NewState | None:

@@ -125,7 +125,9 @@ class TurnMaker:
         changed the project points at the state it made."""
         if state is not None:
             files = {path: text.encode() for path, text in state.files.items()}
-            yield StateSpec(number=state.number, files=files, entry=state.entry)
+            yield StateSpec(
+                number=state.number, files=files, entry=state.entry, modules=state.modules
+            )
             turn.state = self.review_state = state.number
         if versions:
             turn.kernel = (versions[0].kernel, versions[0].number)
