@@ -2,6 +2,18 @@
 // and say so in place; once it is done, fetch the page again and swap in the parts that
 // show the outcome (rendered on the server, pictures included), without reloading.
 (function () {
+  // The code to embed this replay or fork, in the theme the blogger picks.
+  document.querySelectorAll("select.embed-theme").forEach(function (select) {
+    var box = document.getElementById(select.dataset.code);
+    var light = box.value;
+    select.addEventListener("change", function () {
+      var theme = select.value === "light" ? "" : "?theme=" + select.value;
+      box.value = light.replace(/\/embed\/"/g, "/embed/" + theme + '"');
+    });
+  });
+})();
+
+(function () {
   var page = document.querySelector(".replay");
   if (!page || page.dataset.state === "done") return;
   if (!document.querySelector(".running, .busy")) return;

@@ -97,3 +97,17 @@ def test_every_embed_is_light_or_dark_as_asked(live_server, browser, showcase, p
     dark = [int(c) for c in colours["dark"][4:-1].split(",")[:3]]
     light = [int(c) for c in colours["light"][4:-1].split(",")[:3]]
     assert sum(dark) < 150 < sum(light), colours
+
+
+def test_a_replay_pages_embed_code_takes_the_theme_picked(live_server, browser, showcase):
+    page = browser.new_page()
+    page.goto(f"{live_server.url}/s/{SHOWCASE}/turns/57/replay/")
+    page.click(".replay-embed > summary")
+    page.select_option(".replay-embed select.embed-theme", "dark")
+    code = page.input_value("#replay-embed-code")
+    src = re.search(r'href="([^"]+)"', code)[1]
+    assert src.endswith("/turns/57/replay/embed/?theme=dark")
+    page.goto(src)
+    colour = page.evaluate("getComputedStyle(document.body).backgroundColor")
+    assert sum(int(c) for c in colour[4:-1].split(",")[:3]) < 150, colour
+    page.close()
