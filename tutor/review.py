@@ -383,10 +383,20 @@ def _value_pattern(output: dict, index: str, harness: dict) -> str:
         example = evidence.shift_example(got, expected, shift, shape, close)
         return evidence.shift_explanation(shift, index, example)
     plain = evidence.wrong_by_row(got, expected, shape, close)
+    question = (
+        "What do the wrong cells have in common that the right ones do not, and which line "
+        "computes them?"
+    )
+    if evidence.only_first_row_right(got, expected, shape, close):
+        # Whatever the row number multiplies is 0 in row 0: a row stride is the suspect.
+        question = (
+            "Row 0 is right and every other row is wrong: in row 0, anything multiplied by "
+            "the row number is 0. In each index expression that multiplies the row, is what it "
+            "multiplies by (the row stride) the length of a row of that matrix?"
+        )
     return (
         f"{plain} The wrong values are not a simple pattern of the expected ones (not "
-        "transposed, shifted, scaled or zero). What do the wrong cells have in common that "
-        "the right ones do not, and which line computes them?"
+        f"transposed, shifted, scaled or zero). {question}"
     ).strip()
 
 

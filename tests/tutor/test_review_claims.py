@@ -68,3 +68,15 @@ def test_a_real_shift_is_told_with_its_numbers() -> None:
     text = offline_review(outcome(got, expected, [100]), "", SOFTMAX_TOLERANCE)
     assert "**3 cells after** it" in text
     assert f"For example cell [0] holds {expected[3]:.4g}, the value expected at [3]." in text
+
+
+def test_a_right_first_row_points_at_the_row_stride_only_when_it_is_so() -> None:
+    expected = [float((i * 7919) % 23) - 11.0 for i in range(4 * 8)]
+    got = expected[:8] + [v * 0.5 + 3.0 * ((i * 31) % 5) for i, v in enumerate(expected[8:])]
+    text = offline_review(outcome(got, expected, [4, 8]), "", SOFTMAX_TOLERANCE)
+    assert "Row 0 is right and every other row is wrong" in text
+    assert "(the row stride)" in text
+    got[3] += 1.0  # row 0 wrong too: nothing says stride
+    text = offline_review(outcome(got, expected, [4, 8]), "", SOFTMAX_TOLERANCE)
+    assert "row stride" not in text
+    assert "Wrong cells by row: row 0: 1 of 8" in text

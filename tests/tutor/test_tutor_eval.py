@@ -45,9 +45,9 @@ class TutorEvalTestCase(TutorRunTestCase):
         self.assertRegex(output, r"off-by-one-rows +1 +1 +1 +1 +1 +5/5")
         self.assertRegex(output, r"fixed-bug-then-a-new-one +1 +1 +1 +1 +1 +5/5")
         self.assertRegex(output, r"only-adds-a-guard +1 +1 +1 +1 +1 +5/5")
-        # It does not name the stride it gets wrong: the eval says so.
-        self.assertRegex(output, r"wrong-stride +1 +0 +1 +1 +1 +4/5")
-        self.assertRegex(output, r"total +93/95")
+        # Row 0 right, every other row wrong: it asks about the row stride.
+        self.assertRegex(output, r"wrong-stride +1 +1 +1 +1 +1 +5/5")
+        self.assertRegex(output, r"total +94/95")
         self.assertNotIn("Side by side", output)
 
     def test_a_reply_that_hands_over_a_kernel_scores_no_point_for_it(self) -> None:
