@@ -89,6 +89,132 @@ def drop_bare_calls(source: str) -> str:
     return "\n".join(lines)
 
 
+# After these (and after an operator or an opening bracket) a `/` starts a regular
+# expression; after a name, a number, a string or a closing bracket it divides.
+BEFORE_REGEX = frozenset(
+    [
+        "return",
+        "typeof",
+        "instanceof",
+        "in",
+        "of",
+        "new",
+        "delete",
+        "void",
+        "throw",
+        "case",
+        "do",
+        "else",
+        "yield",
+        "await",
+    ]
+)
+WORD = re.compile(r"[A-Za-z_$][\w$]*")
+
+
+def mark_throws(source: str) -> str:
+    """source with each `throw` statement written as `throw __host.at(LINE), <value>`.
+
+    A value that is not an Error (`throw null`) carries no stack, so nothing else can say
+    where it was thrown; the comma keeps the value and the lines as they were. One pass
+    over the text that steps over strings, comments, template literals and regular
+    expressions (told from division by the token before them), in time linear in it.
+    """
+    out: list[str] = []
+    i, n, line, start = 0, len(source), 1, 0
+    regex_ok = True
+    templates: list[int] = []  # brace depth at each open template's `${`
+    depth = 0
+    while i < n:
+        c = source[i]
+        if c == "\n":
+            line += 1
+            i += 1
+        elif c in " \t\r":
+            i += 1
+        elif source.startswith("//", i):
+            i = source.find("\n", i)
+            i = n if i < 0 else i
+        elif source.startswith("/*", i):
+            end = source.find("*/", i + 2)
+            end = n if end < 0 else end + 2
+            line += source.count("\n", i, end)
+            i = end
+        elif c in "'\"" or c == "`" or (c == "}" and templates and templates[-1] == depth):
+            if c == "}":
+                templates.pop()
+                c = "`"
+            i, line, opened = _skip_quoted(source, i + 1, c, line)
+            if opened:
+                templates.append(depth)
+            regex_ok = False
+        elif c == "/" and regex_ok:
+            i, line = _skip_regex(source, i + 1, line)
+            regex_ok = False
+        elif word := WORD.match(source, i):
+            i = word.end()
+            name = word.group()
+            before = word.start() - 1
+            while before >= 0 and source[before] in " \t\r\n":
+                before -= 1
+            after_dot = before >= 0 and source[before] == "."
+            if name == "throw" and not after_dot:
+                out.append(source[start:i])
+                out.append(f" __host.at({line}),")
+                start = i
+            regex_ok = name in BEFORE_REGEX and not after_dot
+        else:
+            depth += c in "({["
+            depth -= c in ")}]"
+            regex_ok = c not in ")]}" and not c.isdigit() and c != "."
+            i += 1
+    out.append(source[start:])
+    return "".join(out)
+
+
+def _skip_quoted(source: str, i: int, quote: str, line: int) -> tuple[int, int, bool]:
+    """Past the string or template part that starts at i (after its opening quote): the
+    index after it, the line there, and whether a template part ended at `${`."""
+    n = len(source)
+    while i < n:
+        c = source[i]
+        if c == "\\":
+            line += source[i + 1 : i + 2] == "\n"
+            i += 2
+            continue
+        if c == "\n":
+            line += 1
+            if quote != "`":
+                return i, line, False  # an unterminated string: QuickJS will say so
+        if c == quote:
+            return i + 1, line, False
+        if quote == "`" and source.startswith("${", i):
+            return i + 2, line, True
+        i += 1
+    return n, line, False
+
+
+def _skip_regex(source: str, i: int, line: int) -> tuple[int, int]:
+    """Past the regular expression literal whose body starts at i, and its flags."""
+    n, in_class = len(source), False
+    while i < n and source[i] != "\n":
+        c = source[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "[":
+            in_class = True
+        elif c == "]":
+            in_class = False
+        elif c == "/" and not in_class:
+            i += 1
+            while i < n and (source[i].isalnum() or source[i] in "_$"):
+                i += 1
+            return i, line
+        i += 1
+    return i, line
+
+
 def call_start(lines: list[str], line: int | None, method: str) -> int | None:
     """The line where the call to method that QuickJS reports at line begins."""
     if line is None or not 1 <= line <= len(lines):
@@ -244,7 +370,7 @@ class Script:
         self.host: Any = None
         self.native: Any = None  # shim.js nativeLine, see native_line()
         self.source = source
-        program = drop_bare_calls(source)
+        program = mark_throws(drop_bare_calls(source))
         self.text = "\n" * (self.offset - 1) + PROGRAM_PREFIX + program + PROGRAM_SUFFIX
 
     def start(self) -> None:

@@ -89,9 +89,9 @@ const shim = (() => {
   const MAX_STACK_CHARS = 8000;
   const MAX_CALLS = 100000; // gpu.py's cap, here so that a loop of calls stops at its line
   const MAX_CONSTANTS = 64;
-  // JSON.stringify in QuickJS checks the native stack only when a replacer calls back into
-  // JavaScript: without one, a value nested 100,000 deep overflows it and kills the process.
-  const MAX_SORT_NATIVE = 1 << 20;
+  // A sort of more values than this without a comparator is given one (sortTyped): QuickJS
+  // sorts in C, where its deadline cannot stop it; this many take a few tens of ms there.
+  const MAX_SORT_NATIVE = 1 << 18;
 
   const host = {
     offset: 0, // lines before the program's first line in this script
@@ -108,6 +108,7 @@ const shim = (() => {
     consoleChars: 0,
     consoleDropped: 0,
     state: "running", // running | done | failed
+    thrownAt: null, // the line of the last `throw` the program ran
     error: null,
     mapped: new WeakMapOf(), // mapped-range ArrayBuffer -> buffer id, to see how it is viewed
     afterProgram: objectCreate(null), // index -> what runs when the program's own code is done
@@ -1045,9 +1046,14 @@ const shim = (() => {
     })();
     mapSet(host.floating, host.floatingCount++, watched);
   }
-  // All the program's own code can name of the shim: the one function drop_bare_calls()
-  // writes calls to.
-  const programHost = freeze({ floating: floating });
+  // Each `throw` of the program notes its line here first (js.py mark_throws()): a value
+  // that is not an Error carries no stack of its own.
+  function at(line) {
+    if (typeof line === "number") host.thrownAt = line;
+  }
+
+  // All the program's own code can name of the shim: the functions js.py writes calls to.
+  const programHost = freeze({ floating: floating, at: at });
 
   // The first error ends the program; inPromise: nobody awaited the promise it rejected.
   function fail(error, inPromise) {
@@ -1130,7 +1136,7 @@ const shim = (() => {
         };
       } else {
         const shown = typeof error === "string" ? jsonStringify(cut(error, MAX_LABEL_CHARS)) : cut(show(error, 0), MAX_LABEL_CHARS);
-        described = { name: "", message: "", line: null, stack: "", thrown: shown };
+        described = { name: "", message: "", line: host.thrownAt, stack: "", thrown: shown };
       }
     } catch (failure) {
       described = { name: "", message: "", line: null, stack: "", thrown: "a value that could not be read" };
