@@ -598,11 +598,19 @@ def naga_crashes(context: Context) -> Result:
     return result
 
 
+FORKERS = iter(range(1, 250))  # a reader of its own for each fork: forks are rate-limited
+
+
 def new_fork(context: Context, program: str, result: Result) -> str:
     """A reader forks this host program: the fork's page, or "" (noted) when none is made."""
     body, headers = form({"source": VECTOR_ADD, "host": program})
     made = request(
-        context.port, "POST", context.setup["fork_from"], body, headers | cookie_header()
+        context.port,
+        "POST",
+        context.setup["fork_from"],
+        body,
+        headers | cookie_header(),
+        client=f"10.0.1.{next(FORKERS)}",
     )
     result.statuses[f"fork {made.status}"] += 1
     page = made.headers.get("Location", "")
