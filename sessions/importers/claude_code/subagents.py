@@ -132,8 +132,9 @@ class Subagents:
             warmup = human_words(blocks_of(first.get("message"))).strip() == WARMUP
             housekeeping = agent.startswith(COMPACTION_AGENT) or warmup
             yield self.turns.note(
-                f"A sub-agent's conversation ({len(lines)} lines) whose call is not in this "
-                "file; it follows.",
+                f"A sub-agent's conversation ({len(lines)} lines) whose call is not among the "
+                "turns shown (not in this file, in an abandoned attempt, or lost to a "
+                "compaction); it follows.",
                 first,
                 "subagent",
                 f"Sub-agent {agent}, not linked to a call: {len(lines)} lines",
