@@ -331,7 +331,7 @@ def _validate_states(raw_states: list[Any], contents: dict[str, bytes]) -> list[
         if number < 1 or any(state.number == number for state in states):
             raise ImportProblem(f"{where}.number: {number} is not a new number from 1 up.")
         kind = _choice(_get(raw, "kind", str, where), ProgramState.Kind, f"{where}.kind")
-        files: dict[str, bytes] = {}
+        files: dict[str, str | bytes] = {}
         for path, key in _get(raw, "files", dict, where).items():
             try:
                 check_file_name(path)

@@ -168,7 +168,9 @@ class StateSpec:
     its path in the project. It comes before the turns and versions that name it."""
 
     number: int
-    files: dict[str, bytes]
+    # A file's content as text or bytes. The same object as in the state before means
+    # the same content: it is neither encoded nor hashed again.
+    files: dict[str, str | bytes]
     entry: str = ""
     kind: str = ProgramState.Kind.WEBGPU
     # The shader modules its files hold: (kernel name, version number).
@@ -307,6 +309,8 @@ class _Batches:
         }
         self.kept_versions: set[int] = set()
         self.states: dict[int, int] = {}  # state number → pk
+        # Each path's content in the last state written, and its sha256 (_write_state).
+        self.state_files: dict[str, tuple[str | bytes, str]] = {}
         self.state_count = 0
         self.versions_dropped = self.forks_dropped = 0
         # Turns that existed before this import have pks up to here; the ones this
@@ -415,9 +419,17 @@ class _Batches:
     def _write_state(self, spec: StateSpec) -> None:
         if spec.number in self.states:
             raise ImportProblem(f"Program state {spec.number} appears more than once.")
-        paths = sorted(spec.files)
-        shas = Blob.store([spec.files[path] for path in paths])
-        files = dict(zip(paths, shas, strict=True))
+        files: dict[str, str] = {}
+        new: dict[str, bytes] = {}
+        for path, content in sorted(spec.files.items()):
+            known = self.state_files.get(path)
+            if known is not None and known[0] is content:
+                files[path] = known[1]
+            else:
+                new[path] = content.encode() if isinstance(content, str) else content
+        for path, sha in zip(list(new), Blob.store(list(new.values())), strict=True):
+            files[path] = sha
+            self.state_files[path] = (spec.files[path], sha)
         state = ProgramState.objects.create(
             session=self.session,
             number=spec.number,

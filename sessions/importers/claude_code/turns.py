@@ -124,9 +124,11 @@ class TurnMaker:
         changed, which carries the program); the next tutor turn reviews it. A turn that
         changed the project points at the state it made."""
         if state is not None:
-            files = {path: text.encode() for path, text in state.files.items()}
             yield StateSpec(
-                number=state.number, files=files, entry=state.entry, modules=state.modules
+                number=state.number,
+                files=dict(state.files),
+                entry=state.entry,
+                modules=state.modules,
             )
             turn.state = self.review_state = state.number
         if versions:
