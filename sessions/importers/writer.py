@@ -308,6 +308,22 @@ class _Batches:
             ).values_list("kernel__name", "number", "pk")
         }
         self.kept_versions: set[int] = set()
+        # What the earlier import's versions held, to say which the new one changed.
+        self.old_content: dict[int, tuple[str, str]] = {
+            pk: (sha, sha256_text(host))
+            for pk, sha, host in KernelVersion.objects.filter(kernel__session=session).values_list(
+                "pk", "sha256", "host_program"
+            )
+        }
+        self.changed_versions: list[str] = []
+        self.new_versions = 0
+        # The recorded messages the session's turns held before, to count the new ones.
+        self.old_messages: set[str] = {
+            meta["source_id"]
+            for meta in Turn.objects.filter(session=session).values_list("meta", flat=True)
+            if isinstance(meta, dict) and meta.get("source_id")
+        }
+        self.new_messages = 0
         self.states: dict[int, int] = {}  # state number → pk
         # Each path's content in the last state written, and its sha256 (_write_state).
         self.state_files: dict[str, tuple[str | bytes, str]] = {}
@@ -505,6 +521,10 @@ class _Batches:
         ).delete()
         created = Turn.objects.bulk_create(turns)
         self.turn_count += len(created)
+        if self.old_messages:
+            self.new_messages += sum(
+                1 for turn in created if turn.meta.get("source_id") not in self.old_messages
+            )
         self.batch_pks = {turn.number: turn.pk for turn in created}
         links = [
             (spec.number, turn.pk, spec.kernel)
@@ -566,6 +586,10 @@ class _Batches:
                 version.pk = old_pk
                 kept.append(version)
                 self.kept_versions.add(old_pk)
+                if self.old_content[old_pk] != (version.sha256, sha256_text(spec.host_program)):
+                    self.changed_versions.append(f"{kernel.name} v{spec.number}")
+            else:
+                self.new_versions += 1
             created.append(version)
         KernelVersion.objects.bulk_create([v for v in created if v.pk is None])
         if kept:
@@ -642,6 +666,22 @@ class _Batches:
                 f"{listed}: published turn numbers are frozen."
             )
         leftover.delete()
+
+    def changes(self) -> list[str]:
+        """What this import changed in a session imported before, for the report."""
+        if not self.old_messages and not self.old_content:
+            return []
+        changed = self.changed_versions
+        listed = ", ".join(changed[:10]) + (" …" if len(changed) > 10 else "")
+        return [
+            f"Changed since the last import: {self.new_messages} new turn(s); "
+            f"{self.new_versions} new kernel version(s); "
+            + (
+                f"{len(changed)} version(s) with other code ({listed})."
+                if changed
+                else "no version's code changed."
+            )
+        ]
 
     def _drop_leftover_versions(self) -> None:
         """Versions (and kernels) the recording no longer makes: their forks go too,
@@ -779,6 +819,8 @@ def write_session(
             f"Kept {len(batches.kept_versions)} kernel version(s) of the earlier import in "
             "place: their forks keep their ids and URLs."
         )
+    if not created:
+        notes += batches.changes()
     if batches.versions_dropped:
         notes.append(
             f"Dropped {batches.versions_dropped} kernel version(s) the recording no longer "

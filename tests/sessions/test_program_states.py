@@ -134,8 +134,13 @@ class ProgramStateImportTestCase(ImportingTestCase):
         blobs = Blob.objects.count()
         self.assertEqual(blobs, len(set(STATES)))
 
-        self.run_import(self.transcript, "--files", str(self.project))
+        again = self.run_import(self.transcript, "--files", str(self.project))
 
+        self.assertIn(
+            "Changed since the last import: 0 new turn(s); 0 new kernel version(s); no "
+            "version's code changed.",
+            again,
+        )
         self.assertEqual(Blob.objects.count(), blobs)
         self.assertEqual(ProgramState.objects.count(), 9)
 
@@ -356,6 +361,7 @@ class PublishedReimportTestCase(ImportingTestCase):
         call = next(t for t in self.turns() if t.meta.get("subagent"))
         self.assertIn(f"turns {new[0]}–{new[-1]}, below", call.content)
         self.assertIn("Updated session", report)
+        self.assertIn(f"Changed since the last import: {len(new)} new turn(s);", report)
 
 
 class ProgramStateExportTestCase(ImportingTestCase):
@@ -425,3 +431,16 @@ class CuratorRelinkTestCase(ImportingTestCase):
             relinked.meta["relinked_by_curator"], {"kernel": "index-main", "version": 1}
         )
         self.assertIn("Kept the curator's links of 1 turn(s) to versions.", report)
+
+
+class ReimportChangesTestCase(ImportingTestCase):
+    def test_the_report_lists_the_versions_whose_code_a_re_import_changed(self) -> None:
+        self.run_import(self.write("mnist-page.jsonl", mnist_page()))
+        add = Kernel.objects.get(name="index-main").versions.get(number=1)
+        edited = json.dumps(mnist_page().lines).replace("a[i] + b[i];", "b[i] + a[i];")
+
+        report = self.run_import(self.write("edited.jsonl", json.loads(edited)))
+
+        self.assertIn("1 version(s) with other code (index-main v1).", report)
+        add.refresh_from_db()  # the same row, so its forks stay
+        self.assertIn("b[i] + a[i]", add.source)
