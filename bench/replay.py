@@ -21,6 +21,7 @@ JSON lists, 9x9 the first packed as bytes (LIST_UP_TO), 64x64 the last that carr
 cells at all and 65x65 the first that does not (SHOW_VALUES_UP_TO).
 
     .venv/bin/python bench/replay.py [--runs 20] [--batch 1000] [--sizes 64,65,256,...]
+                                     [--replays-only]
     .venv/bin/python bench/replay.py --crossover [--runs 20] [--sizes 256,1024,...]
 
 --crossover times only the runner, with large outputs checked on the device and read
@@ -417,6 +418,10 @@ def main() -> None:
         "--crossover", action="store_true", help="only the runner on --sizes, checked on the "
         "device and read back (where gpu_compare.CHECK_FROM should be)",
     )  # fmt: skip
+    parser.add_argument(
+        "--replays-only", action="store_true", help="skip the served rows (cached "
+        "replay.json, /healthz, cold start), which start gunicorn",
+    )  # fmt: skip
     args = parser.parse_args()
     if args.crossover:
         crossover([int(side) for side in args.sizes.split(",") if side], args.runs)
@@ -436,7 +441,9 @@ def main() -> None:
         times = layer(device, spec, args.runs)
         rows = sweep(device, [int(side) for side in args.sizes.split(",") if side], args.runs)
         replay.backend().pool().close()
-        cold_ms, cached_ms, healthz_ms = served(database, spec)
+        cold_ms = cached_ms = healthz_ms = None
+        if not args.replays_only:
+            cold_ms, cached_ms, healthz_ms = served(database, spec)
     floor_ms, warm_ms, program_ms = (median_ms(times[key]) for key in times if key != "timings")
 
     print(f"kernel: x[{args.batch},784] @ w[784,128] + b on {environment.label}")
@@ -450,9 +457,11 @@ def main() -> None:
         ("  (for scale: GET /healthz)", healthz_ms),
         ("cold start: first replay", cold_ms),
     ):
-        print(f"{label:34} {value:>9.2f} {value / floor_ms:>7.2f}x")
+        if value is not None:
+            print(f"{label:34} {value:>9.2f} {value / floor_ms:>7.2f}x")
     print(f"program replay / harness replay: {program_ms / warm_ms:.2f}x")
-    print(f"cached replay.json / GET /healthz: {cached_ms / healthz_ms:.2f}x")
+    if cached_ms is not None and healthz_ms is not None:
+        print(f"cached replay.json / GET /healthz: {cached_ms / healthz_ms:.2f}x")
     breakdown = hops(times["harness"], times["timings"])
     print("warm replay by hop (ms): " + ", ".join(f"{k} {v:.2f}" for k, v in breakdown.items()))
     if rows:

@@ -86,7 +86,7 @@ def _number_end(source: str, i: int) -> int:
     """Past a number: decimal or hex, with a fraction, an exponent and a suffix."""
     hex_number = source.startswith(("0x", "0X"), i)
     exponents = "pP" if hex_number else "eE"
-    end = NUMBER_RUN.match(source, i).end()  # type: ignore[union-attr]
+    end = _run_end(source, i)
     # A sign continues the number only right after its exponent letter: 1e-3, 0x1p+4.
     while (
         end + 1 < len(source)
@@ -94,8 +94,13 @@ def _number_end(source: str, i: int) -> int:
         and source[end - 1] in exponents
         and "0" <= source[end + 1] <= "9"
     ):
-        end = NUMBER_RUN.match(source, end + 1).end()  # type: ignore[union-attr]
+        end = _run_end(source, end + 1)
     return end
+
+
+def _run_end(source: str, i: int) -> int:
+    run = NUMBER_RUN.match(source, i)
+    return run.end() if run else i
 
 
 def _block_comment(source: str, i: int, line: int, line_start: int) -> tuple[int, int, int]:
@@ -466,7 +471,8 @@ def _apply(operator: str, left: int | None, right: int | None) -> int | None:
     if operator == "/":
         return abs(left) // abs(right) * (1 if (left < 0) == (right < 0) else -1)
     if operator == "%":
-        return left - right * _apply("/", left, right)  # type: ignore[operator]
+        quotient = _apply("/", left, right)
+        return None if quotient is None else left - right * quotient
     return _in_range({"+": left + right, "-": left - right, "*": left * right}[operator])
 
 
