@@ -337,7 +337,7 @@ class _Run:
             )
             for p in harness.passes
         ]
-        self.warnings += backend_warnings(self.env.software, dispatched)
+        self.warnings += backend_warnings(self.env.software, dispatched, self.memo)
 
     # -- on the device -----------------------------------------------------------------
 

@@ -10,12 +10,15 @@ and a store with no bounds check before it whose dispatch can reach past its buf
 
 from __future__ import annotations
 
+import functools
+import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from kernels.engine.analysis import source_facts
 from kernels.engine.host.trace import dispatches, module_sources
+from kernels.engine.inputs import Memo, no_memo
 from kernels.engine.outcome import Outcome, RunWarning, WarningCode
 
 MAX_WARNINGS = 16
@@ -41,14 +44,17 @@ class Dispatched:
     cells: dict[tuple[int, int], int] = field(default_factory=dict)
 
 
-def backend_warnings(software: bool, dispatched: Iterable[Dispatched]) -> list[RunWarning]:
-    """What llvmpipe could hide in these dispatches; nothing on a GPU."""
+def backend_warnings(
+    software: bool, dispatched: Iterable[Dispatched], memo: Memo = no_memo
+) -> list[RunWarning]:
+    """What llvmpipe could hide in these dispatches; nothing on a GPU. memo keeps each
+    source's facts (a worker's: the same kernel run again is not read again)."""
     if not software:
         return []
     found: dict[tuple[Any, ...], RunWarning] = {}
-    facts_of: dict[str, Any] = {}
     for d in dispatched:
-        facts = facts_of.setdefault(d.source, source_facts(d.source))
+        digest = hashlib.sha256(d.source.encode()).hexdigest()
+        facts = memo(("facts", digest), functools.partial(source_facts, d.source))
         entries = facts["entry_points"]
         entry = next((e for e in entries if e["name"] == d.entry_point or not d.entry_point), None)
         if entry is None:
