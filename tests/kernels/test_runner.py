@@ -569,7 +569,7 @@ def test_it_downsamples_the_grid_to_64_blocks() -> None:
     assert counts["n"][:2] == [3, 1] and sum(counts["n"]) == 4
 
 
-def test_a_worker_computes_inputs_and_compiles_each_source_once(run) -> None:
+def test_a_worker_computes_inputs_and_compiles_each_source_once(run, gpu) -> None:
     from kernels.engine.worker import Memo
 
     computed = []
@@ -578,18 +578,22 @@ def test_a_worker_computes_inputs_and_compiles_each_source_once(run) -> None:
     def counting(key: tuple, compute):
         return memo(key, lambda: computed.append(key[0]) or compute())
 
+    # On llvmpipe each source is also read once for its warnings ("facts").
+    facts = ["facts"] if gpu[1].software else []
     first = run(ADD, add_harness(), memo=counting)
-    assert sorted(computed) == ["inputs", "module", "pipeline"]
+    assert sorted(computed) == sorted(["inputs", "module", "pipeline", *facts])
     # The same source again: nothing is computed or compiled twice...
+    done = len(computed)
     again = run(ADD, add_harness(), memo=counting)
-    assert len(computed) == 3
+    assert len(computed) == done
     # ...another version under the same harness shares the inputs only...
     other = run(ADD.replace("a[i] + b[i]", "b[i] + a[i]"), add_harness(), memo=counting)
-    assert sorted(computed[3:]) == ["module", "pipeline"]
+    assert sorted(computed[done:]) == sorted(["module", "pipeline", *facts])
     assert first["status"] == again["status"] == other["status"] == "passed"
     # ...and a different harness gets its own inputs.
+    done = len(computed)
     run(ADD, add_harness(n=512, dispatch=8), memo=counting)
-    assert computed[5:] == ["inputs"]
+    assert computed[done:] == ["inputs"]
     host, expected = next(v for k, v in memo.values.items() if k[0] == "inputs")
     assert not host["a"].flags.writeable and not expected["c"].flags.writeable
 
