@@ -9,6 +9,7 @@ from django.core.cache import cache
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.template.loader import render_to_string
+from django.urls import reverse
 from django.views.decorators.clickjacking import xframe_options_exempt
 from django.views.decorators.http import require_GET
 
@@ -51,9 +52,18 @@ def replay_embed(request: HttpRequest, slug: str, number: int) -> HttpResponse:
     key = session.cache_key("replay-embed", number, theme, origin, shown.run and shown.run.pk)
     if finished and (page := cache.get(key)) is not None:
         return HttpResponse(page)
+    context = replay_embed_context(turn, theme, origin, shown)
+    page = render_to_string("embed/replay.html", context)
+    if finished:
+        cache.set(key, page, timeout=settings.PAGE_CACHE_SECONDS)
+    return HttpResponse(page)
+
+
+def replay_embed_context(turn: Turn, theme: str, origin: str, shown: replay.Replay) -> dict:
+    session = turn.session
     target = embedding.replay_target(turn, theme)
     link = f"{origin}{session.get_absolute_url()}"
-    context = {
+    return {
         **outcome_context(shown),
         "session": session,
         "turn": turn,
@@ -63,11 +73,25 @@ def replay_embed(request: HttpRequest, slug: str, number: int) -> HttpResponse:
         "problem": shown.problem,
         "busy": shown.busy,
         "oembed_href": embedding.oembed_href(origin, target.embed_url(origin)),
-        "replay_link": origin + request.path.removesuffix("embed/"),
-        "turn_link": f"{link}?turn={number}#turn-{number}",
+        "replay_link": origin + reverse("kernels:replay", args=[session.slug, turn.number]),
+        "turn_link": f"{link}?turn={turn.number}#turn-{turn.number}",
         "site_url": origin,
     }
-    page = render_to_string("embed/replay.html", context, request)
-    if finished:
-        cache.set(key, page, timeout=settings.PAGE_CACHE_SECONDS)
-    return HttpResponse(page)
+
+
+def stored_embed_page(target: embedding.Target, origin: str) -> str | None:
+    """A replay's or a fork's embed page as it shows its stored run, to measure; None
+    while there is none (nothing is started for it)."""
+    if target.fork is not None:
+        from kernels.fork_views import fork_embed_context
+
+        shown = replay.for_reader(target.fork.as_version())
+        if not shown.finished:
+            return None
+        context = fork_embed_context(target.fork, target.theme, origin, shown)
+        return render_to_string("embed/fork.html", context)
+    shown = replay.for_reader(target.turn.kernel_version)
+    if not shown.finished:
+        return None
+    context = replay_embed_context(target.turn, target.theme, origin, shown)
+    return render_to_string("embed/replay.html", context)

@@ -154,14 +154,18 @@ def fork_embed(request: HttpRequest, fork_id: str) -> HttpResponse:
         return render(request, "embed/error.html", {"message": message}, status=404)
     except embedding.BadRange as error:
         return render(request, "embed/error.html", {"message": str(error)}, status=400)
-    version = made.version
-    session = version.kernel.session
     # As on its page: a fork whose run is not stored (a new adapter) runs again.
     shown = replay.for_reader(made.as_version(), start=True)
+    context = fork_embed_context(made, theme, site_origin(request), shown)
+    return render(request, "embed/fork.html", context)
+
+
+def fork_embed_context(made: Fork, theme: str, origin: str, shown: replay.Replay) -> dict:
+    version = made.version
+    session = version.kernel.session
     number = replay_turn_number(version)
-    origin = site_origin(request)
     target = embedding.fork_target(made, theme)
-    context = {
+    return {
         **outcome_context(shown),
         "archived": version,
         "session": session,
@@ -175,4 +179,3 @@ def fork_embed(request: HttpRequest, fork_id: str) -> HttpResponse:
         "fork_link": origin + made.get_absolute_url(),
         "archived_link": origin + reverse("kernels:replay", args=[session.slug, number]),
     }
-    return render(request, "embed/fork.html", context)

@@ -46,6 +46,25 @@ TEXT_BLOCKS = {
     "td": (1.0, 0.0),
     "th": (1.0, 0.0),
 }
+# An outcome's parts (outcome.css): font size in rem, margins, and padding (px) around.
+CLASS_SIZES = {
+    "outcome-message": 1.05,
+    "outcome-foot": 0.85,
+    "warning": 0.85,
+    "figure-summary": 0.95,
+}
+CLASS_MARGINS = {
+    "outcome-message": 0.4 * REM,
+    "outcome-foot": 0.8 * REM,
+    "warning": 0.5 * REM,
+    "figure-summary": 0.6 * REM,
+    "legend": 0.55 * REM,
+}
+OUTCOME_PAD_X, OUTCOME_PAD_Y = 2 * REM + 6, 1.6 * REM + 2
+PILL = 0.85 * REM * LINE + 3
+# Rows of items that wrap as wholes (flex-wrap), by class: the gap between items, in rem.
+FLEX_ROWS = {"outcome-foot": 1.0, "legend": 0.8}
+ITEM = "\x00"
 SPACE = re.compile(r"\s+")
 
 
@@ -123,8 +142,13 @@ class _Layout(HTMLParser):
         classes = self._classes()
         if "turn-head" in classes or "turn-outcome" in classes or "embed-foot" in classes:
             return 0.85 * REM
-        if "panel" in classes:
+        if "panel" in classes or "legend" in classes:
             return 0.8 * REM
+        if self.text_tag == "figcaption" and not self.compact:
+            return 0.9 * REM
+        for name, size in CLASS_SIZES.items():
+            if name in classes:
+                return size * REM
         return TEXT_BLOCKS.get(self.text_tag, (1.0, 0))[0] * REM
 
     # -- parsing
@@ -141,6 +165,8 @@ class _Layout(HTMLParser):
             self.summary += 1
         if self._hidden() and tag not in ("details", "summary"):
             return
+        if self.text is not None and tag == "span" and self.stack[-1][1] in FLEX_ROWS:
+            self.text.append((ITEM, False, False))
         if tag in ("br", "img", "input", "meta", "link", "hr"):
             if tag == "br" and self.text is not None:
                 self.text.append(("\n", False, False))
@@ -158,6 +184,12 @@ class _Layout(HTMLParser):
             self.compact = "compact" in classes
             self._block(0, 0.4 * REM if self.compact else 0.8 * REM)
             self.margin = 0
+        elif tag == "section" and "outcome" in classes.split():
+            self._block(OUTCOME_PAD_Y, 0)
+            self.margin = 0.0
+            self.indent += OUTCOME_PAD_X
+        elif tag == "header" and classes == "outcome-head":
+            self._block(PILL, 0)
         elif tag == "div" and classes == "panels":
             self.panels = []
         elif tag in ("ul", "ol"):
@@ -177,7 +209,7 @@ class _Layout(HTMLParser):
             and (
                 tag in TEXT_BLOCKS
                 or (tag == "header" and classes in ("turn-head", "embed-head"))
-                or (tag == "footer" and "embed-foot" in classes)
+                or (tag == "footer" and ("embed-foot" in classes or "outcome-foot" in classes))
             )
         ):
             self.text, self.text_tag = [], tag
@@ -199,6 +231,9 @@ class _Layout(HTMLParser):
         if tag == "article" and "turn" in classes.split():
             self.in_turn = False
             self.margin = 0.0
+        elif tag == "section" and "outcome" in classes.split():
+            self.indent -= OUTCOME_PAD_X
+            self.margin = 0.0
         elif tag in ("ul", "ol"):
             self.indent -= LIST_INDENT
             if self.text is None:
@@ -208,9 +243,16 @@ class _Layout(HTMLParser):
         elif tag == "pre" and self.pre is not None:
             code = "".join(self.pre).rstrip("\n").split("\n")
             size = 0.9 * REM
-            height = len(code) * size * CODE_LINE + 1.4 * REM + 2
-            if max(len(line) for line in code) * MONO_EM * size > self._width() - 1.8 * REM - 2:
-                height += SCROLLBAR
+            room = self._width() - 1.8 * REM - 2
+            if "plain" in classes.split():  # wrapped, not scrolled sideways
+                per_line = max(1, int(room / (MONO_EM * size)))
+                rows = sum(max(1, math.ceil(len(line) / per_line)) for line in code)
+                cap = 14 * REM if "error-text" in classes else 30 * REM
+                height = min(rows * size * CODE_LINE + 1.4 * REM, cap) + 2
+            else:
+                height = len(code) * size * CODE_LINE + 1.4 * REM + 2
+                if max(len(line) for line in code) * MONO_EM * size > room:
+                    height += SCROLLBAR
             self.pre = None
             self._block(height, 0.55 * REM)
         elif tag == "div" and classes == "panels" and self.panels is not None:
@@ -228,9 +270,12 @@ class _Layout(HTMLParser):
         if classes == "turn-title":
             size, line = 1.3 * REM, 1.3 * REM * 1.25
         width = self._width()
-        if tag in ("header", "footer") and "turn-head" not in classes:
+        if tag in ("header", "footer") and classes in ("embed-head", "embed-foot"):
             width = self.full
-        lines = sum(_lines(part, size, width) for part in _split_lines(runs)) if runs else 1
+        if classes in FLEX_ROWS:
+            lines = _flex_rows(runs, size, width, FLEX_ROWS[classes] * REM)
+        else:
+            lines = sum(_lines(part, size, width) for part in _split_lines(runs)) if runs else 1
         margin = TEXT_BLOCKS.get(tag, (1.0, 0.0))[1]
         if (tag == "header" and "embed-head" in classes) or tag == "footer":
             margin = 0.6 * REM
@@ -238,10 +283,19 @@ class _Layout(HTMLParser):
             margin = 0.35 * REM
         elif classes == "turn-title":
             margin = 0.4 * REM
+        for name, value in CLASS_MARGINS.items():
+            if name in classes.split():
+                margin = value
+        padding = 0.0
+        if tag == "figcaption" and not self.compact:
+            padding = 0.3 * REM
+        if "warning" in classes.split():
+            width -= 1.2 * REM
+            padding = 0.6 * REM
         if self.panels is not None:
             self.panel_width = 0.0
             return
-        self._block(lines * line, margin)
+        self._block(lines * line + padding, margin)
 
     def _picture(self, values: dict[str, str | None]) -> None:
         try:
@@ -287,6 +341,32 @@ class _Layout(HTMLParser):
     def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if tag == "svg" and not self._hidden():
             self._picture(dict(attrs))
+
+
+def _flex_rows(runs: list[tuple[str, bool, bool]], size: float, width: float, gap: float) -> int:
+    """Lines taken by items (split at ITEM) placed side by side while they fit."""
+    items: list[list[tuple[str, bool, bool]]] = [[]]
+    for run in runs:
+        if run[0] == ITEM:
+            items.append([])
+        else:
+            items[-1].append(run)
+    lines, used = 0, width
+    for item in items:
+        text = [run for run in item if run[0].strip()]
+        if not text:
+            continue
+        need = sum(
+            _word_width(run[0].strip(), size * (0.9 if run[1] else 1.0), run[1], run[2])
+            for run in text
+        )
+        if need > width:
+            lines, used = lines + _lines(text, size, width), width
+        elif used + gap + need > width:
+            lines, used = lines + 1, need
+        else:
+            used += gap + need
+    return max(lines, 1)
 
 
 def _split_lines(runs: list[tuple[str, bool, bool]]) -> list[list[tuple[str, bool, bool]]]:

@@ -138,13 +138,26 @@ class Target:
 
     def fitted_height(self, origin: str, width: int) -> int:
         """The height of the embed's content in a frame this wide, for a plain iframe,
-        which nothing resizes: a range's page is laid out (sessions/embed_heights.py),
-        kept like the page; a replay or fork keeps the first guess (its run may still
-        be coming)."""
-        if self.turn is not None or self.fork is not None:
-            return self.height()
-        key = self.session.cache_key("embed-height", self.first, self.last, width, origin)
+        which nothing resizes: the embed page is laid out (sessions/embed_heights.py)
+        and the height kept like the page; a replay or fork whose run is not stored
+        yet gets the first guess."""
+        if self.fork is not None:
+            where: tuple = ("fork", self.fork.id)
+        elif self.turn is not None:
+            where = ("replay", self.turn.number)
+        else:
+            where = (self.first, self.last)
+        key = self.session.cache_key("embed-height", *where, width, origin)
         height = cache.get(key)
+        if height is None and (self.turn is not None or self.fork is not None):
+            # The replay app draws these pages; it sits above this module.
+            from kernels.embed_views import stored_embed_page
+
+            page = stored_embed_page(self, origin)
+            if page is None:
+                return self.height()
+            height = embed_heights.estimate(page, width)
+            cache.set(key, height, timeout=settings.PAGE_CACHE_SECONDS)
         if height is None:
             page, complete = render_embed(self.session, self.first, self.last, self.theme, origin)
             height = embed_heights.estimate(page, width)

@@ -46,8 +46,11 @@ def rendered_height(browser, src: str, width: int) -> int:
 
 
 @pytest.mark.parametrize("width", [390, 1280])
-def test_oembeds_plain_iframe_is_as_tall_as_its_turns(live_server, browser, showcase, width):
-    link = f"{live_server.url}/s/{SHOWCASE}/?from=57&to=62"
+@pytest.mark.parametrize("path", ["/?from=57&to=62", "/turns/57/replay/"])
+def test_oembeds_plain_iframe_is_as_tall_as_its_content(
+    live_server, browser, showcase, width, path
+):
+    link = f"{live_server.url}/s/{SHOWCASE}{path}"
     answer = oembed(live_server.url, link, maxwidth=width)
     iframe = answer["html"].split("</iframe>")[0]
     assert f'width="{width}"' in iframe
