@@ -205,13 +205,34 @@ _NEEDLES = (
     "projects/-",
 )
 
-# The password family's names, in any case.
-_NAME_NEEDLE = (
-    r"(?i:passw|pwd|passphrase|secret|api[_\-]?key|access[_\-]?key|accountkey|auth[_\-]?token)"
-)
 _NEEDLE = re.compile("|".join(re.escape(needle) for needle in _NEEDLES))
 _EXTRA_NEEDLE = re.compile("|".join(re.escape(needle) for needle in _EXTRA_NEEDLES))
-_PASSWORD_NEEDLE = re.compile(_NAME_NEEDLE)
+# The same names, found by plain substring search in the lowered text: a regex that
+# ignores case reads every character (0.45 µs each), str.find skips through.
+_NAME_WORDS = (
+    "passw", "pwd", "passphrase", "secret", "apikey", "api_key", "api-key", "accesskey",
+    "access_key", "access-key", "accountkey", "authtoken", "auth_token", "auth-token",
+    "accesstoken", "access_token", "access-token",
+)  # fmt: skip
+_ENV_WORDS = ("_KEY", "_TOKEN", "_SECRET", "_PASSW")
+
+
+def _names_a_secret(text: str) -> bool:
+    lowered = text.lower()
+    return any(word in lowered for word in _NAME_WORDS)
+
+
+def _may_assign_a_secret(text: str) -> bool:
+    """Whether the text may hold what Scrubber.learn looks for: a password-like name, an
+    environment variable's (in capitals: "input_tokens" is no secret), or a URL with a
+    password."""
+    return (
+        _names_a_secret(text)
+        or any(word in text for word in _ENV_WORDS)
+        or ("://" in text and "@" in text)
+    )
+
+
 # Most strings that hit a needle hit only a home directory's (every file path does): the
 # home-path patterns alone scan them, five times faster than all of them.
 _HOME_NEEDLES = ("/home/", "Users", "projects/-")
@@ -221,7 +242,6 @@ _SECRET_NEEDLE = re.compile(
 _HOME_SCAN = _scan_of(lambda kind: kind == "home-path")
 # What a value once recognised as a secret is learned from (see Scrubber.learn).
 _LEARNED_KINDS = ("url-password", "password", "env-secret")
-_LEARN_NEEDLE = re.compile("|".join(["://", "_KEY", "_TOKEN", "_SECRET", "_PASSW", _NAME_NEEDLE]))
 _LEARN_SCAN = _scan_of(lambda kind: kind in _LEARNED_KINDS)
 # Image data (base64): never scanned, it holds no text (Pillow re-encodes what is kept).
 BLOB_CHARS = 4096
@@ -302,7 +322,7 @@ class Scrubber:
 
     def learn_line(self, raw: str, value: Any) -> None:
         """learn() for a line of a file, looked at only when its text names a secret."""
-        if self.redact and _LEARN_NEEDLE.search(raw):
+        if self.redact and _may_assign_a_secret(raw):
             self.learn(value)
 
     def learn(self, value: Any) -> None:
@@ -312,7 +332,7 @@ class Scrubber:
         if not self.redact:
             return
         if isinstance(value, str):
-            if _LEARN_NEEDLE.search(value) and not is_blob(value):
+            if _may_assign_a_secret(value) and not is_blob(value):
                 for match in _LEARN_SCAN.finditer(value):
                     kind = _KINDS[cast(str, match.lastgroup)]
                     self._learn(kind, match[_SECRET_GROUP[kind]])
@@ -381,7 +401,7 @@ class Scrubber:
             if _EXTRA_NEEDLE.search(value):
                 value = _EXTRA_SCAN.sub(self._replace, value)
             # Last: a token or a home path in the value is named by its own kind first.
-            if _PASSWORD_NEEDLE.search(value):
+            if _names_a_secret(value):
                 value = _PASSWORD_SCAN.sub(self._replace, value)
             if "@" in value:
                 value = self._emails(value)
