@@ -8,7 +8,16 @@ from django.contrib import admin
 from django.http import HttpRequest
 
 from kernels.engine.harness import HarnessError, parse_harness
-from kernels.models import Fork, Kernel, KernelVersion, Run, SessionFile, check_file_name
+from kernels.models import (
+    Fork,
+    Kernel,
+    KernelVersion,
+    ProgramState,
+    Run,
+    SessionFile,
+    StateFile,
+    check_file_name,
+)
 
 
 def _clean_harness(value: dict | None) -> dict | None:
@@ -161,4 +170,37 @@ class RunAdmin(admin.ModelAdmin):
     readonly_fields = [field.name for field in Run._meta.fields]
 
     def has_add_permission(self, request) -> bool:
+        return False
+
+
+class StateFileInline(admin.TabularInline):
+    model = StateFile
+    fields = ("path", "blob")
+    readonly_fields = ("path", "blob")
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request: HttpRequest, obj: ProgramState | None = None) -> bool:
+        return False
+
+
+@admin.register(ProgramState)
+class ProgramStateAdmin(admin.ModelAdmin):
+    """The learner's project after each turn that changed it, as the importer rebuilt it:
+    read-only here (a re-import rebuilds it; a turn's link to it is set on the turn)."""
+
+    list_display = ("session", "number", "entry", "kind")
+    list_filter = ("kind",)
+    search_fields = ("session__slug", "entry")
+    fields = ("session", "number", "kind", "entry", "digest", "modules")
+    readonly_fields = fields
+    inlines = (StateFileInline,)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: ProgramState | None = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: ProgramState | None = None) -> bool:
         return False

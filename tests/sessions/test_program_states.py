@@ -444,3 +444,17 @@ class ReimportChangesTestCase(ImportingTestCase):
         self.assertIn("1 version(s) with other code (index-main v1).", report)
         add.refresh_from_db()  # the same row, so its forks stay
         self.assertIn("b[i] + a[i]", add.source)
+
+
+class ProgramStateAdminTestCase(ImportingTestCase):
+    def test_staff_see_a_state_and_its_files_in_the_admin(self) -> None:
+        self.run_import(self.write("mnist-page.jsonl", mnist_page()))
+        state = ProgramState.objects.get(number=6)
+        self.client.force_login(User.objects.create_superuser("ann", password="pw"))
+
+        page = self.client.get(f"/admin/kernels/programstate/{state.pk}/change/")
+
+        self.assertContains(page, "index.html")
+        self.assertContains(page, f"{state.files.get().blob_id[:12]} (")
+        self.assertNotContains(page, "deletelink")
+        self.assertEqual(self.client.get("/admin/kernels/programstate/add/").status_code, 403)
