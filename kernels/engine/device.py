@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 # 3: new buffers zeroed as in WebGPU (the NaN sentinel only in a diagnostic second run).
 # 4: a program's checked readbacks take their harness buffer's shape and its report.
 # 5: the analysis says how each entry point uses workgroup memory and where its barriers are.
-RUNNER_VERSION = 5
+# 6: a program's record is checked, its exceptions are `threw`, what it controls is capped.
+RUNNER_VERSION = 6
 
 BACKEND_ORDER = ("vulkan", "metal", "d3d12", "opengl")
 ADAPTER_TYPE_ORDER = ("discretegpu", "integratedgpu", "virtualgpu", "unknown", "cpu")
