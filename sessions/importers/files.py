@@ -22,6 +22,7 @@ from sessions.importers.claude_code.layout import Layout, find_layout
 from sessions.importers.jsonl import JoinedFiles
 from sessions.importers.kernelbin import FORMAT, import_session, read_export
 from sessions.importers.options import DEFAULTS, ImportOptions
+from sessions.importers.project_files import fetch_report
 from sessions.importers.writer import ImportProblem, ImportReport
 from sessions.models import Session
 
@@ -130,9 +131,9 @@ def import_file(
     fmt = sniff(stream, name)
     try:
         if fmt == KERNELBIN:
-            data = read_export(stream, size=size)
-            return import_session(data, options=options)
-        return import_claude_code(stream, options=options, file_name=name, layout=layout)
+            report = import_session(read_export(stream, size=size), options=options)
+        else:
+            report = import_claude_code(stream, options=options, file_name=name, layout=layout)
     except ImportProblem:
         raise
     except Exception as error:
@@ -143,3 +144,9 @@ def import_file(
             f"The import failed on an unexpected problem ({type(error).__name__}: "
             f"{str(error)[:200]})."
         ) from error
+    # What the programs fetch, and what is missing, whichever format brought them.
+    report.notes += [
+        *(options.files.notes() if options.files else []),
+        *fetch_report(report.session),
+    ]
+    return report

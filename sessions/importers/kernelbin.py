@@ -14,6 +14,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import chain
 from typing import IO, Any
 
 from django.conf import settings
@@ -478,6 +479,11 @@ def import_session(
         source_key=source_key,
         replace_files=True,
     )
-    written = write_session(spec, _items(plan), owner=options.owner)
+    items = _items(plan)
+    if options.files is not None:
+        # Given with the file: they join (or replace) the files the export carries.
+        files = options.files.files.items()
+        items = chain(items, (FileSpec.of(name, data) for name, data in files))
+    written = write_session(spec, items, owner=options.owner)
     redaction = scrubber.summary() if scrubber else ""
     return ImportReport.of(written, format=FORMAT, redaction=redaction, notes=written.notes)

@@ -14,6 +14,7 @@ it is written in one transaction.
 
 from __future__ import annotations
 
+import mimetypes
 from collections import OrderedDict
 from collections.abc import Iterable
 from contextlib import AbstractContextManager, nullcontext
@@ -149,6 +150,11 @@ class FileSpec:
     name: str
     data: bytes
     content_type: str = ""
+
+    @classmethod
+    def of(cls, name: str, data: bytes) -> FileSpec:
+        """The file, its type guessed from its name."""
+        return cls(name=name, data=data, content_type=mimetypes.guess_type(name)[0] or "")
 
 
 @dataclass

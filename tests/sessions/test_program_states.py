@@ -381,6 +381,7 @@ class ProgramStateExportTestCase(ImportingTestCase):
         out = self.run_import(self.write("export.json", json.dumps(before)))
 
         self.assertIn("Rebuilt 9 program state(s)", out)
+        self.assertIn("Every file they fetch is there.", out)
         self.assertEqual(self.client.get(f"/s/{slug}/export.json").json(), before)
         writers = [t for t in self.turns() if t.meta.get("tool") in ("Write", "Edit")]
         self.assertEqual([t.state.number for t in writers], list(range(1, 10)))
@@ -397,6 +398,20 @@ class ProgramStateExportTestCase(ImportingTestCase):
         self.assertIn("states[", message)
         self.assertIn("its content is not in the file", message)
         self.assertFalse(Session.objects.exists())
+
+    def test_files_given_with_an_export_join_its_own(self) -> None:
+        self.run_import(self.write("mnist-page.jsonl", mnist_page()), "--visibility", "public")
+        data = self.client.get(f"/s/{self.session().slug}/export.json").json()
+        self.assertEqual(data["files"], [])
+
+        out = self.run_import(
+            self.write("export.json", json.dumps(data)),
+            "--files",
+            str(weights_folder(self.tmp / "p")),
+        )
+
+        self.assertIn("Attached 5 project file(s)", out)
+        self.assertIn("Every file they fetch is there.", out)
 
 
 class CuratorRelinkTestCase(ImportingTestCase):

@@ -15,7 +15,6 @@ Two passes over the file, so memory stays flat however long the transcript is:
 
 from __future__ import annotations
 
-import mimetypes
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
@@ -30,7 +29,6 @@ from sessions.importers.claude_code.plan import Plan, plan_main_line
 from sessions.importers.claude_code.reader import TranscriptReader
 from sessions.importers.claude_code.turns import short
 from sessions.importers.options import DEFAULTS, ImportOptions
-from sessions.importers.project_files import fetch_report
 from sessions.importers.redact import Scrubber
 from sessions.importers.writer import (
     FileSpec,
@@ -134,7 +132,6 @@ def import_claude_code(
     )
     written = write_session(spec, _with_files(reader, options), owner=options.owner)
     stats = index.stats
-    files = options.files.notes() if options.files else []
     return ImportReport.of(
         written,
         format=FORMAT,
@@ -146,8 +143,6 @@ def import_claude_code(
             *written.notes,
             *_joined(layout, stats.part_lines, stats.lines),
             *reader.notes(),
-            *files,
-            *fetch_report(written.session),
             *(
                 [f"{foreign} summary line(s) of other sessions of the project: not the title."]
                 if foreign
@@ -161,12 +156,11 @@ def _with_files(reader: TranscriptReader, options: ImportOptions) -> Iterator[It
     """The transcript's items, then the project files given with it, but those the
     transcript wrote: each program state holds those as they stood then."""
     yield from reader.items()
-    if options.files is None:
-        return
-    written = reader.history.project
-    for name, data in options.files.files.items():
-        if name not in written:
-            yield FileSpec(name=name, data=data, content_type=mimetypes.guess_type(name)[0] or "")
+    if options.files is not None:
+        written = reader.history.project
+        for name, data in options.files.files.items():
+            if name not in written:
+                yield FileSpec.of(name, data)
 
 
 def _joined(layout: Layout | None, part_lines: list[int], lines: int) -> list[str]:
