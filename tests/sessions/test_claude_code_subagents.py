@@ -208,3 +208,31 @@ class UsageTestCase(ImportingTestCase):
         self.assertIn(">1 min 35 s</span>", turn(prompt.number))
         self.assertIn(" · 2.4 s</span>", turn(call.number))  # its response had no text
         self.assertIn(">16,204 tokens in (15,000 cached) · 40 out</span>", turn(reply.number))
+
+
+class LinkedByPromptTestCase(ImportingTestCase):
+    def test_a_sub_agent_whose_first_line_names_its_call_is_folded_under_it(self) -> None:
+        # Newer files: the agent's first line has a parentUuid (the call's line), and the
+        # call's result does not say which agent answered.
+        t = Transcript("linked")
+        t.user("Check the dispatch sizes.", parent=None)
+        call_line = t.assistant(
+            "msg_L1",
+            [tool_use("toolu_L1", "Task", prompt="Compare each workgroup size.")],
+            "tool_use",
+        )[-1]
+        agent = AgentTranscript(t, "a7e7e7e")
+        agent.user("Compare each workgroup size.", parent=call_line)
+        agent.assistant("msg_LA", [text("They agree.")])
+        t.result("toolu_L1", [text("They agree.")])
+        t.assistant("msg_L2", [text("All good.")])
+        self.write("linked.jsonl", t)
+        (self.tmp / "linked" / "subagents").mkdir(parents=True)
+        self.write("linked/subagents/agent-a7e7e7e.jsonl", agent)
+        out = self.run_import(self.tmp / "linked")
+        self.assertIn(
+            "Sub-agents: 1 transcript(s) nested in their calls, 0 shown on their own", out
+        )
+        turns = self.turns()
+        self.assertEqual(turns[-1].content, "All good.")
+        self.assertEqual(turns[2].meta["call"], "toolu_L1")

@@ -87,6 +87,7 @@ class Index:
         # Lines without uuid that are shown (unknown types): (anchor line, number, offset, length).
         self.extras: list[tuple[int, int, int, int]] = []
         self.sidechain_prompts: dict[int, int] = {}  # hash of a sub-agent's first prompt → line
+        self._prompted: set[int] = set()  # agents whose first prompt is in sidechain_prompts
         self.agent_calls: dict[int, int] = {}  # tool call id key → agentId key (sidecars)
         # Claude Code 2.1's agent_progress lines, by the key of the call they report on.
         self.agent_progress: dict[int, list[int]] = {}
@@ -151,8 +152,13 @@ class Index:
             agent = str_or_none(line.get("agentId"))
             self.agents[idx] = key_of(agent) if agent else 0
             self.lone_agent_id = self.lone_agent_id or agent or ""
-            if code == PROMPT and line.get("parentUuid") is None:
+            # Its first prompt (the call's, repeated): a root, or in newer versions the
+            # first prompt of its agentId, whose parentUuid may name the call's line.
+            first = agent is not None and key_of(agent) not in self._prompted
+            if code == PROMPT and (line.get("parentUuid") is None or first):
                 self.sidechain_prompts[key_of(prompt_text(blocks))] = idx
+                if agent is not None:
+                    self._prompted.add(key_of(agent))
             self.version = self.version or str_or_none(line.get("version")) or ""
             self.cwd = self.cwd or str_or_none(line.get("cwd")) or ""
         else:
