@@ -6,6 +6,7 @@ refused as the program's error with its line, never with a Python exception's te
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import pytest
@@ -402,3 +403,34 @@ def test_marking_throws_takes_time_linear_in_the_text():
 
     for piece in ("throw  x;\n", "`${`${'", "/* a */ /[/]/ ", "x.\n" + " " * 50):
         assert not growth_problem(repr(piece), mark_throws, lambda n, p=piece: p * n, 2000)
+
+
+MAPPED = (
+    "const device = await (await navigator.gpu.requestAdapter()).requestDevice();\n"
+    "const read = device.createBuffer({ size: 16, usage: GPUBufferUsage.MAP_READ });\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("source", "lines"),
+    [
+        ("await 0;\nlet spins = 0;\nfor (;;) spins++;\n", (2, 3)),
+        ("await Promise.resolve().then(() => {\n  for (;;) Math.sqrt(2);\n});\n", (2,)),
+        ("setTimeout(() => {\n  for (;;) Math.sqrt(2);\n}, 10);\n", (2,)),
+        ("async function main() {\n  await 0;\n  for (;;) Math.sqrt(2);\n}\nmain();\n", (2, 3)),
+        # A dropped then() callback: its interruption rejects a promise nobody holds.
+        (
+            MAPPED + "read.mapAsync(GPUMapMode.READ).then(() => {\n  for (;;) Math.sqrt(2);\n});\n",
+            (None,),
+        ),
+    ],
+)
+def test_an_endless_loop_anywhere_ends_at_the_deadline(gpu, source, lines):
+    device, env = gpu
+
+    result = run_program(device, env, source, deadline=time.monotonic() + 1.0)
+
+    assert result.error is not None
+    assert result.error["kind"] == "timeout"
+    # QuickJS knows the line of a loop, or after an await the line before it.
+    assert result.error["line"] in lines

@@ -153,6 +153,10 @@ def _drive(script: Script, timeline: Timeline) -> ProgramError | None:
             script.drop_blobs()
             if taken.state == "failed":
                 return _thrown(taken.error or {}, script.source)
+            if time.monotonic() >= script.deadline:
+                # Busy to its deadline in a job whose interruption nothing observed (a
+                # loop in a then() callback the program dropped): no line to name.
+                return _timed_out(None)
             if taken.record:
                 continue
             if taken.state == "done" and not taken.timers:
