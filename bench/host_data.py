@@ -1,13 +1,18 @@
 """Bytes across the JavaScript boundary of a host program, against numpy copying them.
 
-  in       a fetch() answered with N bytes, up to the program holding them in a
-           Uint8Array (kernels/engine/host/js.py Script.answer, then the program's job)
-  out      the N bytes a writeBuffer handed over, read into Python (Script.blob)
+  in       a fetch() answered with N bytes: Python copies them into an ArrayBuffer the
+           shim allocated (kernels/engine/host/js.py Script.answer)
+  in+job   that, then the program's job up to its writeBuffer: Response.arrayBuffer()
+           and writeBuffer each copy the bytes, as they do in a browser
+  out      the N bytes a writeBuffer handed over, copied into Python (Script.blob)
+  text-in  the alternative the shim used before: the bytes as a JSON list of uint32
+           words that JSON.parse and a Uint32Array's set() read (bare QuickJS context)
+  text-out and its way out: escape() of the bytes as Latin-1, unquoted in Python
   program  a whole program on the device: fetch N bytes, writeBuffer them, copy them to
            a MAP_READ buffer, mapAsync and getMappedRange (two crossings in, one out)
   numpy    numpy copying the same N bytes: the floor every row is divided by
 
-    .venv/bin/python bench/host_data.py [--runs 7] [--sizes 64K,1M,4M] [--no-device]
+    .venv/bin/python bench/host_data.py [--runs 7] [--sizes 64K,1M,4M] [--no-device] [--no-text]
 
 Each round measures every row once, so the machine's state weighs on all alike; prints
 medians in ms and each row's ratio to numpy's copy in the same run.
@@ -16,12 +21,15 @@ medians in ms and each row's ratio to numpy's copy in the same run.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
+import urllib.parse
 from pathlib import Path
 
 import numpy as np
+import quickjs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -54,8 +62,9 @@ console.log(back[back.length - 1]);
 NO_DEVICE = {"features": [], "limits": {}, "info": {}}
 
 
-def crossings(data: bytes) -> tuple[float, float]:
-    """Seconds to hand data in (a fetch answer) and to take it out (a writeBuffer's blob)."""
+def crossings(data: bytes) -> tuple[float, float, float]:
+    """Seconds to hand data in (a fetch answer), in and through the program's job up to
+    its writeBuffer, and to take it out (a writeBuffer's blob)."""
     script = Script(STAGED.replace("SIZE", str(len(data))), time.monotonic() + 60, 1 << 30)
     script.start()
     while True:
@@ -65,14 +74,43 @@ def crossings(data: bytes) -> tuple[float, float]:
             break
         script.answer(entry["request"], NO_DEVICE)
     started = time.perf_counter()
-    script.answer(entry["request"], {"url": "data.bin", "size": len(data)}, data)
-    script.run_jobs()
+    script.answer(entry["request"], {"url": "data.bin"}, data)
     handed_in = time.perf_counter() - started
+    script.run_jobs()
+    through_job = time.perf_counter() - started
     write = next(e for e in script.take().record if e["op"] == "writeBuffer")
     started = time.perf_counter()
     taken = script.blob(write["blob"])
     taken_out = time.perf_counter() - started
     assert taken == data, "the bytes came back changed"
+    return handed_in, through_job, taken_out
+
+
+TEXT = quickjs.Context()
+TEXT.set_memory_limit(1 << 30)
+TEXT_IN = TEXT.eval(
+    "(words) => { const list = JSON.parse(words); const a = new Uint32Array(list.length);"
+    " a.set(list); return a.length; }"
+)
+TEXT_OUT = TEXT.eval(
+    "(size) => { const b = new Uint8Array(size).fill(65); const parts = [];"
+    " for (let k = 0; k < size; k += 8192)"
+    " parts.push(String.fromCharCode.apply(null, b.subarray(k, k + 8192)));"
+    " return escape(parts.join('')); }"
+)
+
+
+def text_crossings(data: bytes) -> tuple[float, float]:
+    """The text crossing: words in (json.dumps; numpy wrote the same text 6x faster, so
+    this row is the JavaScript side's cost plus Python's writing), escape()d Latin-1 out."""
+    words = np.frombuffer(data + b"\0" * (-len(data) % 4), dtype="<u4").tolist()
+    started = time.perf_counter()
+    assert TEXT_IN(json.dumps(words)) == len(words)
+    handed_in = time.perf_counter() - started
+    started = time.perf_counter()
+    out = urllib.parse.unquote_to_bytes(TEXT_OUT(len(data)))
+    taken_out = time.perf_counter() - started
+    assert len(out) == len(data)
     return handed_in, taken_out
 
 
@@ -105,6 +143,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--sizes", default="64K,1M,4M")
     parser.add_argument("--no-device", action="store_true")
+    parser.add_argument("--no-text", action="store_true", help="skip the text rows (slow)")
     args = parser.parse_args()
     gpu = None
     if not args.no_device:
@@ -115,11 +154,14 @@ def main() -> None:
     print(f"{'size':>6} {'row':>8} {'median ms':>10} {'x numpy':>9}")
     for text in args.sizes.split(","):
         data = np.random.default_rng(0).integers(0, 256, size_of(text), dtype=np.uint8).tobytes()
-        rows: dict[str, list[float]] = {"numpy": [], "in": [], "out": [], "program": []}
+        names = ["numpy", "in", "in+job", "out", "text-in", "text-out", "program"]
+        rows: dict[str, list[float]] = {name: [] for name in names}
         for _ in range(args.runs):
-            handed_in, taken_out = crossings(data)
-            rows["in"].append(handed_in)
-            rows["out"].append(taken_out)
+            for name, took in zip(["in", "in+job", "out"], crossings(data), strict=True):
+                rows[name].append(took)
+            if not args.no_text:
+                for name, took in zip(["text-in", "text-out"], text_crossings(data), strict=True):
+                    rows[name].append(took)
             rows["numpy"].append(numpy_copy(data))
             if gpu is not None:
                 rows["program"].append(round_trip(gpu, data))
@@ -127,7 +169,8 @@ def main() -> None:
         for name, times in rows.items():
             if times:
                 ms = statistics.median(times) * 1000
-                print(f"{text:>6} {name:>8} {ms:>10.2f} {statistics.median(times) / floor:>9.0f}")
+                ratio = statistics.median(times) / floor
+                print(f"{text:>6} {name:>8} {ms:>10.2f} {ratio:>9.1f}")
 
 
 if __name__ == "__main__":

@@ -11,10 +11,12 @@ process's CPU time, which a busy machine (and a worker running at a lower priori
 out slower than the wall clock, so a loop outlived the pool's deadline and its worker was
 killed, without a line (7 of 8 loops on a busy machine).
 
-QuickJS strings cross between Python and JavaScript as C strings (a NUL byte ends them),
-and the quickjs package converts nothing else in bulk, so bytes leave JavaScript as
-escape()d Latin-1 and come in as a JSON list of uint32 words, the cheapest text that C code
-turns into bytes on each side (bench/host_data.py).
+Bytes cross as ArrayBuffers, with one memcpy each way and no per-byte work on either side:
+the quickjs package converts no bytes (its strings are C strings), so Python reaches an
+ArrayBuffer's memory through QuickJS's C API (JS_GetArrayBuffer, see Binding.memory). Bytes
+going in are copied into an ArrayBuffer the shim allocated (so the context's heap cap counts
+them, as it counts the program's own); bytes coming out are copied from the ArrayBuffer the
+shim keeps for a call (bench/host_data.py measures both against numpy's copy).
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import quickjs
 
 # The WebGPU shim and the inert page a script from an index.html expects (page.js), in one
@@ -258,12 +259,6 @@ def assigned_variables(lines: list[str], line: int | None, caller: Any) -> list[
     return [name for name in found if name]
 
 
-HEX_DIGITS = np.zeros(256, dtype=np.uint8)
-for _i, _c in enumerate(b"0123456789abcdef"):
-    HEX_DIGITS[_c] = _i
-    HEX_DIGITS[ord(chr(_c).upper())] = _i
-
-
 class JSValue(ctypes.Structure):
     """QuickJS's JSValue on 64-bit machines without NaN boxing: a union and a tag."""
 
@@ -303,25 +298,37 @@ class WallClock:
         if runtime is None or library.JS_GetRuntime(js_context) != runtime:
             return
         self.js_context = js_context
+        self.context_id = id(context)
         # Kept on self: QuickJS holds only the C pointer.
         self.handler = self.HANDLER(lambda runtime, opaque: int(time.monotonic() >= self.until))
         library.JS_SetInterruptHandler(runtime, self.handler, None)
         self.usable = True
 
-    def cell(self, buffer: Any) -> Any:
-        """A ctypes pointer to the int32 an ArrayBuffer of 4 bytes holds (a quickjs.Object
-        from this context), readable from another thread; None when it cannot be had."""
-        if not self.usable:
+    def memory(self, buffer: Any) -> Any:
+        """The bytes of an ArrayBuffer (a quickjs.Object from this context) as a ctypes array
+        over QuickJS's own memory, valid while the object lives and is not detached; None
+        when it cannot be had."""
+        if not self.usable or type(buffer) is not quickjs.Object:
             return None
         # ob_refcnt, ob_type, the package's context, then the JSValue.
-        _, _, _, union, tag = (ctypes.c_uint64 * 5).from_address(id(buffer))
+        _, _, owner, union, tag = (ctypes.c_uint64 * 5).from_address(id(buffer))
+        if owner != self.context_id:
+            return None
         size = ctypes.c_size_t()
         address = self.library.JS_GetArrayBuffer(
             self.js_context, ctypes.byref(size), JSValue(union, tag)
         )
-        if not address or size.value != 4:
+        if not address:
             return None
-        return ctypes.cast(address, ctypes.POINTER(ctypes.c_int32))
+        return (ctypes.c_uint8 * size.value).from_address(address)
+
+    def cell(self, buffer: Any) -> Any:
+        """A ctypes pointer to the int32 an ArrayBuffer of 4 bytes holds, readable from
+        another thread; None when it cannot be had."""
+        memory = self.memory(buffer)
+        if memory is None or len(memory) != 4:
+            return None
+        return ctypes.cast(memory, ctypes.POINTER(ctypes.c_int32))
 
 
 class Interrupted(Exception):
@@ -406,15 +413,29 @@ class Script:
 
     def blob(self, index: int) -> bytes | None:
         """The bytes a call handed over, or None when the shim holds none by that index."""
-        text = self._shim("blob", int(index))
-        return None if text is None else unescape_latin1(text)
+        buffer = self._shim("blob", int(index))
+        if buffer is None:
+            return None
+        return bytes(self._memory(buffer))
 
     def drop_blobs(self) -> None:
         self._shim("dropBlobs")
 
-    def answer(self, request: int, answer: dict[str, Any], data: bytes | None = None) -> None:
-        words = None if data is None else uint32_words(data)
-        self._shim("answer", int(request), json.dumps(answer, allow_nan=False), words)
+    def answer(self, request: int, answer: dict[str, Any], data: Any = None) -> None:
+        """Settle request with answer; data (anything with the buffer protocol) becomes the
+        ArrayBuffer answer.data."""
+        buffer = None
+        if data is not None:
+            given = memoryview(data).cast("B")
+            buffer = self._shim("allocate", given.nbytes)
+            memoryview(self._memory(buffer)).cast("B")[:] = given
+        self._shim("answer", int(request), json.dumps(answer, allow_nan=False), buffer)
+
+    def _memory(self, buffer: Any) -> Any:
+        memory = self.clock.memory(buffer)
+        if memory is None:
+            raise ScriptError("Error", "bytes cannot cross into or out of this QuickJS", None)
+        return memory
 
     def console(self) -> dict[str, Any]:
         console: dict[str, Any] = json.loads(self._shim("console"))
@@ -473,53 +494,3 @@ def native_line() -> int:
     if script is None or script.native is None:
         return 0
     return int(script.native[0])
-
-
-def unescape_latin1(text: str) -> bytes:
-    """The bytes behind JavaScript's escape() of a Latin-1 string, decoded with numpy.
-
-    escape() writes %XX for every byte outside [A-Za-z0-9@*_+-./] and the byte itself
-    otherwise.
-    """
-    raw = np.frombuffer(text.encode("ascii"), dtype=np.uint8)
-    if raw.size == 0:
-        return b""
-    percent = np.flatnonzero(raw == ord("%"))
-    values = raw.copy()
-    values[percent] = HEX_DIGITS[raw[percent + 1]] * 16 + HEX_DIGITS[raw[percent + 2]]
-    keep = np.ones(raw.size, dtype=bool)
-    keep[percent + 1] = False
-    keep[percent + 2] = False
-    return values[keep].tobytes()
-
-
-# The text of uint32_words(): ", dd" for a number's first two digits, "dddd" for each next four.
-HEADS = np.frombuffer(b"".join(b", %02d" % i for i in range(100)), dtype="<u4")
-GROUPS = np.frombuffer(b"".join(b"%04d" % i for i in range(10000)), dtype="<u4")
-# Every word is written as 10**9 + ((word - 10**9) mod 2**32): ten digits, no leading zero
-# (which JSON refuses), and equal to the word mod 2**32, which is what storing it in a
-# Uint32Array keeps. Fixed-width numbers are written by table lookups, as whole arrays.
-SHIFT = 10**9
-
-
-def uint32_words(data: bytes) -> str:
-    """data as a JSON list of numbers that a Uint32Array stores as its little-endian uint32
-    words, zero-padded to a multiple of 4.
-
-    A JSON list is what QuickJS turns into numbers fastest (JSON.parse and a typed array's
-    set() are C; a loop over a string's characters is interpreted, twice as slow), and
-    the list is written by numpy here (json.dumps of a list: 6x slower, see
-    bench/host_data.py).
-    """
-    padded = data + b"\0" * (-len(data) % 4)
-    words = np.frombuffer(padded, dtype="<u4").astype(np.int64)
-    if words.size == 0:
-        return "[]"
-    numbers = SHIFT + (words - SHIFT) % 2**32
-    text = np.empty(3 * words.size + 1, dtype="<u4")
-    text[0:-1:3] = HEADS[numbers // 10**8]
-    text[1:-1:3] = GROUPS[numbers // 10**4 % 10**4]
-    text[2:-1:3] = GROUPS[numbers % 10**4]
-    text[-1] = np.frombuffer(b"]   ", dtype="<u4")[0]
-    text.view("<u2")[0] = np.frombuffer(b"[ ", dtype="<u2")[0]  # the first ", " opens it
-    return text.tobytes().decode("ascii")

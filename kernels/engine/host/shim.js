@@ -60,7 +60,6 @@ const shim = (() => {
   const bufferSlice = uncurry(ArrayBuffer.prototype.slice);
   const bufferLength = uncurry(Object.getOwnPropertyDescriptor(ArrayBuffer.prototype, "byteLength").get);
   const U8 = Uint8Array;
-  const U32 = Uint32Array;
   const I32 = Int32Array;
   const TypedArrayPrototype = getPrototypeOf(U8.prototype);
   const typedSlice = uncurry(TypedArrayPrototype.slice);
@@ -1082,27 +1081,30 @@ const shim = (() => {
     return taken;
   }
 
-  // Blob i as escape()d Latin-1 text: fromCharCode and escape run in C, so this is the
-  // cheapest way out of QuickJS (its strings reach Python through C strings: no NUL bytes).
+  // Blob i as an ArrayBuffer of its bytes alone, which Python copies out of QuickJS's memory
+  // (js.py Script.blob). A blob is the shim's own slice, but slice() builds through the
+  // program's species constructor, so a buffer that is not exactly the blob (or is empty,
+  // as a detached one is) is copied.
   function readBlob(i) {
     const bytes = mapGet(host.blobs, i);
     if (bytes === undefined) return null;
-    return escapeText(latin1(bytes));
+    const buffer = typedBuffer(bytes);
+    const length = typedByteLength(bytes);
+    if (typedByteOffset(bytes) === 0 && bufferLength(buffer) === length && length > 0) return buffer;
+    const copy = new U8(length);
+    typedSet(copy, bytes);
+    return typedBuffer(copy);
   }
 
-  // Settle request id. answerJson is JSON; with words (a JSON list of numbers that a
-  // Uint32Array stores as the data's words, see js.py), answer.data becomes an ArrayBuffer
-  // of answer.size bytes. set() from a list is 3x faster than the constructor from one.
-  function answer(id, answerJson, words) {
+  // Settle request id. answerJson is JSON; data, when given, is an ArrayBuffer from
+  // allocate() that Python filled (js.py Script.answer): it becomes answer.data.
+  function answer(id, answerJson, data) {
     const answer = jsonParse(answerJson);
     const waiting = mapGet(host.pending, id);
     if (waiting === undefined) return;
     mapDelete(host.pending, id);
-    if (words !== undefined && words !== null) {
-      const list = jsonParse(words);
-      const array = new U32(list.length);
-      typedSet(array, list);
-      defineProperty(answer, "data", { value: bufferSlice(typedBuffer(array), 0, answer.size), enumerable: true });
+    if (data !== undefined && data !== null) {
+      defineProperty(answer, "data", { value: data, enumerable: true });
     }
     if (answer.failed) waiting.reject(rejection(new TypeErrorOf(cut(StringOf(answer.failed), MAX_MESSAGE_CHARS)), waiting.line));
     else waiting.resolve(answer);
@@ -1163,6 +1165,8 @@ const shim = (() => {
       case "dropBlobs":
         host.blobs = new MapOf();
         return null;
+      case "allocate":
+        return new ArrayBufferOf(a);
       case "answer":
         return answer(a, b, c);
       case "runTimer":
