@@ -69,3 +69,14 @@ def test_an_empty_file_is_an_empty_array_buffer(gpu):
 
     assert result.error is None
     assert result.console[0]["text"] == "0"
+
+
+def test_fetched_bytes_count_against_the_heap_cap_and_name_the_fetch_line(gpu):
+    source = 'const adapter = await navigator.gpu.requestAdapter();\nawait fetch("big.bin");\n'
+    device, env = gpu
+    big = bytes(4 << 20)
+    result = run_program(device, env, source, {"big.bin": big}, heap_bytes=2 << 20)
+    assert result.error is not None
+    assert (result.error["kind"], result.error["line"]) == ("memory", 2), result.error
+    fits = run_program(device, env, source, {"big.bin": big}, heap_bytes=16 << 20)
+    assert fits.error is None

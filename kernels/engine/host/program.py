@@ -149,7 +149,11 @@ def _drive(script: Script, timeline: Timeline) -> ProgramError | None:
                     data = None
                     if isinstance(answer, tuple):
                         answer, data = answer
-                    script.answer(entry["request"], answer, data)
+                    try:
+                        script.answer(entry["request"], answer, data)
+                    except OutOfMemory as e:
+                        # Its bytes (a fetch's, a mapAsync's) did not fit: the call's line.
+                        raise OutOfMemory(e.line or entry.get("line")) from None
             script.drop_blobs()
             if taken.state == "failed":
                 return _thrown(taken.error or {}, script.source)
