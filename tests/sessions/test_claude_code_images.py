@@ -81,8 +81,13 @@ class ImagesTestCase(ImportingTestCase):
         url = f"/s/{self.imported.slug}/images/{ref['sha256']}.png"
         turn = page.split('id="turn-1"')[1].split("</article>")[0]
         # Inline, and a click opens it at full size (no script needed).
-        self.assertIn(f'<a href="{url}"', turn)
-        self.assertIn(f'<img src="{url}" width="64" height="40"', turn)
+        self.assertIn(f'<a href="http://testserver{url}"', turn)
+        self.assertIn(f'<img src="http://testserver{url}" width="64" height="40"', turn)
+        # An embed of the turn shows it too, from our origin.
+        embed = self.client.get(
+            reverse("sessions:embed", args=[self.imported.slug]), {"from": 1, "to": 1}
+        )
+        self.assertContains(embed, f'<img src="http://testserver{url}"')
         self.assertIn("Kept 2 image(s), re-encoded, shown in their turns.", self.out)
 
     def test_what_is_stored_is_re_encoded_without_metadata(self) -> None:
