@@ -434,3 +434,27 @@ def test_an_endless_loop_anywhere_ends_at_the_deadline(gpu, source, lines):
     assert result.error["kind"] == "timeout"
     # QuickJS knows the line of a loop, or after an await the line before it.
     assert result.error["line"] in lines
+
+
+@pytest.mark.parametrize(
+    ("call", "said"),
+    [
+        (
+            "device.createShaderModule({ code: 'x'.repeat(2 * 1024 * 1024) });",
+            "over Kernelbin's limit",
+        ),
+        (
+            "device.createBindGroupLayout({ entries: [{ binding: 0, visibility: 4,"
+            " buffer: { type: 'mystery' } }] });",
+            "'mystery' is not a valid GPUBufferBindingType",
+        ),
+    ],
+)
+def test_a_call_the_record_could_not_carry_is_refused_at_its_line_in_words(run, call, said):
+    result = run(
+        "const device = await (await navigator.gpu.requestAdapter()).requestDevice();\n" + call
+    )
+
+    assert result.error is not None
+    assert result.error["line"] == 2
+    assert said in result.error["message"]

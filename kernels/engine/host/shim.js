@@ -88,6 +88,8 @@ const shim = (() => {
   const MAX_STACK_CHARS = 8000;
   const MAX_CALLS = 100000; // gpu.py's cap, here so that a loop of calls stops at its line
   const MAX_CONSTANTS = 64;
+  const MAX_CODE_CHARS = 1024 * 1024; // a shader module's WGSL (gpu.py's cap)
+  const BUFFER_TYPES = ["uniform", "storage", "read-only-storage"];
   // A sort of more values than this without a comparator is given one (sortTyped): QuickJS
   // sorts in C, where its deadline cannot stop it; this many take a few tens of ms there.
   const MAX_SORT_NATIVE = 1 << 18;
@@ -790,6 +792,12 @@ const shim = (() => {
     };
   }
 
+  function bufferType(value) {
+    const type = value === undefined ? "uniform" : StringOf(value);
+    for (let i = 0; i < BUFFER_TYPES.length; i++) if (BUFFER_TYPES[i] === type) return type;
+    throw new TypeErrorOf(`createBindGroupLayout: '${cut(type, 40)}' is not a valid GPUBufferBindingType (uniform, storage, read-only-storage)`);
+  }
+
   function descriptorOf(descriptor, what) {
     if (descriptor === null || typeof descriptor !== "object") {
       throw new TypeErrorOf(`${what}: the descriptor must be an object`);
@@ -835,8 +843,12 @@ const shim = (() => {
 
     createShaderModule(descriptor) {
       const d = descriptorOf(descriptor, "createShaderModule");
+      const code = StringOf(d.code);
+      if (code.length > MAX_CODE_CHARS) {
+        throw new RangeErrorOf(`createShaderModule: the code is ${code.length} characters, over Kernelbin's limit of ${MAX_CODE_CHARS}`);
+      }
       const id = host.nextId++;
-      push("createShaderModule", { id: id, label: label(d), code: StringOf(d.code) });
+      push("createShaderModule", { id: id, label: label(d), code: code });
       return made(new GPUShaderModule(), "GPUShaderModule", id, d);
     }
 
@@ -870,7 +882,7 @@ const shim = (() => {
           binding: enforceRange(entry.binding, U32_MAX, method, "unsigned long"),
           visibility: enforceRange(entry.visibility, U32_MAX, method, "unsigned long"),
           buffer: {
-            type: entry.buffer.type === undefined ? "uniform" : cut(StringOf(entry.buffer.type), 40),
+            type: bufferType(entry.buffer.type),
             hasDynamicOffset: !!entry.buffer.hasDynamicOffset,
             minBindingSize: optionalRange(entry.buffer.minBindingSize, U64_MAX, method, "unsigned long long", 0),
           },
