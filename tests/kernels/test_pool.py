@@ -342,3 +342,12 @@ def test_an_endless_loop_is_stopped_by_its_own_deadline_naming_its_line(single: 
     # QuickJS knows the line of the loop or of its condition.
     assert outcome["program"]["error"]["line"] in (2, 3)
     assert single.status()["timeouts"] == timeouts  # its own deadline, not the pool's kill
+
+
+def test_a_fault_in_the_runner_is_told_without_its_exception(single: Pool) -> None:
+    outcome = single.run("no-sources", {"harness": None, "fixtures_dir": "fixtures"})
+
+    assert outcome["status"] == "crashed"
+    assert "a fault in Kernelbin" in outcome["message"]
+    assert "KeyError" not in outcome["message"] + outcome["error"]
+    assert "KeyError: 'sources'" in outcome["detail"]  # for staff (Run.detail)
