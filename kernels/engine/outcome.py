@@ -82,7 +82,8 @@ class CompileError(TypedDict):
 class Crash(TypedDict):
     """How a kernel ended the workers that ran it, as a reader may see it (no process ids).
 
-    stage    "compile" when the shader compiler died, else "run"
+    stage    "compile" when the shader compiler died, "javascript" when QuickJS did
+             (running a host program), else "run"
     exit     how the last worker ended ("killed by SIGSEGV")
     workers  how many workers it ended in a row
     """

@@ -383,14 +383,16 @@ class Pool:
 
     def _attempts(self, slot: _Slot, job: _Job) -> Outcome:
         """The job's outcome; a worker that dies on it is replaced and the job run again,
-        up to CRASH_ATTEMPTS workers in all, or none if it died in the shader compiler."""
+        up to CRASH_ATTEMPTS workers in all, or none if it died in the shader compiler or
+        in QuickJS (each runs the same input the same way again)."""
         deaths: list[Death] = []
         while True:
             try:
                 return self._run(slot, job)
             except _WorkerDied as died:
                 deaths.append(died.death)
-            if deaths[-1].in_compiler or len(deaths) >= CRASH_ATTEMPTS:
+            last = deaths[-1]
+            if last.in_compiler or last.in_javascript or len(deaths) >= CRASH_ATTEMPTS:
                 return self._crash_outcome(deaths)
             if self._closed:
                 return self._closed_outcome()
@@ -488,6 +490,14 @@ class Pool:
                 "point at. One known cause is very deep nesting (thousands of parentheses), "
                 "which overflows its stack. Running it again would crash again, so this "
                 "outcome is kept."
+            )
+        elif last.in_javascript:
+            stage = "javascript"
+            message = f"The program crashed the JavaScript engine running it ({last.exit})."
+            error = (
+                "QuickJS crashed instead of reporting an error, so there is no line to point "
+                "at. One known cause is a value nested very deep, which overflows its stack. "
+                "Running it again would crash again, so this outcome is kept."
             )
         else:
             stage = "run"

@@ -50,6 +50,20 @@ class Death:
                 return True
         return False
 
+    @property
+    def in_javascript(self) -> bool:
+        """Whether it died running a program's JavaScript: the thread that crashed was in
+        host/js.py, the one place that enters QuickJS (no other Python runs inside it)."""
+        crashed = False
+        for line in self.stderr:
+            if line.startswith("Current thread"):
+                crashed = True
+            elif crashed and not line.strip():
+                return False
+            elif crashed and "kernels/engine/host/js.py" in line:
+                return True
+        return False
+
     def report(self) -> str:
         stderr = "\n".join(self.stderr) or "(nothing)"
         return f"Worker {self.pid} {self.exit} ({self.error}). Last lines of its stderr:\n{stderr}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -12,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from kernels.engine.device import NoAdapter
-from kernels.engine.pool import Busy, Pool
+from kernels.engine.pool import REPO_ROOT, Busy, Pool
+from kernels.engine.process import Death
 
 NO_VULKAN = {"VK_ICD_FILENAMES": "/nonexistent.json"}
 
@@ -351,3 +353,26 @@ def test_a_fault_in_the_runner_is_told_without_its_exception(single: Pool) -> No
     assert "a fault in Kernelbin" in outcome["message"]
     assert "KeyError" not in outcome["message"] + outcome["error"]
     assert "KeyError: 'sources'" in outcome["detail"]  # for staff (Run.detail)
+
+
+def test_a_worker_that_crashes_inside_quickjs_is_recognised_from_its_traceback() -> None:
+    # A real crash in the frame that enters QuickJS, as the worker's faulthandler reports it.
+    crash = (
+        "import ctypes, faulthandler, time\n"
+        "from kernels.engine.host.js import Script\n"
+        "faulthandler.enable()\n"
+        "Script('', time.monotonic() + 5, 1 << 20)._enter(lambda: ctypes.string_at(0))\n"
+    )
+    died = subprocess.run(
+        [sys.executable, "-c", crash], capture_output=True, text=True, cwd=REPO_ROOT, check=False
+    )
+    stderr = tuple(died.stderr.splitlines())
+    death = Death(1, "killed by SIGSEGV", "the worker closed its output", stderr)
+
+    assert died.returncode == -signal.SIGSEGV
+    assert death.in_javascript
+    assert not death.in_compiler
+    elsewhere = Death(
+        1, "killed by SIGSEGV", "", tuple(line.replace("host/js.py", "run.py") for line in stderr)
+    )
+    assert not elsewhere.in_javascript
