@@ -458,4 +458,6 @@ class Fork(models.Model):
             host_program=self.host_program,
             turn_id=version.turn_id,
             harness_override=version.harness_override,
+            state_id=version.state_id,
+            meta=version.meta,
         )

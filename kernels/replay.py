@@ -173,8 +173,13 @@ def program_check(
 
 
 def wgsl_files(version: KernelVersion) -> dict[str, str]:
-    """The version's WGSL as the files a program may fetch() it by."""
-    return {"kernel.wgsl": version.source, f"{version.kernel.name}.wgsl": version.source}
+    """The version's WGSL as the files a program may fetch() it by: also by its path in
+    its program state, for a .wgsl file the program fetches (a fork's edit runs)."""
+    files = {"kernel.wgsl": version.source, f"{version.kernel.name}.wgsl": version.source}
+    path = version.meta.get("project_path") if isinstance(version.meta, dict) else None
+    if isinstance(path, str) and path.endswith(".wgsl"):
+        files[path] = version.source
+    return files
 
 
 def program_job(

@@ -25,6 +25,7 @@ from sessions.models import Session, Turn
 from tests.kernels.test_replay_views import finished
 from tests.sessions.importing import ImportingTestCase
 from tests.sessions.test_claude_code_layout import session_with_agent
+from tests.sessions.transcripts.build import CWD, Transcript, text, tool_use
 from tests.sessions.transcripts.mnist_page import (
     ADD,
     MATMUL,
@@ -473,3 +474,104 @@ class ProgramStateAdminTestCase(ImportingTestCase):
         self.assertContains(page, f"{state.files.get().blob_id[:12]} (")
         self.assertNotContains(page, "deletelink")
         self.assertEqual(self.client.get("/admin/kernels/programstate/add/").status_code, 403)
+
+
+TRIPLE = """@group(0) @binding(0) var<storage, read_write> data: array<f32>;
+
+@compute @workgroup_size(1)
+fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+  data[id.x] = data[id.x] * 3.0;
+}
+"""
+DOUBLE = TRIPLE.replace("* 3.0", "* 2.0")
+MAIN_JS = """async function main() {
+  const device = await (await navigator.gpu.requestAdapter()).requestDevice();
+  const code = await (await fetch("shaders/double.wgsl")).text();
+  const module = device.createShaderModule({ code });
+  const pipeline = device.createComputePipeline({ layout: "auto", compute: { module, entryPoint: "main" } });
+  const data = new Float32Array([1, 2, 3]);
+  const work = device.createBuffer({ size: 12, usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST });
+  device.queue.writeBuffer(work, 0, data);
+  const read = device.createBuffer({ size: 12, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+  const bindGroup = device.createBindGroup({ layout: pipeline.getBindGroupLayout(0), entries: [{ binding: 0, resource: { buffer: work } }] });
+  const encoder = device.createCommandEncoder();
+  const pass = encoder.beginComputePass();
+  pass.setPipeline(pipeline);
+  pass.setBindGroup(0, bindGroup);
+  pass.dispatchWorkgroups(3);
+  pass.end();
+  encoder.copyBufferToBuffer(work, 0, read, 0, 12);
+  device.queue.submit([encoder.finish()]);
+  await read.mapAsync(GPUMapMode.READ);
+  console.log(JSON.stringify(Array.from(new Float32Array(read.getMappedRange()))));
+}
+main();
+"""
+
+
+def fetched_shader() -> Transcript:
+    """A script that fetch()es its shader from a .wgsl file of the project."""
+    t = Transcript("fetched-shader")
+    wgsl, script = f"{CWD}/shaders/double.wgsl", f"{CWD}/main.js"
+    t.user("Double three numbers; keep the shader in its own file.", parent=None)
+    for n, (path, content) in enumerate(((wgsl, TRIPLE), (script, MAIN_JS)), start=1):
+        t.assistant(
+            f"msg_S{n}",
+            [tool_use(f"toolu_S{n}", "Write", file_path=path, content=content)],
+            "tool_use",
+        )
+        t.result(f"toolu_S{n}", "ok", {"type": "create", "filePath": path, "content": content})
+    t.assistant("msg_S3", [text("Run main.js.")])
+    t.user("It triples them.")
+    t.assistant(
+        "msg_S4",
+        [tool_use("toolu_S4", "Edit", file_path=wgsl, old_string="* 3.0", new_string="* 2.0")],
+        "tool_use",
+    )
+    t.result(
+        "toolu_S4",
+        "ok",
+        {"filePath": wgsl, "oldString": "* 3.0", "newString": "* 2.0", "originalFile": TRIPLE},
+    )
+    t.assistant("msg_S5", [text("Fixed.")])
+    return t
+
+
+@pytest.mark.usefixtures("fresh_replay_backend")
+class FetchedShaderTestCase(TransactionTestCase):
+    def test_a_shader_the_program_fetches_replays_in_it_and_a_fork_of_it_runs_the_edit(
+        self,
+    ) -> None:
+        cache.clear()
+        tmp = Path(tempfile.mkdtemp(prefix="kernelbin-fetched-"))
+        self.addCleanup(shutil.rmtree, tmp, ignore_errors=True)
+        path = tmp / "fetched.jsonl"
+        path.write_text("".join(json.dumps(line) + "\n" for line in fetched_shader().lines))
+        report = io.StringIO()
+        call_command("import_transcript", str(path), "--visibility", "public", stdout=report)
+        self.assertIn("The programs fetch 1 file(s): shaders/double.wgsl.", report.getvalue())
+        self.assertIn("Every file they fetch is there.", report.getvalue())
+        session = Session.objects.get()
+        kernel = Kernel.objects.get()
+        # The shader alone, then the script that fetches it, then the fix.
+        versions = list(kernel.versions.order_by("number"))
+        self.assertEqual(
+            [v.meta["how"] for v in versions], ["write", "host_changed", "edit_original"]
+        )
+        self.assertEqual(versions[0].host_program, "")
+        self.assertEqual([v.state.number for v in versions], [1, 2, 3])
+
+        def printed(url: str) -> list[str]:
+            outcome = finished(self.client, url)["outcome"]
+            return [line["text"] for line in outcome["program"]["console"]]
+
+        turns = {v.number: v.turns.order_by("number").first().number for v in versions[1:]}
+        self.assertEqual(printed(f"/s/{session.slug}/turns/{turns[2]}/replay.json"), ["[3,6,9]"])
+        self.assertEqual(printed(f"/s/{session.slug}/turns/{turns[3]}/replay.json"), ["[2,4,6]"])
+
+        r = self.client.post(
+            f"/s/{session.slug}/turns/{turns[3]}/fork/",
+            {"source": DOUBLE.replace("* 2.0", "* 5.0"), "host": MAIN_JS},
+        )
+        self.assertEqual(r.status_code, 303, r.content[:300])
+        self.assertEqual(printed(r["Location"] + "replay.json"), ["[5,10,15]"])

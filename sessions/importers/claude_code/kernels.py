@@ -343,6 +343,8 @@ class KernelHistory:
         state = self._project_changed(path, content)
         meta = {"file_path": path, **meta}
         if path.lower().endswith(WGSL_SUFFIXES):
+            if relative := self.project_path(path):
+                meta["project_path"] = relative
             version = self._record(
                 self._wgsl_name(path),
                 content,
@@ -375,8 +377,29 @@ class KernelHistory:
             )
             if version:
                 versions.append(version)
+        if program.host and not program.shaders and host_changed:
+            versions += self._fetched_shaders(program.host, meta, note)
         self._modules_of(path, names, state)
         return self._in_state(versions, state, path)
+
+    def _fetched_shaders(self, host: str, meta: dict[str, Any], note: str) -> list[NewVersion]:
+        """A program whose shaders are .wgsl files it fetches: a change of its host code
+        is a version of each such file's kernel (the same WGSL, run by the new code)."""
+        versions = []
+        for wgsl_path, name in self.path_names.items():
+            kernel = self.kernels.get(name)
+            base = _path_parts(wgsl_path)[-1] if _path_parts(wgsl_path) else ""
+            if wgsl_path.startswith("(fenced)") or kernel is None or kernel.source is None:
+                continue
+            if not base or base not in host:
+                continue
+            wgsl_meta = {**meta, "file_path": wgsl_path, "how": "host_changed"}
+            if relative := self.project_path(wgsl_path):
+                wgsl_meta["project_path"] = relative
+            title = self.title_for(wgsl_path)
+            if version := self._record(name, kernel.source, wgsl_meta, title, note, host=host):
+                versions.append(version)
+        return versions
 
     def _in_state(
         self, versions: list[NewVersion], state: NewState | None, path: str
