@@ -349,9 +349,9 @@ def image(request: HttpRequest, slug: str, name: str) -> HttpResponse:
     response["X-Content-Type-Options"] = "nosniff"
     response["Content-Security-Policy"] = "default-src 'none'; sandbox"
     response["Content-Disposition"] = f'inline; filename="{name}"'
-    # Named by its content, so it never changes; a private session's stays private.
-    shared = session.visibility != Session.Visibility.PRIVATE
-    response["Cache-Control"] = f"{'public' if shared else 'private'}, max-age=31536000, immutable"
+    # Named by its content, so it never changes; kept by the reader's browser only, so a
+    # session made private again is no longer served from a shared cache.
+    response["Cache-Control"] = "private, max-age=86400"
     return response
 
 

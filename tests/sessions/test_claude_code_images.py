@@ -122,6 +122,7 @@ class ImagesTestCase(ImportingTestCase):
         self.assertEqual(response["X-Content-Type-Options"], "nosniff")
         self.assertIn("sandbox", response["Content-Security-Policy"])
         self.assertEqual(response["X-Frame-Options"], "DENY")
+        self.assertTrue(response["Cache-Control"].startswith("private"))
         Image.open(io.BytesIO(response.content)).verify()
         for wrong in (name.replace(".png", ".jpg"), "0" * 64 + ".png", "x.png"):
             self.assertEqual(
