@@ -52,6 +52,7 @@ Names are slugified and cut to 60 characters; every name is unique in its sessio
 from __future__ import annotations
 
 import re
+import string
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -79,7 +80,8 @@ NAME_MAX = 60
 SAME_SHADER = 0.55
 SAME_NAMED_SHADER = 0.3
 # A project path a program can fetch() (kernels.models.FILE_NAME).
-_PROJECT_PATH = re.compile(r"[A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+)*")
+# The characters a project file's name may hold for a program to fetch it by that name.
+_PATH_CHARACTERS = frozenset(string.ascii_letters + string.digits + "_.-")
 
 _FENCE = re.compile(
     r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})[ \t]*wgsl\b[^\n]*\n(?P<body>.*?)"
@@ -444,7 +446,9 @@ class KernelHistory:
         elif parts:
             parts = parts[-1:]
         relative = "/".join(parts)
-        if not _PROJECT_PATH.fullmatch(relative) or ".." in parts or len(relative) > 200:
+        if len(relative) > 200 or ".." in parts:
+            return None
+        if not parts or not all(part and set(part) <= _PATH_CHARACTERS for part in parts):
             return None
         return relative
 
