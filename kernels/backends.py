@@ -58,6 +58,11 @@ class LocalBackend:
                 atexit.register(self._pool.close)
             return self._pool
 
+    def start_workers(self) -> None:
+        """Start the pool now: its workers open their devices and warm up in the
+        background (kernels/engine/worker.py warm_up) while the server answers."""
+        self.pool()
+
     def environment_id(self, wait: bool) -> str | None:
         """The id of the adapter our workers run on; without wait, None until one said."""
         if self._pool is None and not wait:
@@ -134,6 +139,9 @@ class CeleryBackend:
     long_poll = False
     # A Celery worker takes a run when its task starts (kernels.tasks).
     claims_on_start = False
+
+    def start_workers(self) -> None:
+        """Nothing to start: the Celery workers run elsewhere (kernels/tasks.py)."""
 
     def environment_id(self, wait: bool) -> str:
         # Workers report where they run with each result; until the first one has, runs

@@ -109,6 +109,7 @@ class Pool:
         self._ids = itertools.count(1)
         self._closed = False
         self._environment: dict[str, Any] | None = None
+        self._warm_up: list[str] = []  # the statuses of the last worker's warm-up jobs
         self._unavailable = ""
         self._average_s = 1.0
         self._counts = {
@@ -224,10 +225,11 @@ class Pool:
                 "deadline": self.deadline,
                 **self._counts,
                 "environment": self._environment["label"] if self._environment else None,
+                "warm_up": list(self._warm_up),
                 "error": None if self._environment else self._unavailable or None,
                 "worker_pids": [w.pid for w in live],
                 # Workers running a job: started (a worker says hello once its device is
-                # open) and given one.
+                # open and warmed up) and given one.
                 "busy_pids": [
                     s.worker.pid
                     for s in self._slots
@@ -365,6 +367,7 @@ class Pool:
         with self._changed:
             if hello.get("environment"):
                 self._environment = hello["environment"]
+                self._warm_up = list(hello.get("warm_up") or [])
             else:
                 self._unavailable = str(hello.get("error") or "the worker reported no adapter")
             self._changed.notify_all()

@@ -4,7 +4,8 @@ Started by kernels.engine.pool as `python -m kernels.engine.worker` with the rep
 root as cwd; never imports Django. Messages both ways are framed as a 4-byte big-endian
 length and UTF-8 JSON:
 
-    worker -> pool   {"type": "hello", "environment": {...}, "pid": n}
+    worker -> pool   {"type": "hello", "environment": {...}, "pid": n, "warm_up": [status, ...]}
+                     once its device is open and its warm-up jobs have run (warm_up())
                      or {"type": "hello", "error": "...", "pid": n} when no adapter opens
     pool -> worker   {"type": "job", "id": str, "sources": {...}, "harness": {...} | null,
                       "fixtures_dir": str, "limits": {...}}   (limits optional)
@@ -20,6 +21,7 @@ pool's to kill: nothing in-process can cancel a dispatch.
 
 from __future__ import annotations
 
+import base64
 import ctypes
 import faulthandler
 import json
@@ -213,6 +215,90 @@ def run_job(
         return outcome
 
 
+# What a worker runs once before it says hello, on its own: the first of each kind pays
+# for imports, QuickJS's first context and wgpu-py's first use of each C struct (cffi
+# parses each type's declaration on first use: seconds on a busy machine), which readers
+# should not wait for. A harness and a program that fetches, writes, dispatches and reads.
+WARM_WGSL = """@group(0) @binding(0) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read_write> y: array<f32>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+    if (id.x < arrayLength(&y)) {
+        y[id.x] = 2.0 * x[id.x];
+    }
+}
+"""
+WARM_HARNESS = {
+    "buffers": {
+        "x": {
+            "usage": "read",
+            "dtype": "f32",
+            "shape": [64],
+            "random": {"seed": 1, "low": -1.0, "high": 1.0},
+        },
+        "y": {"usage": "read_write", "dtype": "f32", "shape": [64], "output": True},
+    },
+    "passes": [{"kernel": "self", "bind": {"0": "x", "1": "y"}, "dispatch": [1, 1, 1]}],
+    "reference": {"name": "double", "args": ["x"], "outputs": ["y"]},
+}
+WARM_PROGRAM = """const adapter = await navigator.gpu.requestAdapter();
+const device = await adapter.requestDevice();
+const x = new Float32Array(await (await fetch("x.bin")).arrayBuffer());
+const code = await (await fetch("kernel.wgsl")).text();
+const usage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC;
+const input = device.createBuffer({ label: "x", size: x.byteLength, usage });
+const output = device.createBuffer({ label: "y", size: x.byteLength, usage });
+const read = device.createBuffer({
+  size: x.byteLength, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST,
+});
+device.queue.writeBuffer(input, 0, x);
+const pipeline = device.createComputePipeline({
+  layout: "auto", compute: { module: device.createShaderModule({ code }), entryPoint: "main" },
+});
+const bindGroup = device.createBindGroup({
+  layout: pipeline.getBindGroupLayout(0),
+  entries: [input, output].map((buffer, binding) => ({ binding, resource: { buffer } })),
+});
+const encoder = device.createCommandEncoder();
+const pass = encoder.beginComputePass();
+pass.setPipeline(pipeline);
+pass.setBindGroup(0, bindGroup);
+pass.dispatchWorkgroups(1);
+pass.end();
+encoder.copyBufferToBuffer(output, 0, read, 0, x.byteLength);
+device.queue.submit([encoder.finish()]);
+await read.mapAsync(GPUMapMode.READ);
+console.log(new Float32Array(read.getMappedRange())[1]);
+read.unmap();
+"""
+WARM_JOBS: list[dict[str, Any]] = [
+    {"sources": {"self": WARM_WGSL}, "harness": WARM_HARNESS, "fixtures_dir": "."},
+    {
+        "kind": "program",
+        "source": WARM_PROGRAM,
+        "files": {"x.bin": base64.b64encode(np.arange(64, dtype="<f4").tobytes()).decode()},
+        "wgsl": {"kernel.wgsl": WARM_WGSL},
+        "expected": [[2.0 * i for i in range(64)]],
+    },
+]
+
+
+def warm_up(device: Any, env: Environment) -> list[str]:
+    """Run WARM_JOBS on a memo and buffers of their own (a reader's first job finds the
+    worker's empty); each one's status. One that does not pass is logged, and the worker
+    serves anyway."""
+    from kernels.engine.resident import DeviceBuffers
+
+    statuses = []
+    for job in WARM_JOBS:
+        outcome = run_job(device, env, job, Memo(), DeviceBuffers())
+        statuses.append(outcome["status"])
+        if outcome["status"] != "passed":
+            log.warning("warm-up job %s: %s", outcome["status"], outcome.get("message"))
+    return statuses
+
+
 class Answer:
     """The one answer the worker sends for a job: the outcome, when the job ends; for a
     program job stuck past its deadline, a timeout naming where it was, sent by a watchdog
@@ -361,7 +447,12 @@ def main() -> int:
     device = env = None
     try:
         device, env = open_device(os.environ.get("KERNELBIN_WGPU_BACKEND", ""))
-        hello: dict[str, Any] = {"type": "hello", "environment": env.as_dict(), "pid": os.getpid()}
+        hello: dict[str, Any] = {
+            "type": "hello",
+            "environment": env.as_dict(),
+            "pid": os.getpid(),
+            "warm_up": warm_up(device, env),
+        }
         no_adapter = ""
     except (NoAdapter, ValueError) as e:
         no_adapter = str(e)

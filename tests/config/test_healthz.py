@@ -1,5 +1,8 @@
+import importlib
+import sys
+
 from django.contrib.auth.models import User
-from django.test import TestCase, override_settings
+from django.test import SimpleTestCase, TestCase, override_settings
 
 from kernels.replay import backend
 
@@ -70,3 +73,24 @@ class BadHostTestCase(TestCase):
         self.assertEqual(r.status_code, 400)
         self.assertContains(r, "does not answer to that host name", status_code=400)
         self.assertNotContains(r, "ALLOWED_HOSTS", status_code=400)
+
+
+class ServerStartTestCase(SimpleTestCase):
+    def test_the_server_starts_its_replay_workers_in_the_background_when_it_loads(self) -> None:
+        from kernels import replay
+
+        started = replay._backend
+        replay._backend = None
+        sys.modules.pop("config.wsgi", None)
+        try:
+            importlib.import_module("config.wsgi")
+            pool = replay.backend().pool()
+            # Loading returned at once: no worker has opened its device yet.
+            self.assertIsNone(pool.status()["environment"])
+            # Each opens its device and runs its warm-up jobs before it says hello.
+            pool.environment(timeout=120)
+            self.assertEqual(pool.status()["warm_up"], ["passed", "passed"])
+        finally:
+            if replay._backend is not None:
+                replay._backend.pool().close()
+            replay._backend = started

@@ -140,6 +140,12 @@ def test_it_runs_a_job(pool: Pool) -> None:
     assert status["alive"] == 2 and status["environment"] == outcome["environment"]["label"]
 
 
+def test_a_worker_warms_up_before_it_says_hello(pool: Pool) -> None:
+    pool.environment()
+    # A harness and a host program, run on the worker's device before its first job.
+    assert pool.status()["warm_up"] == ["passed", "passed"]
+
+
 def test_identical_keys_share_one_run(pool: Pool) -> None:
     first = pool.submit("shared", add_job())
     second = pool.submit("shared", add_job())
