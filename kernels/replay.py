@@ -310,10 +310,15 @@ def start_run(job: Job, fresh: bool = False, wanted_for: float | None = None) ->
         raise
     except Exception as error:  # no adapter: say so, and cache nothing
         return _record_infra_error(job, str(error))
-    shared = _shared_run(job, environment_id, fresh)
-    if shared is not None:
-        return shared
-    run = _new_run(job, environment_id)
+    # A fresh run looks for no cached one, so its INSERT goes first: when it succeeds,
+    # none was in flight (run_one_in_flight_per_key) and the look for one, a query of its
+    # own, is not needed. When it fails, look (lost runs are finished on the way).
+    run = _new_run(job, environment_id) if fresh else None
+    if run is None:
+        shared = _shared_run(job, environment_id, fresh)
+        if shared is not None:
+            return shared
+        run = _new_run(job, environment_id)
     if run is None:
         # Someone asked for the same run a moment ago: share it.
         joined = Run.objects.for_key(job.source_sha256, job.harness_digest, environment_id)

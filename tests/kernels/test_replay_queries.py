@@ -47,6 +47,16 @@ class FreshReplayQueriesTestCase(TransactionTestCase):
             self.assertEqual(getattr(shown.run, name), getattr(stored, name), name)
         self.assertEqual((stored.attempts, stored.worker), (1, replay.worker_name()))
 
+    def test_a_fresh_run_is_one_insert(self) -> None:
+        replay.run_now(self.version)
+        job = replay.job_for(self.version)
+
+        with self.assertNumQueries(1):
+            run = replay.start_run(job, fresh=True)
+
+        self.assertEqual(replay.wait(run, 10).status, "passed")
+        self.assertEqual(Run.objects.count(), 2)
+
     def test_the_outcome_is_stored_in_one_update(self) -> None:
         job = replay.job_for(self.version)
         run = replay._new_run(job, self.environment_id)
@@ -81,7 +91,8 @@ class FreshReplayQueriesTestCase(TransactionTestCase):
 
         with self.assertNumQueries(1):
             joined = replay.start_run(job)
-        with self.assertNumQueries(1):
+        # A fresh request tries its insert first (the usual case: nothing in flight).
+        with self.assertNumQueries(2):
             joined_fresh = replay.start_run(job, fresh=True)
 
         self.assertEqual((joined.pk, joined_fresh.pk), (in_flight.pk, in_flight.pk))
