@@ -12,7 +12,13 @@
   cached          GET replay.json for a finished run, through gunicorn, as a reader
                   without cookies asks (the answer kept in the cache), and for scale the
                   cheapest request the same server answers: GET /healthz
-  cold start      the first replay after the server starts (worker start-up included)
+  cold start      the first replay after the server starts: asked as soon as its port
+                  opens (worker start-up and warm-up included), and asked once its
+                  workers have warmed up (/healthz names their adapter), which they do in
+                  the background while the server answers
+  boundary        bytes a fetch() hands to a program and a writeBuffer hands to Python,
+                  and a program that fetches, writes and reads back 4 MB
+                  (bench/host_data.py's rows), against numpy copying the same bytes
 
 The layer is a 784x128 matmul with bias (y = x @ w + b). The size sweep replays y = 2x
 over square outputs from 8x8 to 4096x4096, each against its own floor in the same loop,
@@ -45,6 +51,7 @@ import urllib.request
 from pathlib import Path
 
 from common import ROOT, gunicorn, median_ms, setup_django, timed_gets
+from host_data import crossings, numpy_copy, round_trip
 
 SOURCE = """@group(0) @binding(0) var<storage, read> x: array<f32>;
 @group(0) @binding(1) var<storage, read> w: array<f32>;
@@ -391,20 +398,68 @@ def crossover(sides: list[int], runs: int) -> None:
             print(f"{size:>11} {side * side:>10,} {on:>10.2f} {off:>10.2f} {on / off:>6.2f}x")
 
 
-def served(database: Path, spec: dict) -> tuple[float, float, float]:
-    """Cold start, cached replay.json and /healthz through gunicorn, in ms."""
-    cold_slug = make_version(spec, "cold")
-    env = {"SQLITE_PATH": str(database), "REPLAY_WORKERS": "1"}
-    with gunicorn("config.wsgi:application", env, threads=4) as base:
-        started = time.perf_counter()
-        path = f"/s/{cold_slug}/turns/1/replay.json?wait=10"
-        with urllib.request.urlopen(base + path) as response:  # noqa: S310 (our own server)
-            assert response.status == 200, "the cold replay did not finish in 10 s"
-        cold_ms = 1000 * (time.perf_counter() - started)
-        cached, _ = timed_gets(base, "/s/bench-replay-harness/turns/1/replay.json", 200)
-        # The cheapest request this server answers, for scale: one tiny query.
-        floor_http, _ = timed_gets(base, "/healthz", 200)
-    return cold_ms, median_ms(cached), median_ms(floor_http)
+def boundary(device, environment, runs: int) -> dict[str, tuple[float, float]]:
+    """bench/host_data.py's rows at 1 and 4 MB: (median ms, x numpy's copy)."""
+    import numpy as np
+
+    rows = {}
+    for mb in (1, 4):
+        data = np.random.default_rng(0).integers(0, 256, mb << 20, dtype=np.uint8).tobytes()
+        times: dict[str, list[float]] = {"in": [], "out": [], "numpy": [], "program": []}
+        for _ in range(max(3, runs // 4)):
+            handed_in, _, taken_out = crossings(data)
+            times["in"].append(handed_in)
+            times["out"].append(taken_out)
+            times["numpy"].append(numpy_copy(data))
+            if mb == 4:
+                times["program"].append(round_trip((device, environment), data))
+        floor = median_ms(times.pop("numpy"))
+        for name, took in times.items():
+            if took:
+                rows[f"{name} {mb} MB"] = (median_ms(took), median_ms(took) / floor)
+    return rows
+
+
+def served(database: Path, spec: dict) -> dict[str, float]:
+    """Cold starts, cached replay.json and /healthz through gunicorn, in ms."""
+    token = "bench-replay"  # noqa: S105 (a scratch server's monitor token)
+    env = {"SQLITE_PATH": str(database), "REPLAY_WORKERS": "1", "HEALTHZ_TOKEN": token}
+    figures = {}
+    for when in ("at once", "warm"):
+        slug = make_version(spec, f"cold-{when.replace(' ', '-')}")
+        opened = time.perf_counter()
+        with gunicorn("config.wsgi:application", env, threads=4) as base:
+            if when == "warm":
+                figures["workers warm after the port opens"] = 1000 * wait_warm(base, token)
+            started = time.perf_counter()
+            path = f"/s/{slug}/turns/1/replay.json?wait=10"
+            with urllib.request.urlopen(base + path) as response:  # noqa: S310 (our server)
+                assert response.status == 200, "the cold replay did not finish in 10 s"
+            figures[f"first replay, {when}"] = 1000 * (time.perf_counter() - started)
+            if when == "at once":
+                figures["port open to first replay"] = 1000 * (time.perf_counter() - opened)
+                continue
+            cached, _ = timed_gets(base, "/s/bench-replay-harness/turns/1/replay.json", 200)
+            # The cheapest request this server answers, for scale: one tiny query.
+            floor_http, _ = timed_gets(base, "/healthz", 200)
+            figures["cached"], figures["healthz"] = median_ms(cached), median_ms(floor_http)
+    return figures
+
+
+def wait_warm(base: str, token: str) -> float:
+    """Seconds until /healthz names the workers' adapter: a worker says hello once it has
+    opened its device and run its warm-up jobs (kernels/engine/worker.py)."""
+    import json
+
+    started = time.perf_counter()
+    headers = {"Authorization": f"Bearer {token}"}
+    request = urllib.request.Request(base + "/healthz", headers=headers)  # noqa: S310
+    while time.perf_counter() - started < 60:
+        with urllib.request.urlopen(request) as response:  # noqa: S310 (our own server)
+            if json.load(response)["replay"].get("environment"):
+                return time.perf_counter() - started
+        time.sleep(0.05)
+    raise RuntimeError("the replay workers did not warm up in 60 s")
 
 
 def main() -> None:
@@ -440,30 +495,37 @@ def main() -> None:
         device, environment = open_device(os.environ.get("REPLAY_WGPU_BACKEND", ""))
         times = layer(device, spec, args.runs)
         rows = sweep(device, [int(side) for side in args.sizes.split(",") if side], args.runs)
+        data_rows = boundary(device, environment, args.runs)
         replay.backend().pool().close()
-        cold_ms = cached_ms = healthz_ms = None
-        if not args.replays_only:
-            cold_ms, cached_ms, healthz_ms = served(database, spec)
+        figures = served(database, spec)
     floor_ms, warm_ms, program_ms = (median_ms(times[key]) for key in times if key != "timings")
 
     print(f"kernel: x[{args.batch},784] @ w[784,128] + b on {environment.label}")
     print(f"deadline {settings.REPLAY_DEADLINE} s, median of {args.runs} runs")
-    print(f"{'layer':34} {'ms':>9} {'x floor':>8}")
+    print(f"{'layer':42} {'ms':>9} {'x floor':>8} {'x harness':>10}")
     for label, value in (
         ("floor: bare dispatch + readback", floor_ms),
         ("warm uncached replay (pool)", warm_ms),
         ("program replay (pool, QuickJS)", program_ms),
-        ("cached replay.json over HTTP", cached_ms),
-        ("  (for scale: GET /healthz)", healthz_ms),
-        ("cold start: first replay", cold_ms),
+        ("cached replay.json over HTTP", figures["cached"]),
+        ("  (for scale: GET /healthz)", figures["healthz"]),
+        ("cold start: first replay as the port opens", figures["first replay, at once"]),
+        ("  port open to that replay's answer", figures["port open to first replay"]),
+        ("  workers warm after the port opens", figures["workers warm after the port opens"]),
+        ("first replay once the workers are warm", figures["first replay, warm"]),
     ):
-        if value is not None:
-            print(f"{label:34} {value:>9.2f} {value / floor_ms:>7.2f}x")
+        print(f"{label:42} {value:>9.2f} {value / floor_ms:>7.2f}x {value / warm_ms:>9.2f}x")
     print(f"program replay / harness replay: {program_ms / warm_ms:.2f}x")
-    if cached_ms is not None and healthz_ms is not None:
-        print(f"cached replay.json / GET /healthz: {cached_ms / healthz_ms:.2f}x")
+    print(f"cached replay.json / GET /healthz: {figures['cached'] / figures['healthz']:.2f}x")
     breakdown = hops(times["harness"], times["timings"])
     print("warm replay by hop (ms): " + ", ".join(f"{k} {v:.2f}" for k, v in breakdown.items()))
+    print()
+    print("bytes across the JavaScript boundary (bench/host_data.py's rows)")
+    print(f"{'row':42} {'ms':>9} {'x numpy':>8} {'GB/s':>7}")
+    for name, (ms, ratio) in data_rows.items():
+        size = int(name.split()[1]) << 20
+        rate = f"{size / ms / 1e6:>7.2f}" if not name.startswith("program") else ""
+        print(f"{name:42} {ms:>9.2f} {ratio:>7.1f}x {rate:>7}")
     if rows:
         print_sweep(rows)
 
