@@ -497,7 +497,7 @@ def main() -> None:
         rows = sweep(device, [int(side) for side in args.sizes.split(",") if side], args.runs)
         data_rows = boundary(device, environment, args.runs)
         replay.backend().pool().close()
-        figures = served(database, spec)
+        figures = {} if args.replays_only else served(database, spec)
     floor_ms, warm_ms, program_ms = (median_ms(times[key]) for key in times if key != "timings")
 
     print(f"kernel: x[{args.batch},784] @ w[784,128] + b on {environment.label}")
@@ -507,16 +507,18 @@ def main() -> None:
         ("floor: bare dispatch + readback", floor_ms),
         ("warm uncached replay (pool)", warm_ms),
         ("program replay (pool, QuickJS)", program_ms),
-        ("cached replay.json over HTTP", figures["cached"]),
-        ("  (for scale: GET /healthz)", figures["healthz"]),
-        ("cold start: first replay as the port opens", figures["first replay, at once"]),
-        ("  port open to that replay's answer", figures["port open to first replay"]),
-        ("  workers warm after the port opens", figures["workers warm after the port opens"]),
-        ("first replay once the workers are warm", figures["first replay, warm"]),
+        ("cached replay.json over HTTP", figures.get("cached")),
+        ("  (for scale: GET /healthz)", figures.get("healthz")),
+        ("cold start: first replay as the port opens", figures.get("first replay, at once")),
+        ("  port open to that replay's answer", figures.get("port open to first replay")),
+        ("  workers warm after the port opens", figures.get("workers warm after the port opens")),
+        ("first replay once the workers are warm", figures.get("first replay, warm")),
     ):
-        print(f"{label:42} {value:>9.2f} {value / floor_ms:>7.2f}x {value / warm_ms:>9.2f}x")
+        if value is not None:
+            print(f"{label:42} {value:>9.2f} {value / floor_ms:>7.2f}x {value / warm_ms:>9.2f}x")
     print(f"program replay / harness replay: {program_ms / warm_ms:.2f}x")
-    print(f"cached replay.json / GET /healthz: {figures['cached'] / figures['healthz']:.2f}x")
+    if figures:
+        print(f"cached replay.json / GET /healthz: {figures['cached'] / figures['healthz']:.2f}x")
     breakdown = hops(times["harness"], times["timings"])
     print("warm replay by hop (ms): " + ", ".join(f"{k} {v:.2f}" for k, v in breakdown.items()))
     print()
