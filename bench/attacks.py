@@ -380,10 +380,10 @@ class Watch:
         seen: dict[int, str] = {}
         while not self.stopped.is_set():
             now = dict(self.workers())
-            self.deaths.extend(
-                (time.monotonic(), kind) for pid, kind in seen.items() if pid not in now
-            )
-            seen = now
+            # A process /proc could not be read from this once is not dead: only one gone.
+            gone = {pid: kind for pid, kind in seen.items() if not Path(f"/proc/{pid}").exists()}
+            self.deaths.extend((time.monotonic(), kind) for kind in gone.values())
+            seen = now | {pid: kind for pid, kind in seen.items() if pid not in now | gone}
             self.stopped.wait(0.1)
 
     def workers(self) -> list[tuple[int, str]]:
