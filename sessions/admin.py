@@ -4,7 +4,7 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from sessions.importers.writer import CURATED, RELINKED
+from sessions.importers.batches import CURATED, RELINKED
 from sessions.models import Session, Tag, Turn
 
 

@@ -29,7 +29,7 @@ from sessions.forms import CappedUploadHandler, ImportForm, ProjectFilesForm
 from sessions.importers.files import import_file, size_limit
 from sessions.importers.options import ImportOptions
 from sessions.importers.project_files import ProjectFiles, add_files, read_uploads
-from sessions.importers.writer import ImportProblem
+from sessions.importers.specs import ImportProblem
 from sessions.models import Session, Tag, Turn
 from sessions.stamps import EMBEDDABLE, OPENABLE, stamp
 

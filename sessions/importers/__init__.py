@@ -4,9 +4,11 @@
                     refuses what is too big or not text, imports it
     options.py      ImportOptions: what the person importing chose (title, slug,
                     visibility, redaction, owner), the same for every format
-    writer.py       the specs an importer hands over (SessionSpec, TurnSpec, KernelSpec,
-                    VersionSpec), write_session (in batches; all or nothing), and
-                    ImportReport; ImportProblem for a file that cannot be imported
+    specs.py        what an importer hands over (SessionSpec, TurnSpec, KernelSpec,
+                    VersionSpec, StateSpec, FileSpec, ImageSpec) and ImportReport;
+                    ImportProblem for a file that cannot be imported
+    writer.py       write_session: all or nothing, a new session a batch per commit
+    batches.py      the batches it writes, and what a re-import keeps
     kernelbin.py    kernelbin/1, our own export: read, validated whole, written
     claude_code/    Claude Code transcripts (JSON Lines), read in passes:
         layout.py       which files make one session: the main file and its sub-agents'

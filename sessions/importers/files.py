@@ -23,7 +23,7 @@ from sessions.importers.jsonl import JoinedFiles
 from sessions.importers.kernelbin import FORMAT, import_session, read_export
 from sessions.importers.options import DEFAULTS, ImportOptions
 from sessions.importers.project_files import fetch_report
-from sessions.importers.writer import ImportProblem, ImportReport
+from sessions.importers.specs import ImportProblem, ImportReport
 from sessions.models import Session
 
 logger = logging.getLogger(__name__)

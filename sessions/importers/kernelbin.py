@@ -28,7 +28,7 @@ from kernels.models import Kernel, ProgramState, check_file_name
 from sessions import images
 from sessions.importers.options import ImportOptions
 from sessions.importers.redact import Scrubber
-from sessions.importers.writer import (
+from sessions.importers.specs import (
     FileSpec,
     ImageSpec,
     ImportProblem,
@@ -39,8 +39,8 @@ from sessions.importers.writer import (
     StateSpec,
     TurnSpec,
     VersionSpec,
-    write_session,
 )
+from sessions.importers.writer import write_session
 from sessions.models import Session, Turn
 
 FORMAT = "kernelbin/1"

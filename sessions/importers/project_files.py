@@ -27,7 +27,7 @@ from django.db import transaction
 
 from kernels.models import SessionFile, check_file_name
 from sessions.importers.claude_code.scripts import read_program
-from sessions.importers.writer import ImportProblem
+from sessions.importers.specs import ImportProblem
 from sessions.models import Session
 
 

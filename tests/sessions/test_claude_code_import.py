@@ -7,7 +7,8 @@ from unittest.mock import patch
 
 from kernels.models import Kernel, KernelVersion
 from sessions.importers.claude_code.tools import ToolCalls
-from sessions.importers.writer import SessionSpec, TurnSpec, write_session
+from sessions.importers.specs import SessionSpec, TurnSpec
+from sessions.importers.writer import write_session
 from sessions.models import Session, Turn
 from tests.sessions.importing import MATMUL, SOFTMAX, ImportingTestCase, tiny
 from tests.sessions.transcripts.build import Transcript, text

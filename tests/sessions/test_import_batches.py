@@ -15,7 +15,8 @@ from django.db import connection, connections
 from django.test import Client, TransactionTestCase
 
 from sessions.importers import writer
-from sessions.importers.writer import ImportProblem
+from sessions.importers.batches import Batches
+from sessions.importers.specs import ImportProblem
 from sessions.models import Session, Turn
 from tests.sessions.transcripts.build import Transcript, text
 
@@ -45,7 +46,7 @@ class ImportBatchTests(TransactionTestCase):
 
     def test_another_user_signs_in_between_two_batches(self) -> None:
         seen: list[dict] = []
-        flush = writer._Batches.flush
+        flush = Batches.flush
 
         def sign_in_elsewhere() -> None:
             # A connection of its own, waiting at most 0.2 s for the write lock: had the
@@ -60,7 +61,7 @@ class ImportBatchTests(TransactionTestCase):
             finally:
                 connections.close_all()
 
-        def flush_then_sign_in(batches: writer._Batches) -> None:
+        def flush_then_sign_in(batches: Batches) -> None:
             flush(batches)
             if batches.turn_count == 100:
                 thread = threading.Thread(target=sign_in_elsewhere)
@@ -70,7 +71,7 @@ class ImportBatchTests(TransactionTestCase):
 
         with (
             mock.patch.object(writer, "WRITE_BATCH", 50),
-            mock.patch.object(writer._Batches, "flush", flush_then_sign_in),
+            mock.patch.object(Batches, "flush", flush_then_sign_in),
             mock.patch.dict(connection.settings_dict["OPTIONS"], {"timeout": 0.2}),
         ):
             r = self.upload()
@@ -85,16 +86,16 @@ class ImportBatchTests(TransactionTestCase):
         self.assertContains(Client().get("/"), 'href="/s/long/"')
 
     def test_a_failure_after_some_batches_leaves_nothing(self) -> None:
-        flush = writer._Batches.flush
+        flush = Batches.flush
 
-        def fail_at_the_third(batches: writer._Batches) -> None:
+        def fail_at_the_third(batches: Batches) -> None:
             if batches.turn_count == 100:
                 raise ImportProblem("The file breaks off here.")
             flush(batches)
 
         with (
             mock.patch.object(writer, "WRITE_BATCH", 50),
-            mock.patch.object(writer._Batches, "flush", fail_at_the_third),
+            mock.patch.object(Batches, "flush", fail_at_the_third),
         ):
             r = self.upload()
 

@@ -30,14 +30,8 @@ from sessions.importers.claude_code.reader import TranscriptReader
 from sessions.importers.claude_code.turns import short
 from sessions.importers.options import DEFAULTS, ImportOptions
 from sessions.importers.redact import Scrubber
-from sessions.importers.writer import (
-    FileSpec,
-    ImportProblem,
-    ImportReport,
-    Item,
-    SessionSpec,
-    write_session,
-)
+from sessions.importers.specs import FileSpec, ImportProblem, ImportReport, Item, SessionSpec
+from sessions.importers.writer import write_session
 from sessions.models import Session
 
 FORMAT = "Claude Code JSONL"

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sessions.importers.writer import ImportProblem
+from sessions.importers.specs import ImportProblem
 
 # Sibling files looked at for the older flat layout (one line each).
 MAX_SIBLINGS = 2000

@@ -7,7 +7,7 @@ from typing import Any
 
 from sessions.images import ImageRefused, from_base64
 from sessions.importers.claude_code.index import Stats
-from sessions.importers.writer import ImageSpec
+from sessions.importers.specs import ImageSpec
 
 
 def keep(

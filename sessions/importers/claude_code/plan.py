@@ -30,7 +30,7 @@ from sessions.importers.claude_code.lines import (
     SYSTEM,
     UNKNOWN,
 )
-from sessions.importers.writer import ImportProblem
+from sessions.importers.specs import ImportProblem
 
 # Leaves tried when the last line's chain holds no human prompt.
 MAX_LEAF_TRIES = 64

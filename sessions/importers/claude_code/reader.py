@@ -49,7 +49,7 @@ from sessions.importers.claude_code.subagents import Subagents
 from sessions.importers.claude_code.tools import RESULT_MAX_CHARS, ToolCalls, result_text
 from sessions.importers.claude_code.turns import TurnMaker, code, raw_json, short
 from sessions.importers.redact import Scrubber
-from sessions.importers.writer import Item, TurnSpec
+from sessions.importers.specs import Item, TurnSpec
 from sessions.models import Turn
 
 

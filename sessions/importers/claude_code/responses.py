@@ -19,7 +19,7 @@ from sessions.importers.claude_code.lines import (
 )
 from sessions.importers.claude_code.tools import ToolCalls
 from sessions.importers.claude_code.turns import TurnMaker, short
-from sessions.importers.writer import Item, TurnSpec
+from sessions.importers.specs import Item, TurnSpec
 from sessions.models import Turn
 
 

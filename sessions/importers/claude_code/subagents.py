@@ -35,7 +35,7 @@ from sessions.importers.claude_code.plan import Plan
 from sessions.importers.claude_code.responses import Responses
 from sessions.importers.claude_code.source import LineSource, ToolResult
 from sessions.importers.claude_code.turns import TurnMaker
-from sessions.importers.writer import Item
+from sessions.importers.specs import Item
 from sessions.models import Turn
 
 if TYPE_CHECKING:

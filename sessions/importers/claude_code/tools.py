@@ -35,7 +35,7 @@ from sessions.importers.claude_code.lines import (
 from sessions.importers.claude_code.plan import Plan
 from sessions.importers.claude_code.source import LineSource, ToolResult
 from sessions.importers.claude_code.turns import TurnMaker, code, raw_json, short
-from sessions.importers.writer import Item, TurnSpec
+from sessions.importers.specs import Item, TurnSpec
 from sessions.markdown import fence_for
 from sessions.models import Turn
 

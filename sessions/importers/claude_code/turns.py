@@ -13,7 +13,7 @@ from typing import Any
 from sessions import ansi
 from sessions.importers.claude_code.kernels import NewState, NewVersion
 from sessions.importers.claude_code.lines import timestamp_of
-from sessions.importers.writer import Item, KernelSpec, StateSpec, TurnSpec, VersionSpec
+from sessions.importers.specs import Item, KernelSpec, StateSpec, TurnSpec, VersionSpec
 from sessions.markdown import fence_for
 from sessions.models import Turn
 

@@ -7,7 +7,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from sessions.importers.files import import_path
 from sessions.importers.options import ImportOptions
 from sessions.importers.project_files import read_archive, read_folder
-from sessions.importers.writer import ImportProblem
+from sessions.importers.specs import ImportProblem
 from sessions.models import Session
 
 

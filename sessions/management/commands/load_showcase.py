@@ -4,7 +4,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from sessions.importers.kernelbin import import_session, read_export
-from sessions.importers.writer import ImportProblem
+from sessions.importers.specs import ImportProblem
 from sessions.models import Session
 
 
