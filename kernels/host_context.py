@@ -107,8 +107,11 @@ def host_context(
         return {}
     program = (outcome or {}).get("program") or {}
     error = program.get("error") or None
+    counted = (outcome or {}).get("store_counts") or []
     picture = (
-        trace_pictures.host_picture(host.trace, host.module_sources, error) if host.trace else None
+        trace_pictures.host_picture(host.trace, host.module_sources, error, counted)
+        if host.trace
+        else None
     )
     if picture is not None and not findings:
         picture = {**picture, "findings": []}

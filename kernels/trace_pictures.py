@@ -14,12 +14,13 @@ dispatches of the same kernel in one submit.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from kernels.engine import store_counts
 from kernels.engine.host import trace as traces
 from kernels.engine.host.harness_program import trimmed, workgroup
 from kernels.engine.host.trace import NP_VIEWS, Dispatch, DispatchBinding
@@ -40,15 +41,22 @@ class _Reading:
     buffers: dict[str, Mapping[str, Any]] = field(default_factory=dict)
     dispatches: list[Dispatch] = field(default_factory=list)
     findings: list[dict[str, Any]] = field(default_factory=list)
+    counted: dict[tuple[int, str], Mapping[str, Any]] = field(default_factory=dict)
 
 
 def host_picture(
-    trace: Mapping[str, Any], sources: Mapping[str, str], error: Mapping[str, Any] | None = None
+    trace: Mapping[str, Any],
+    sources: Mapping[str, str],
+    error: Mapping[str, Any] | None = None,
+    counted: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """What _host_trace.html draws. sources maps shader module names to their WGSL; a
     module it lacks is drawn without layouts. error is the program's error (ProgramError),
-    when it stopped at one: a bind group WebGPU refused is drawn with it."""
+    when it stopped at one: a bind group WebGPU refused is drawn with it. counted is the
+    run's store_counts (kernels/engine/store_counts.py): how many values each invocation
+    of a pass stored, said beside its dispatch."""
     reading = _Reading(trace, sources)
+    reading.counted = {(c["pass"], c["buffer"]): c for c in counted}
     reading.buffers = {b["name"]: b for b in trace.get("buffers", [])}
     reading.dispatches = traces.dispatches(trace, sources)
     buffers = [_buffer(reading, b) for b in trace.get("buffers", [])[:MAX_SHOWN_BUFFERS]]
@@ -227,6 +235,8 @@ def _dispatch(reading: _Reading, dispatch: Dispatch) -> dict[str, Any]:
         short = grid[1] == grid[2] == 1 and invocations < count < 2 * invocations
         elements = {"buffer": name, "count": count, "short": short}
         elements["several"] = 2 * invocations <= count
+        if stores := reading.counted.get((dispatch.number, name)):
+            elements["stores"] = store_counts.words(stores)
         if short:
             reading.findings.append(_short_dispatch(dispatch, size, invocations, name, count))
     return {

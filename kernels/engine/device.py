@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 # 4: a program's checked readbacks take their harness buffer's shape and its report.
 # 5: the analysis says how each entry point uses workgroup memory and where its barriers are.
 # 6: a program's record is checked, its exceptions are `threw`, what it controls is capped.
-RUNNER_VERSION = 6
+# 7: a pass whose dispatch and output differ in size counts the stores of each invocation.
+RUNNER_VERSION = 7
 
 BACKEND_ORDER = ("vulkan", "metal", "d3d12", "opengl")
 ADAPTER_TYPE_ORDER = ("discretegpu", "integratedgpu", "virtualgpu", "unknown", "cpu")

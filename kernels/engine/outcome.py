@@ -222,6 +222,11 @@ class Outcome(TypedDict):
                  confusion (kind, count, accuracy, predictions, confusion, labels_count)
     layout       for a harness with struct buffers: each one's bytes field by field, with
                  its padding (layout.LayoutDict and "buffer", its harness name)
+    store_counts for a pass whose dispatch runs more or fewer invocations than its output
+                 has elements: how many values each invocation stored there, as "pass"
+                 (1-based), "buffer", "stores" ([stores, invocations] pairs, most
+                 invocations first) and "others" (invocations of the counts left out);
+                 store_counts.py. Absent when no pass needed it or it could not count
     cases        for a harness with cases: each case's name, description, status,
                  message, outputs (cell values only for the worst, which the top level
                  shows), layout and report; the top level is the worst case's
@@ -247,6 +252,7 @@ class Outcome(TypedDict):
     analysis: NotRequired[dict[str, SourceFacts]]
     report: NotRequired[dict[str, Any]]
     layout: NotRequired[list[dict[str, Any]]]
+    store_counts: NotRequired[list[dict[str, Any]]]
     cases: NotRequired[list[dict[str, Any]]]
     program: NotRequired[ProgramReport]
     check: NotRequired[CheckReport]

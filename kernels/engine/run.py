@@ -17,12 +17,13 @@ import math
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from kernels.engine import store_counts
 from kernels.engine.analysis import analyse, misleading_on_cpu
 from kernels.engine.cases import Case
 from kernels.engine.compare import (
@@ -95,6 +96,7 @@ class CaseResult:
     outputs: list[dict[str, Any]]
     report: dict[str, Any] | None
     layout: list[dict[str, Any]]
+    store_counts: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         entry: dict[str, Any] = {
@@ -272,6 +274,7 @@ class _Run:
         if result.status in (Status.MISMATCH, Status.NONFINITE) and fresh:
             diagnostic = self.dispatch(harness, inputs, pipelines, readback, sentinel=True)
             result = self.compare(harness, host, got, expected, diagnostic, passed)
+        result.store_counts = self.count_stores(harness, inputs, pipelines)
         if case is not None:
             result.name, result.description = case.name, case.description
         result.layout = [
@@ -288,6 +291,8 @@ class _Run:
         )
         if worst.layout:
             outcome["layout"] = worst.layout
+        if worst.store_counts:
+            outcome["store_counts"] = worst.store_counts
         if not named:
             return outcome
         passed = sum(r.status == Status.PASSED for r in results)
@@ -399,9 +404,12 @@ class _Run:
         readback: list[str],
         sentinel: bool = False,
         check: DeviceCheck | None = None,
+        counting: tuple[int, Any, int, Any] | None = None,
     ) -> dict[str, np.ndarray]:
         """Run the passes and read back what the check does not take; sentinel=True is the
-        diagnostic run, whose fresh buffers start with the sentinel instead of zeros."""
+        diagnostic run, whose fresh buffers start with the sentinel instead of zeros.
+        counting: (pass number, its counting pipeline, the counters' group and bind group): the
+        passes up to that one, it counting its stores (count_stores)."""
         self.buffers.make(harness, inputs.host, inputs.key, self.writable, sentinel)
         if check is not None:
             check.plan(inputs.key, inputs.expected, readback, self.device_check_from, self.memo)
@@ -409,6 +417,8 @@ class _Run:
         self.buffers.clear(encoder)
         for number, p in enumerate(harness.passes, start=1):
             pipeline = pipelines[(p.kernel, p.entry_point)]
+            if counting is not None and number == counting[0]:
+                pipeline = counting[1]
             groups = {
                 g: self.bind_group(number, p.kernel, pipeline, g, bindings)
                 for g, bindings in sorted(p.groups().items())
@@ -418,14 +428,72 @@ class _Run:
             for g, group in groups.items():
                 if group is not None:
                     compute.set_bind_group(g, group)
+            if counting is not None and number == counting[0]:
+                compute.set_bind_group(counting[2], counting[3])
             compute.dispatch_workgroups(*p.dispatch)
             compute.end()
+            if counting is not None and number == counting[0]:
+                break
         if check is not None:
             check.encode(encoder)
         skipped = check.names if check is not None else []
         with _dispatch_errors():
             self.device.queue.submit([encoder.finish()])
         return {name: self.read(harness, name) for name in readback if name not in skipped}
+
+    def count_stores(
+        self, harness: Harness, inputs: Inputs, pipelines: dict[tuple[str, str], Any]
+    ) -> list[dict[str, Any]]:
+        """For each pass whose dispatch and output disagree in size, how many values each
+        invocation stores into the output (kernels/engine/store_counts.py): the passes
+        run again up to it, its kernel counting. A copy that cannot be counted counts
+        nothing; the run's verdict is never touched."""
+        wgpu = import_wgpu()
+        counted = []
+        for number, p in enumerate(harness.passes, start=1):
+            counting = store_counts.for_pass(harness, p, self.sources[p.kernel])
+            if counting is None:
+                continue
+            try:
+                counts = self.dispatch_counting(harness, inputs, pipelines, number, counting)
+            except (Stop, wgpu.GPUError):
+                continue
+            histogram = store_counts.histogram(counts)
+            counted.append({"pass": number, "buffer": counting.buffer, **histogram})
+        return counted
+
+    def dispatch_counting(
+        self,
+        harness: Harness,
+        inputs: Inputs,
+        pipelines: dict[tuple[str, str], Any],
+        number: int,
+        counting: store_counts.Instrumented,
+    ) -> np.ndarray:
+        """Passes 1 to number again on fresh buffers, pass number's kernel the counting
+        copy; its counters, one per invocation."""
+        wgpu = import_wgpu()
+        p = harness.passes[number - 1]
+        module = self.device.create_shader_module(code=counting.source)
+        compute = {"module": module, "entry_point": p.entry_point}
+        pipeline = self.device.create_compute_pipeline(layout="auto", compute=compute)
+        counters = self.device.create_buffer(
+            size=4 * counting.invocations,
+            usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC,
+        )
+        try:
+            group = self.device.create_bind_group(
+                layout=pipeline.get_bind_group_layout(counting.group),
+                entries=[{"binding": 0, "resource": {"buffer": counters}}],
+            )
+            self.dispatch(
+                harness, inputs, pipelines, [], counting=(number, pipeline, counting.group, group)
+            )
+            with _dispatch_errors():
+                data = self.device.queue.read_buffer(counters)
+        finally:
+            counters.destroy()
+        return np.frombuffer(data, dtype=np.uint32)
 
     def read(self, harness: Harness, name: str) -> np.ndarray:
         buf = harness.buffer(name)

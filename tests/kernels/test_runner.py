@@ -795,7 +795,10 @@ def test_it_runs_again_with_the_sentinel_only_to_diagnose_a_mismatch(
     dispatch = runner._Run.dispatch
 
     def counting(self, *args, **kwargs):
-        dispatches.append(kwargs.get("sentinel", False))
+        # The run that counts each invocation's stores (1,024 invocations for 1,000
+        # cells) is not a diagnosis.
+        if kwargs.get("counting") is None:
+            dispatches.append(kwargs.get("sentinel", False))
         return dispatch(self, *args, **kwargs)
 
     monkeypatch.setattr(runner._Run, "dispatch", counting)
