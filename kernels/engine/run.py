@@ -451,7 +451,11 @@ class _Run:
         wgpu = import_wgpu()
         counted = []
         for number, p in enumerate(harness.passes, start=1):
-            counting = store_counts.for_pass(harness, p, self.sources[p.kernel])
+            source = self.sources[p.kernel]
+            counting = self.memo(
+                ("store counts", inputs.key, number, hashlib.sha256(source.encode()).digest()),
+                functools.partial(store_counts.for_pass, harness, p, source),
+            )
             if counting is None:
                 continue
             try:
@@ -474,9 +478,14 @@ class _Run:
         copy; its counters, one per invocation."""
         wgpu = import_wgpu()
         p = harness.passes[number - 1]
-        module = self.device.create_shader_module(code=counting.source)
-        compute = {"module": module, "entry_point": p.entry_point}
-        pipeline = self.device.create_compute_pipeline(layout="auto", compute=compute)
+        digest = hashlib.sha256(counting.source.encode()).hexdigest()
+
+        def compiled() -> Any:
+            module = self.device.create_shader_module(code=counting.source)
+            compute = {"module": module, "entry_point": p.entry_point}
+            return self.device.create_compute_pipeline(layout="auto", compute=compute)
+
+        pipeline = self.memo(("counting", digest, p.entry_point), compiled)
         counters = self.device.create_buffer(
             size=4 * counting.invocations,
             usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC,
