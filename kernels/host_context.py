@@ -20,6 +20,7 @@ from kernels.engine.outcome import Status, WarningCode
 from kernels.engine.run import SEVERITY
 from kernels.engine.run_warnings import warnings_of
 from kernels.models import KernelVersion, version_diff
+from kernels.program_lines import file_lines, in_file, picture_in_file
 from sessions.markdown import render_code, render_source
 
 
@@ -105,6 +106,10 @@ def host_context(
     host = host_of(version, outcome)
     if not host.code:
         return {}
+    # The program's lines as the reader's browser names them (index.html:193); the marks
+    # stay on the lines of the code shown, whose margin numbers the file's lines.
+    lines = file_lines(version) if host.is_program else None
+    outcome = in_file(outcome, lines)
     program = (outcome or {}).get("program") or {}
     error = program.get("error") or None
     counted = (outcome or {}).get("store_counts") or []
@@ -118,10 +123,13 @@ def host_context(
     marked = [f["line"] for f in (picture or {}).get("findings", []) if f.get("line")]
     if error and error.get("line"):
         marked.append(error["line"])
+    if picture is not None and lines is not None:
+        picture = picture_in_file(picture, lines)
+    numbers = lines.line if lines is not None else None
     context = {
         "is_program": host.is_program,
         "case": host.case,
-        "html": render_source(host.code, "javascript", sorted(set(marked))),
+        "html": render_source(host.code, "javascript", sorted(set(marked)), numbers),
         "picture": picture,
         "console": program.get("console", []),
         "page_text": any(line["level"] == "page" for line in program.get("console", [])),

@@ -8,6 +8,7 @@ from kernels import pictures
 from kernels.engine.outcome import Outcome, RunWarning, Status, WarningCode
 from kernels.engine.run_warnings import warnings_of
 from kernels.host_context import case_rows
+from kernels.program_lines import file_lines, in_file
 from kernels.replay import Replay
 from sessions.markdown import render_source
 
@@ -64,6 +65,9 @@ def outcome_context(shown: Replay | None) -> dict:
     of a compile error in it marked."""
     version = shown.version if shown else None
     outcome = shown.outcome if shown else None
+    # The words name the file's lines (kernels/program_lines.py); the editors hold the
+    # program's code, so their marks stay on its lines (error["line"]).
+    outcome = in_file(outcome, file_lines(version)) if version else outcome
     compile_error = (outcome or {}).get("compile") or {}
     # An error in another kernel the harness runs has its line in that kernel's source.
     in_this_source = compile_error.get("kernel", "self") == "self"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import html
 import re
+from collections.abc import Callable
 
 import nh3
 from django.conf import settings
@@ -189,20 +190,26 @@ def render_code(code: str, lang: str) -> SafeString:
 
 
 def render_source(
-    code: str, lang: str, marked_lines: list[int] | tuple[int, ...] = ()
+    code: str,
+    lang: str,
+    marked_lines: list[int] | tuple[int, ...] = (),
+    number: Callable[[int], int] | None = None,
 ) -> SafeString:
-    """A program's source with line numbers, the given (1-based) lines marked.
+    """A program's source with line numbers, the given (1-based) lines marked; number
+    gives the number shown in the margin for each line (a page's script: its line in the
+    page), when they are not 1, 2, 3….
 
     Highlighted once per text and kept (Pygments took 10 s a view on a 2 MB script); a
     text longer than SOURCE_PAGE_MAX_CHARS shows its first whole lines within that and
     says so, so that the page stays small (that script made a 27 MB page)."""
     lines, total = _source_lines(code, lang)
     marked = set(marked_lines)
-    width = len(str(len(lines)))
+    shown = [number(n) if number else n for n in range(1, len(lines) + 1)]
+    width = len(str(max(shown, default=0)))
     rows = []
-    for number, line in enumerate(lines, start=1):
-        row = f'<span class="linenos">{number:>{width}}</span>{line}'
-        rows.append(f'<span class="hll">{row}</span>' if number in marked else row)
+    for n, line in enumerate(lines, start=1):
+        row = f'<span class="linenos">{shown[n - 1]:>{width}}</span>{line}'
+        rows.append(f'<span class="hll">{row}</span>' if n in marked else row)
     body = "\n".join(rows)
     note = ""
     if len(lines) < total:

@@ -13,6 +13,7 @@ from django.core.management import call_command
 from django.test import TestCase, TransactionTestCase
 
 from kernels.models import Kernel
+from kernels.program_lines import FileLines
 from sessions.importers.claude_code.scripts import html_scripts, read_program
 from sessions.models import Session
 from tests.kernels.test_replay_views import finished
@@ -210,6 +211,17 @@ class AttributeHandlerTestCase(TestCase):
         )
         # Text inside a script is code, not markup.
         self.assertNotIn("notMarkup", added)
+        # Each line of the program is at its line of the page; a handler's at its tag's.
+        lines = FileLines("index.html", read_program("index.html", page).lines)
+        in_page = page.split("\n")
+        for number, code in enumerate(host.split("\n"), start=1):
+            shown = in_page[lines.line(number) - 1]
+            if code.startswith("const"):
+                self.assertEqual(shown, code)
+        handler_lines = {
+            lines.line(n): code for n, code in enumerate(host.split("\n"), 1) if "run(" in code
+        }
+        self.assertEqual(list(handler_lines), [2])
         # A page without such attributes keeps its scripts as they are.
         self.assertEqual(read_program("index.html", MATMUL_HTML).host, _script_of(MATMUL_HTML))
 

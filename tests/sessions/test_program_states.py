@@ -222,6 +222,15 @@ class ProgramStateReplayTestCase(TransactionTestCase):
             json.dumps(self.outcomes[drawing.number]),
             r"Line \d+: Uncaught \(in promise\).*getContext",
         )
+        # Its replay page names the line as a browser's console does: the line of
+        # index.html where the call sits, not of the page's scripts joined.
+        html = drawing.state.file_data()["index.html"].decode()
+        (line,) = [n for n, text in enumerate(html.split("\n"), 1) if ".getContext(" in text]
+        replay_page = self.client.get(f"/s/{session.slug}/turns/{drawing.number}/replay/")
+        self.assertContains(replay_page, f"index.html:{line}: Uncaught (in promise)")
+        joined = self.outcomes[drawing.number]["program"]["error"]["line"]
+        self.assertNotEqual(joined, line)
+        self.assertNotContains(replay_page, f"Line {joined}:")
         # A turn's replay page shows the program's shader modules, this one marked.
         toy = next(t for t in writers if t.state.number == 6)
         page = self.client.get(f"/s/{session.slug}/turns/{toy.number}/replay/")
@@ -575,3 +584,87 @@ class FetchedShaderTestCase(TransactionTestCase):
         )
         self.assertEqual(r.status_code, 303, r.content[:300])
         self.assertEqual(printed(r["Location"] + "replay.json"), ["[5,10,15]"])
+
+
+TWO_SCRIPTS = """<!doctype html>
+<html>
+<body>
+<h1>Two scripts</h1>
+<script>
+const shader = `@compute @workgroup_size(1)
+fn main() {}
+`;
+function helper() {
+  return 2;
+}
+</script>
+<p>Between them, markup the joined program does not hold.</p>
+
+<script type="module">
+async function main() {
+  const device = await (await navigator.gpu.requestAdapter()).requestDevice();
+  console.log("helper says", helper());
+  throw new Error("broken on purpose");
+}
+main();
+</script>
+</body>
+</html>
+"""
+
+
+def two_scripts() -> Transcript:
+    t = Transcript("two-scripts")
+    path = f"{CWD}/index.html"
+    t.user("A page with two scripts.", parent=None)
+    t.assistant(
+        "msg_T1", [tool_use("toolu_T1", "Write", file_path=path, content=TWO_SCRIPTS)], "tool_use"
+    )
+    t.result("toolu_T1", "ok", {"type": "create", "filePath": path, "content": TWO_SCRIPTS})
+    t.assistant("msg_T2", [text("Open index.html.")])
+    return t
+
+
+@pytest.mark.usefixtures("fresh_replay_backend")
+class PageLinesTestCase(TransactionTestCase):
+    def test_an_error_in_a_pages_second_script_names_its_line_in_the_page(self) -> None:
+        cache.clear()
+        tmp = Path(tempfile.mkdtemp(prefix="kernelbin-lines-"))
+        self.addCleanup(shutil.rmtree, tmp, ignore_errors=True)
+        path = tmp / "two-scripts.jsonl"
+        path.write_text("".join(json.dumps(line) + "\n" for line in two_scripts().lines))
+        call_command("import_transcript", str(path), "--visibility", "public", stdout=io.StringIO())
+        session = Session.objects.get()
+        turn = session.turns.exclude(kernel_version=None).order_by("number").first()
+        assert turn is not None
+        url = f"/s/{session.slug}/turns/{turn.number}/replay/"
+        program = finished(self.client, url.replace("/replay/", "/replay.json"))["outcome"]
+        program = program["program"]
+
+        def page_line(needle: str) -> int:
+            (found,) = [n for n, s in enumerate(TWO_SCRIPTS.split("\n"), 1) if needle in s]
+            return found
+
+        thrown, logged = page_line("throw new Error"), page_line('console.log("helper')
+        joined = program["error"]["line"]
+        self.assertNotEqual(joined, thrown)  # the engine's line is of the scripts joined
+        page = self.client.get(url)
+        self.assertContains(
+            page, f"index.html:{thrown}: Uncaught (in promise) Error: broken on purpose"
+        )
+        self.assertContains(page, f'<span class="muted">index.html:{logged}: </span>')
+        self.assertNotContains(page, f"Line {joined}:")
+        # The host code's margin numbers the page's lines; its marked line is the error's.
+        self.assertContains(page, f'<span class="hll"><span class="linenos">{thrown}</span>')
+
+        # A fork runs the edited program: its lines are its own.
+        host = turn.kernel_version.host_program
+        r = self.client.post(
+            f"/s/{session.slug}/turns/{turn.number}/fork/",
+            {"source": turn.kernel_version.source, "host": host},
+        )
+        self.assertEqual(r.status_code, 303, r.content[:300])
+        finished(self.client, r["Location"] + "replay.json")
+        fork_page = self.client.get(r["Location"])
+        self.assertContains(fork_page, f"Line {joined}: Uncaught (in promise) Error")
+        self.assertNotContains(fork_page, "index.html:")

@@ -65,6 +65,7 @@ from sessions.importers.claude_code.scripts import (
     HTML_SUFFIXES,
     RUNNABLE_SUFFIXES,
     SCRIPT_SUFFIXES,
+    Program,
     Shader,
     read_program,
 )
@@ -222,6 +223,9 @@ class KernelHistory:
     # Each program file's kernels, in the order they first appeared, and its host code.
     file_kernels: dict[str, list[str]] = field(default_factory=dict)
     file_hosts: dict[str, str] = field(default_factory=dict)
+    # Where the lines of each host code read are in its file, by the host code: a
+    # version carries its host code's in meta["host_lines"] (kernels/program_lines.py).
+    host_lines: dict[str, dict[str, Any]] = field(default_factory=dict)
     # Each project file's shader modules now, by its path in the project.
     file_modules: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
 
@@ -321,6 +325,8 @@ class KernelHistory:
         host = kernel.host if host is None else host
         if not new_kernel and (kernel.source, kernel.host) == (source, host) and not force:
             return None  # unchanged: not a new version
+        if host and (lines := self.host_lines.get(host)):
+            meta = {**meta, "host_lines": lines}
         kernel.number += 1
         kernel.source = source
         kernel.host = host
@@ -358,7 +364,7 @@ class KernelHistory:
             )
             self._modules_of(path, [self._wgsl_name(path)], state)
             return self._in_state([version] if version else [], state, path)
-        program = read_program(path, content)
+        program = self._program(path, content)
         names = self._lineage(path, program.shaders)
         host_changed = self.file_hosts.get(path) != program.host
         self.file_hosts[path] = program.host
@@ -458,7 +464,7 @@ class KernelHistory:
         if relative is None or self.project.get(relative) == content:
             return None
         self.project[relative] = content
-        if relative.lower().endswith(RUNNABLE_SUFFIXES) and read_program(relative, content).host:
+        if relative.lower().endswith(RUNNABLE_SUFFIXES) and self._program(relative, content).host:
             self.entry = relative
         self.states += 1
         self.new_state = NewState(
@@ -471,12 +477,22 @@ class KernelHistory:
         state, self.new_state = self.new_state, None
         return state
 
+    def _program(self, path: str, content: str) -> Program:
+        """The file's program, its host code's lines kept (host_lines)."""
+        program = read_program(path, content)
+        if program.host:
+            parts = _path_parts(path)
+            name = self.project_path(path) or (parts[-1] if parts else path)
+            starts = [list(start) for start in program.lines] or [[1, 1]]
+            self.host_lines[program.host] = {"file": name, "starts": starts}
+        return program
+
     def _host_fetching(self, path: str) -> str:
         """The entry's host code when it names this file (a page that fetch()es its
         shader from a .wgsl file), else ""."""
         if not self.entry:
             return ""
-        host = read_program(self.entry, self.project[self.entry]).host
+        host = self._program(self.entry, self.project[self.entry]).host
         name = _path_parts(path)[-1] if _path_parts(path) else path
         return host if name in host else ""
 

@@ -11,6 +11,8 @@
   file gives in attributes (`<button onclick="run()">`, `<body onload="main()">`) follow
   its scripts as JavaScript that sets them (attribute_handlers()), so the program starts
   on the server as the page starts on a click.
+- Where each line of that host code is in its file (Program.lines): a browser's console
+  names a page's line (index.html:193), not a line of its scripts joined.
 
 Every scan is one pass over the text.
 """
@@ -79,17 +81,21 @@ class Program:
 
     shaders: tuple[Shader, ...]
     host: str
+    # Where the host code's lines are in the file: (first line in the host code, its line
+    # in the file) for each run of lines that follow one another in both, in order. ()
+    # when they are the file's own lines (a script).
+    lines: tuple[tuple[int, int], ...] = ()
 
 
 def read_program(path: str, content: str) -> Program:
     """The shaders and host code of a JS, TS or HTML file."""
     lower = path.lower()
+    lines: list[tuple[int, int]] = []
     if lower.endswith(HTML_SUFFIXES):
-        scripts = html_scripts(content)
-        code = "\n".join(text for kind, text, _ in scripts if kind == "js")
-        code += attribute_handlers(content)
+        scripts = _html_scripts(content)
+        code, lines = _joined(content, scripts)
         shaders: list[Shader] = []
-        for kind, text, script_id in scripts:
+        for kind, text, script_id, _ in scripts:
             if kind == "js":
                 shaders += shaders_in_script(text, code)
             elif names := entry_points(text):
@@ -98,11 +104,53 @@ def read_program(path: str, content: str) -> Program:
         code = content
         shaders = shaders_in_script(content)
     runnable = lower.endswith(RUNNABLE_SUFFIXES) and _HOST.search(code) is not None
-    return Program(tuple(shaders), code if runnable else "")
+    if not runnable:
+        return Program(tuple(shaders), "")
+    return Program(tuple(shaders), code, tuple(lines))
+
+
+def _joined(
+    html: str, scripts: list[tuple[str, str, str, int]]
+) -> tuple[str, list[tuple[int, int]]]:
+    """A page's inline scripts joined in page order and its attribute handlers after
+    them, and where their lines are in the page (Program.lines)."""
+    lines: list[tuple[int, int]] = []
+    parts: list[str] = []
+    joined_line, page_line, counted = 1, 1, 0
+    for kind, text, _, start in scripts:
+        if kind != "js":
+            continue
+        page_line += html.count("\n", counted, start)
+        counted = start
+        lines.append((joined_line, page_line))
+        parts.append(text)
+        joined_line += text.count("\n") + 1
+    code = "\n".join(parts)
+    handlers = _attribute_handlers(html)
+    if handlers:
+        code += HANDLERS_HEAD
+        # The head's first newline ends the last script's last line, when there is one;
+        # its two comment lines are put at the first handler's line.
+        joined_line += 0 if parts else 1
+        page_line, counted = 1, 0
+        for number, (handler, start) in enumerate(handlers):
+            page_line += html.count("\n", counted, start)
+            counted = start
+            # Every line of a handler is its attribute's line, as a browser names it.
+            for _ in range(handler.count("\n") + 1 + (2 if number == 0 else 0)):
+                lines.append((joined_line, page_line))
+                joined_line += 1
+        code += "\n".join(handler for handler, _ in handlers) + "\n"
+    return code, lines
 
 
 def html_scripts(html: str) -> list[tuple[str, str, str]]:
     """(kind, text, id) of each inline <script> in page order: "js", "wgsl", or "other"."""
+    return [(kind, text, name) for kind, text, name, _ in _html_scripts(html)]
+
+
+def _html_scripts(html: str) -> list[tuple[str, str, str, int]]:
+    """html_scripts(), each with the index in the page where its text starts."""
     lower = html.lower()
     found = []
     pos = 0
@@ -119,10 +167,17 @@ def html_scripts(html: str) -> list[tuple[str, str, str]]:
         script_id = _ID.search(attributes)
         name = script_id[1] if script_id else ""
         if script_type in JS_TYPES:
-            found.append(("js", html[start:end], name))
+            found.append(("js", html[start:end], name, start))
         else:
-            found.append(("wgsl" if "wgsl" in script_type else "other", html[start:end], name))
+            kind_of = "wgsl" if "wgsl" in script_type else "other"
+            found.append((kind_of, html[start:end], name, start))
     return found
+
+
+HANDLERS_HEAD = (
+    "\n// Set on import: the handlers this page's HTML gives in attributes, which are not"
+    "\n// in its scripts.\n"
+)
 
 
 def attribute_handlers(html: str) -> str:
@@ -130,7 +185,15 @@ def attribute_handlers(html: str) -> str:
     properties (what the attribute does in a browser, so a page that kept both would not
     run a handler twice); "" when it gives none. An element is found by its id, else by
     its tag and the attribute itself."""
-    lines = []
+    handlers = _attribute_handlers(html)
+    if not handlers:
+        return ""
+    return HANDLERS_HEAD + "\n".join(handler for handler, _ in handlers) + "\n"
+
+
+def _attribute_handlers(html: str) -> list[tuple[str, int]]:
+    """Each handler's JavaScript (attribute_handlers()), with the index of its tag."""
+    found = []
     pos = 0
     lower = html.lower()
     while tag := _START_TAG.search(html, pos):
@@ -146,17 +209,11 @@ def attribute_handlers(html: str) -> str:
         }
         for attribute in HANDLER_ATTRIBUTES:
             if code := attributes.get(attribute, "").strip():
-                found = _element(name, attributes.get("id", ""), attribute, code)
-                lines.append(f"{found}.{attribute} = {_handler(code)}")
+                element = _element(name, attributes.get("id", ""), attribute, code)
+                found.append((f"{element}.{attribute} = {_handler(code)}", tag.start()))
         if name == "body" and (code := attributes.get("onload", "").strip()):
-            lines.append(f"globalThis.onload = {_handler(code)}")
-    if not lines:
-        return ""
-    head = (
-        "\n// Set on import: the handlers this page's HTML gives in attributes, which are not"
-        "\n// in its scripts.\n"
-    )
-    return head + "\n".join(lines) + "\n"
+            found.append((f"globalThis.onload = {_handler(code)}", tag.start()))
+    return found
 
 
 def _element(tag: str, element_id: str, attribute: str, code: str) -> str:
