@@ -9,10 +9,10 @@ from typing import Any
 
 from django.urls import reverse
 
-from kernels.models import Blob
+from kernels.models import Blob, Kernel
 from sessions.importers.kernelbin import FORMAT
 from sessions.markdown import fence_for
-from sessions.models import Session
+from sessions.models import Session, Turn
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -66,47 +66,8 @@ def export_session(session: Session) -> dict[str, Any]:
             "created": _iso(session.created),
             "published_at": _iso(session.published_at),
         },
-        "turns": [
-            {
-                "number": turn.number,
-                "role": turn.role,
-                "content": turn.content,
-                "timestamp": _iso(turn.timestamp),
-                "meta": turn.meta,
-                "kernel": {
-                    "name": turn.kernel_version.kernel.name,
-                    "version": turn.kernel_version.number,
-                }
-                if turn.kernel_version
-                else None,
-                **({"hidden": True} if turn.hidden else {}),
-                **({"state": turn.state.number} if turn.state else {}),
-            }
-            for turn in turns
-        ],
-        "kernels": [
-            {
-                "name": kernel.name,
-                "title": kernel.title,
-                "harness": kernel.harness,
-                "versions": [
-                    {
-                        "number": version.number,
-                        "source": version.source,
-                        "sha256": version.sha256,
-                        "turn": version.turn.number if version.turn else None,
-                        "note": version.note,
-                        "expected_status": version.expected_status,
-                        "harness_override": version.harness_override,
-                        "host_program": version.host_program,
-                        "meta": version.meta,
-                        **({"state": version.state.number} if version.state else {}),
-                    }
-                    for version in kernel.versions.all()
-                ],
-            }
-            for kernel in kernels
-        ],
+        "turns": [_turn(turn) for turn in turns],
+        "kernels": [_kernel(kernel) for kernel in kernels],
         # The learner's project after each turn that changed it, and its files' contents.
         "states": states,
         "contents": contents,
@@ -130,6 +91,44 @@ def export_session(session: Session) -> dict[str, Any]:
                 "data": base64.b64encode(bytes(image.data)).decode(),
             }
             for image in session.images.order_by("sha256")
+        ],
+    }
+
+
+def _turn(turn: Turn) -> dict[str, Any]:
+    return {
+        "number": turn.number,
+        "role": turn.role,
+        "content": turn.content,
+        "timestamp": _iso(turn.timestamp),
+        "meta": turn.meta,
+        "kernel": {"name": turn.kernel_version.kernel.name, "version": turn.kernel_version.number}
+        if turn.kernel_version
+        else None,
+        **({"hidden": True} if turn.hidden else {}),
+        **({"state": turn.state.number} if turn.state else {}),
+    }
+
+
+def _kernel(kernel: Kernel) -> dict[str, Any]:
+    return {
+        "name": kernel.name,
+        "title": kernel.title,
+        "harness": kernel.harness,
+        "versions": [
+            {
+                "number": version.number,
+                "source": version.source,
+                "sha256": version.sha256,
+                "turn": version.turn.number if version.turn else None,
+                "note": version.note,
+                "expected_status": version.expected_status,
+                "harness_override": version.harness_override,
+                "host_program": version.host_program,
+                "meta": version.meta,
+                **({"state": version.state.number} if version.state else {}),
+            }
+            for version in kernel.versions.all()
         ],
     }
 

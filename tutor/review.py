@@ -422,7 +422,6 @@ def _results_review(outcome: Outcome, harness: dict, host: str) -> list[str]:
         bad = output.get("bad") or 0
         if not bad:
             continue
-        count = output.get("count") or 0
         unwritten = output.get("unwritten") or 0
         nonfinite = output.get("nonfinite") or 0
         wrong = bad - unwritten - nonfinite
@@ -430,46 +429,7 @@ def _results_review(outcome: Outcome, harness: dict, host: str) -> list[str]:
         if table := _cells(output):
             parts.append(f"First wrong cells of `{name}`:\n\n{table}")
         if unwritten:
-            kind, found = evidence.unwritten_cells(output, entry, threads)
-            first = next(
-                (
-                    c.get("index")
-                    for c in output.get("first_bad") or []
-                    if c.get("kind") == "unwritten"
-                ),
-                None,
-            )
-            where = f", the first at [{', '.join(str(i) for i in first)}]" if first else ""
-            text = f"**{unwritten} of {count} cells of `{name}` were never written**{where}."
-            if unwritten == count:
-                text += (
-                    f" Not one cell was written: nothing stores to `{name}` yet (is the body "
-                    "still empty?), the store writes to another buffer, or every invocation "
-                    "returns before it gets there."
-                )
-            elif kind in ("local", "lines"):
-                text += f" {found}"
-            elif not evidence.one_cell_each(entry, name):
-                text += f" {found}" if found else ""
-            elif host and (short := host_review.dispatch_shortfall(outcome, host, count, name)):
-                text += short
-            elif threads and threads[2] < count:
-                groups, size, total = threads
-                text += (
-                    f" Only {total} invocations ran ({groups} "
-                    f"workgroup{'s' if groups != 1 else ''} "
-                    f"× @workgroup_size {size}) for {count} cells: too few workgroups or threads. "
-                    "The host's dispatch is fixed by the lesson: how many cells does each "
-                    "invocation cover, and how many would it take to cover them all?"
-                )
-            elif found:
-                text += f" {found}" + _stores(outcome, harness, name)
-            else:
-                text += (
-                    " Enough invocations ran to cover every cell, so some of them returned "
-                    "before writing or wrote to another cell; the run does not show which."
-                ) + _stores(outcome, harness, name)
-            parts.append(text)
+            parts.append(_unwritten(output, outcome, harness, host, entry, threads))
         if nonfinite and raced:
             parts.append(
                 f"**{nonfinite} cells of `{name}` are NaN or infinite** where the reference is "
@@ -491,6 +451,56 @@ def _results_review(outcome: Outcome, harness: dict, host: str) -> list[str]:
         elif wrong > 0 and (pattern := _value_pattern(output, _store_places(entry, name), harness)):
             parts.append(pattern)
     return parts
+
+
+def _unwritten(
+    output: dict,
+    outcome: Outcome,
+    harness: dict,
+    host: str,
+    entry: EntryPointFacts | None,
+    threads: tuple[int, int, int] | None,
+) -> str:
+    """What the run shows of an output's cells that were never written."""
+    count = output.get("count") or 0
+    unwritten = output.get("unwritten") or 0
+    name = output.get("name", "out")
+    kind, found = evidence.unwritten_cells(output, entry, threads)
+    first = next(
+        (c.get("index") for c in output.get("first_bad") or [] if c.get("kind") == "unwritten"),
+        None,
+    )
+    where = f", the first at [{', '.join(str(i) for i in first)}]" if first else ""
+    text = f"**{unwritten} of {count} cells of `{name}` were never written**{where}."
+    if unwritten == count:
+        text += (
+            f" Not one cell was written: nothing stores to `{name}` yet (is the body "
+            "still empty?), the store writes to another buffer, or every invocation "
+            "returns before it gets there."
+        )
+    elif kind in ("local", "lines"):
+        text += f" {found}"
+    elif not evidence.one_cell_each(entry, name):
+        text += f" {found}" if found else ""
+    elif host and (short := host_review.dispatch_shortfall(outcome, host, count, name)):
+        text += short
+    elif threads and threads[2] < count:
+        groups, size, total = threads
+        text += (
+            f" Only {total} invocations ran ({groups} "
+            f"workgroup{'s' if groups != 1 else ''} "
+            f"× @workgroup_size {size}) for {count} cells: too few workgroups or threads. "
+            "The host's dispatch is fixed by the lesson: how many cells does each "
+            "invocation cover, and how many would it take to cover them all?"
+        )
+    elif found:
+        text += f" {found}" + _stores(outcome, harness, name)
+    else:
+        text += (
+            " Enough invocations ran to cover every cell, so some of them returned "
+            "before writing or wrote to another cell; the run does not show which."
+        ) + _stores(outcome, harness, name)
+    return text
 
 
 def _shown_review(outcome: Outcome) -> str:

@@ -57,6 +57,18 @@ CURATED = "hidden_by_curator"
 RELINKED = "relinked_by_curator"
 
 
+def _curator_marks(session: Session, key: str) -> dict[str, Any]:
+    """What a curator set under key in the session's turns, by recorded message
+    (meta.source_id): only turns a curator touched carry it."""
+    return {
+        meta["source_id"]: meta[key]
+        for meta in Turn.objects.filter(session=session, meta__has_key=key)
+        .values_list("meta", flat=True)
+        .iterator()
+        if isinstance(meta, dict) and meta.get("source_id")
+    }
+
+
 class Batches:
     """Inserts turns and kernel versions in batches and links them as it goes.
 
@@ -124,21 +136,11 @@ class Batches:
         # What a curator chose to hide or show, by the recorded message (meta.source_id):
         # a re-import keeps it. Only turns a curator touched carry the choice.
         self.curated: dict[str, bool] = {
-            meta["source_id"]: bool(meta[CURATED])
-            for meta in Turn.objects.filter(session=session, meta__has_key=CURATED)
-            .values_list("meta", flat=True)
-            .iterator()
-            if isinstance(meta, dict) and meta.get("source_id")
+            source: bool(mark) for source, mark in _curator_marks(session, CURATED).items()
         }
         self.curated_kept = 0
         # A curator's links of turns to versions, by recorded message (meta.source_id).
-        self.relinks: dict[str, dict[str, Any] | None] = {
-            meta["source_id"]: meta[RELINKED]
-            for meta in Turn.objects.filter(session=session, meta__has_key=RELINKED)
-            .values_list("meta", flat=True)
-            .iterator()
-            if isinstance(meta, dict) and meta.get("source_id")
-        }
+        self.relinks: dict[str, dict[str, Any] | None] = _curator_marks(session, RELINKED)
         self.relinks_kept = 0
         # A published session's numbers by recorded message (_renumber).
         self.published_numbers: dict[str, int] = {}

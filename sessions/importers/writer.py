@@ -149,24 +149,7 @@ def write_session(
         except BaseException:
             Session.objects.filter(pk=session.pk).delete()
             raise
-    if batches.curated_kept:
-        notes.append(f"Kept the curator's choice to hide or show {batches.curated_kept} turn(s).")
-    if batches.state_count:
-        notes.append(f"Rebuilt {batches.state_count} program state(s) of the learner's project.")
-    if batches.relinks_kept:
-        notes.append(f"Kept the curator's links of {batches.relinks_kept} turn(s) to versions.")
-    if batches.kept_versions:
-        notes.append(
-            f"Kept {len(batches.kept_versions)} kernel version(s) of the earlier import in "
-            "place: their forks keep their ids and URLs."
-        )
-    if not created:
-        notes += batches.changes()
-    if batches.versions_dropped:
-        notes.append(
-            f"Dropped {batches.versions_dropped} kernel version(s) the recording no longer "
-            f"makes, with {batches.forks_dropped} fork(s) of them."
-        )
+    notes += _kept_and_changed(batches, created)
     return Written(
         session=session,
         created=created,
@@ -176,3 +159,27 @@ def write_session(
         notes=notes,
         states=batches.state_count,
     )
+
+
+def _kept_and_changed(batches: Batches, created: bool) -> list[str]:
+    """The report's notes on what the write kept of an earlier import and what it changed."""
+    found: list[str] = []
+    if batches.curated_kept:
+        found.append(f"Kept the curator's choice to hide or show {batches.curated_kept} turn(s).")
+    if batches.state_count:
+        found.append(f"Rebuilt {batches.state_count} program state(s) of the learner's project.")
+    if batches.relinks_kept:
+        found.append(f"Kept the curator's links of {batches.relinks_kept} turn(s) to versions.")
+    if batches.kept_versions:
+        found.append(
+            f"Kept {len(batches.kept_versions)} kernel version(s) of the earlier import in "
+            "place: their forks keep their ids and URLs."
+        )
+    if not created:
+        found += batches.changes()
+    if batches.versions_dropped:
+        found.append(
+            f"Dropped {batches.versions_dropped} kernel version(s) the recording no longer "
+            f"makes, with {batches.forks_dropped} fork(s) of them."
+        )
+    return found

@@ -13,8 +13,9 @@ import pytest
 
 from kernels.engine.device import Environment, open_device
 from kernels.engine.host.encoder import ENCODER_OPS
-from kernels.engine.host.gpu import OPERATIONS, SCHEMA, HostError, Timeline
+from kernels.engine.host.gpu import OPERATIONS, HostError, Timeline
 from kernels.engine.host.program import ProgramResult, program_outcome, run_program
+from kernels.engine.host.record import SCHEMA
 from kernels.engine.limits import DEFAULT_LIMITS
 from tests.kernels.test_host_program import VECTOR_ADD, vector_add_expected
 

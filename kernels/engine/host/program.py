@@ -50,7 +50,7 @@ class ProgramError(TypedDict):
     kind     "javascript" (it threw), "syntax", "webgpu" (a validation error WebGPU would
              report), "compile" (WGSL), "limit" (over Kernelbin's caps), "timeout",
              "memory" (the JavaScript heap cap), "unsupported" (an API the shim lacks),
-             "record" (a call the shim's record cannot stand for: gpu.SCHEMA)
+             "record" (a call the shim's record cannot stand for: record.SCHEMA)
     message  one sentence, naming the line
     line     the program line (1-based) of the call or statement at fault, when known
     call     the WebGPU call at fault ("device.createBindGroup"), "" for JavaScript errors

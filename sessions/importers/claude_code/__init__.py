@@ -72,7 +72,7 @@ def import_claude_code(
 ) -> ImportReport:
     """Import one Claude Code transcript, with the sub-agent files joined to it in
     `stream` (see layout.py); the same recording again updates its session."""
-    title, slug, visibility = options.title, options.slug, options.visibility
+    title = options.title
     scrubber = Scrubber(options.redact)
     index = index_transcript(stream, settings.TRANSCRIPT_MAX_LINE_BYTES, scrubber)
     if layout is not None:
@@ -102,28 +102,7 @@ def import_claude_code(
         # A sub-agent's lines carry its parent's sessionId: its own key keeps the two apart.
         source_key = f"{source_key}/agent-{plan.lone_agent}"
     started = timestamp_of(reader.source.load(plan.main[0]).get("timestamp"))
-    defaults: dict[str, Any] = {
-        "title": session_title,
-        "visibility": Session.Visibility.PRIVATE,
-    }
-    if started:
-        defaults["created"] = started
-    fields: dict[str, Any] = {
-        "source": Session.Source.IMPORTED,
-        "tutor_model": scrubber.text(index.model)[:100],
-    }
-    if title is not None:
-        fields["title"] = session_title
-    if visibility is not None:
-        fields["visibility"] = visibility
-    spec = SessionSpec(
-        slug=slug or slugify(session_title)[:60].strip("-") or f"session-{source_key[:8]}",
-        fields=fields,
-        defaults=defaults,
-        source_key=source_key[:200],
-        match_source_key=True,
-        slug_given=slug is not None,
-    )
+    spec = _session_spec(options, session_title, source_key, started, scrubber.text(index.model))
     written = write_session(spec, _with_files(reader, options), owner=options.owner)
     stats = index.stats
     return ImportReport.of(
@@ -143,6 +122,35 @@ def import_claude_code(
                 else []
             ),
         ],
+    )
+
+
+def _session_spec(
+    options: ImportOptions, session_title: str, source_key: str, started: Any, model: str
+) -> SessionSpec:
+    """Which session the transcript writes: a new one private, an existing one updated
+    with what the person importing chose."""
+    defaults: dict[str, Any] = {
+        "title": session_title,
+        "visibility": Session.Visibility.PRIVATE,
+    }
+    if started:
+        defaults["created"] = started
+    fields: dict[str, Any] = {
+        "source": Session.Source.IMPORTED,
+        "tutor_model": model[:100],
+    }
+    if options.title is not None:
+        fields["title"] = session_title
+    if options.visibility is not None:
+        fields["visibility"] = options.visibility
+    return SessionSpec(
+        slug=options.slug or slugify(session_title)[:60].strip("-") or f"session-{source_key[:8]}",
+        fields=fields,
+        defaults=defaults,
+        source_key=source_key[:200],
+        match_source_key=True,
+        slug_given=options.slug is not None,
     )
 
 
