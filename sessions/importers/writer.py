@@ -15,7 +15,7 @@ it is written in one transaction.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 from django.utils.text import slugify
@@ -85,6 +85,34 @@ def _write_items(batches: Batches, items: Iterable[Item]) -> None:
     batches.session.touch()
 
 
+def _write_new(batches: Batches, items: Iterable[Item], held: dict[str, Any]) -> None:
+    """A new session's items, a batch per transaction, then the fields that publish it;
+    a failure anywhere deletes the session, so that nothing of it stays."""
+    session = batches.session
+    try:
+        _write_items(batches, items)
+        with transaction.atomic():
+            for key, value in held.items():
+                setattr(session, key, value)
+            session.save()
+    except BaseException:
+        Session.objects.filter(pk=session.pk).delete()
+        raise
+
+
+def _take_source_key(session: Session, source_key: str, notes: list[str]) -> None:
+    """The recording's key for this session, unless another session holds it."""
+    holder = Session.objects.filter(source_key=source_key).exclude(pk=session.pk).first()
+    if holder is not None:
+        notes.append(
+            f"Session '{holder.slug}' already holds this recording's source key, so this "
+            "copy has none."
+        )
+        session.source_key = ""
+    else:
+        session.source_key = source_key
+
+
 def write_session(
     spec: SessionSpec,
     items: Iterable[Item],
@@ -113,17 +141,7 @@ def write_session(
         for key, value in values.items():
             setattr(session, key, value)
         if spec.source_key:
-            holder = (
-                Session.objects.filter(source_key=spec.source_key).exclude(pk=session.pk).first()
-            )
-            if holder is not None:
-                notes.append(
-                    f"Session '{holder.slug}' already holds this recording's source "
-                    "key, so this copy has none."
-                )
-                session.source_key = ""
-            else:
-                session.source_key = spec.source_key
+            _take_source_key(session, spec.source_key, notes)
         session.save()
         if spec.tags is not None:
             session.tags.set(
@@ -140,15 +158,7 @@ def write_session(
         if not created:
             _write_items(batches, items)
     if created:
-        try:
-            _write_items(batches, items)
-            with transaction.atomic():
-                for key, value in held.items():
-                    setattr(session, key, value)
-                session.save()
-        except BaseException:
-            Session.objects.filter(pk=session.pk).delete()
-            raise
+        _write_new(batches, items, held)
     notes += _kept_and_changed(batches, created)
     return Written(
         session=session,
