@@ -10,13 +10,15 @@ and travels in the outcome ("analysis"); the web process never parses a kernel.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from kernels.engine.harness import Harness, Pass
 from kernels.engine.outcome import BindingFacts, EntryPointFacts, SourceFacts
 from kernels.engine.webgpu import workgroup_storage
 from kernels.engine.wgsl import (
     IDENT,
+    NUMBER,
     Function,
     Module,
     Token,
@@ -24,6 +26,7 @@ from kernels.engine.wgsl import (
     bracket_pairs,
     parse,
     resource_numbers,
+    tokenize,
     type_text,
     workgroup_dimensions,
 )
@@ -186,45 +189,49 @@ def _loops(
         if token.kind != IDENT or token.text not in ("for", "while", "loop"):
             continue
         condition: list[Token] = []
-        iterations = None
+        count = None
+        halves = False
         if token.text == "for" and _text(tokens, j + 1) == "(":
             header = tokens[j + 2 : pairs[j + 1]]
             semicolons = [k for k, t in enumerate(header) if t.text == ";"][:2]
             if len(semicolons) == 2:
                 condition = header[semicolons[0] + 1 : semicolons[1]]
-                iterations = _iterations(
-                    module,
-                    header[: semicolons[0]],
-                    condition,
-                    header[semicolons[1] + 1 :],
-                )
+                count = _count(header[: semicolons[0]], condition, header[semicolons[1] + 1 :])
+                halves = _halves(module, condition, header[semicolons[1] + 1 :])
         elif token.text == "while":
             k = j + 1
             while k < function.body.stop and tokens[k].text != "{" and len(condition) < 64:
                 condition.append(tokens[k])
                 k += 1
-        found.append(
-            {
-                "kind": token.text,
-                "line": token.line,
-                "condition": _excerpt(lines, condition),
-                "iterations": iterations,
-            }
-        )
+        loop: dict[str, object] = {
+            "kind": token.text,
+            "line": token.line,
+            "condition": _excerpt(lines, condition),
+            "iterations": iterations(module, count) if count else None,
+        }
+        if halves:
+            # Whatever it starts from, a 64-bit counter halved reaches 0 within 64 steps.
+            loop["at_most"] = 64
+        elif count and loop["iterations"] is None:
+            # Its count, as written, for the run to work out from what it bound.
+            texts = {part: " ".join(t.text for t in count[part][:MAX_TEXT]) for part in PARTS}
+            if all(0 < len(text) < MAX_TEXT for text in texts.values()):
+                loop["count"] = {**texts, "inclusive": count["inclusive"]}
+        found.append(loop)
         if len(found) == MAX_ITEMS:
             break
     return found
 
 
 COUNTS_UP = {"<": 0, "<=": 1, "!=": 0}
+PARTS = ("first", "bound", "step")
 
 
-def _iterations(
-    module: Module, start: list[Token], condition: list[Token], update: list[Token]
-) -> int | None:
-    """How many times `for (var i = a; i < b; i += s)` runs when a, b and s are constant
-    (literals or module-scope constants), else None: the loops llvmpipe would cut short
-    are the ones whose count can be known before running."""
+def _count(
+    start: list[Token], condition: list[Token], update: list[Token]
+) -> dict[str, Any] | None:
+    """`for (var i = first; i < bound; i += step)`: the three expressions as tokens, and
+    inclusive (1 for <=); None for a for loop that does not count up by a step."""
     texts = [t.text for t in condition[:3]]
     # The tokenizer reads `<=` as two punctuation tokens.
     split = texts[1:3] == ["<", "="]
@@ -234,26 +241,61 @@ def _iterations(
         return None
     counter = condition[0].text
     texts = [t.text for t in start]
-    if counter not in texts or "=" not in texts:
+    step = _step(counter, update)
+    if counter not in texts or "=" not in texts or not step:
         return None
-    first = module.value(start[texts.index("=") + 1 :])
-    last = module.value(bound)
-    step = _step(module, counter, update)
-    if first is None or last is None or not step:
-        return None
-    return max(0, (last + COUNTS_UP[operator] - first + step - 1) // step)
+    first = start[texts.index("=") + 1 :]
+    return {"first": first, "bound": bound, "step": step, "inclusive": COUNTS_UP[operator]}
 
 
-def _step(module: Module, counter: str, update: list[Token]) -> int | None:
-    """The constant a for loop's update adds to its counter: i++, i += s, i = i + s."""
+def iterations(
+    module: Module, count: Mapping[str, Any], names: Callable[[str], int | None] | None = None
+) -> int | None:
+    """How many times the loop runs when first, bound and step are constant (literals,
+    module-scope constants), else None. count's parts are tokens, or text as the facts
+    carry them. With names (what a run bound: a uniform's fields as it wrote them), the
+    most it can run: a first not known (an invocation's id) is taken as 0."""
+    first, bound, step = (module.value(_tokens(count[part]), names=names) for part in PARTS)
+    if first is None and names is not None:
+        first = 0
+    if first is None or bound is None or not step or step < 0:
+        return None
+    return max(0, (bound + int(count["inclusive"]) - first + step - 1) // step)
+
+
+def _halves(module: Module, condition: list[Token], update: list[Token]) -> bool:
+    """Whether a for loop runs while its counter is above 0 and divides it by a constant
+    of 2 or more each time: `s > 0u; s /= 2u`, `s > 0u; s = s >> 1u`."""
+    texts = [t.text for t in condition]
+    if len(texts) < 3 or texts[1] != ">" or module.value(condition[2:]) != 0:
+        return False
+    counter = texts[0]
+    texts = [t.text for t in update]
+    if texts[:2] == [counter, "/="]:
+        return (module.value(update[2:]) or 0) >= 2
+    if texts[:4] == [counter, "=", counter, "/"]:
+        return (module.value(update[4:]) or 0) >= 2
+    if texts[:4] == [counter, ">", ">", "="]:
+        return (module.value(update[4:]) or 0) >= 1
+    if texts[:5] == [counter, "=", counter, ">", ">"]:
+        return (module.value(update[5:]) or 0) >= 1
+    return False
+
+
+def _tokens(part: list[Token] | str) -> list[Token]:
+    return tokenize(part).tokens if isinstance(part, str) else part
+
+
+def _step(counter: str, update: list[Token]) -> list[Token]:
+    """What a for loop's update adds to its counter: i++, i += s, i = i + s."""
     texts = [t.text for t in update]
     if texts in ([counter, "++"], ["++", counter]):
-        return 1
+        return [Token(NUMBER, "1", 0, 0)]
     if texts[:2] == [counter, "+="]:
-        return module.value(update[2:])
+        return update[2:]
     if texts[:4] == [counter, "=", counter, "+"]:
-        return module.value(update[4:])
-    return None
+        return update[4:]
+    return []
 
 
 def long_loops(source: str, limit: int) -> list[dict[str, object]]:

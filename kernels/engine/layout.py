@@ -153,6 +153,39 @@ def struct_layout(source: str, name: str) -> StructLayout:
     return StructLayout(name=name, type=resolved)
 
 
+def scalar_at(source: str, type_tokens: list[Token], path: list[str]) -> tuple[str, int] | None:
+    """The scalar type and byte offset of a member path (["k"], ["size", "x"]) within a
+    value of the type written; None where the path names no scalar of a shareable type."""
+    try:
+        t = _Types(parse(source)).resolve_tokens(type_tokens, 0)
+    except LayoutError:
+        return None
+    offset = 0
+    for name in path:
+        member = next((m for m in t.members if m.name == name), None)
+        index = "xyzw".find(name) if len(name) == 1 else -1
+        if member is not None:
+            t, offset = member.type, offset + member.offset
+        elif t.kind == "vector" and 0 <= index < t.count:
+            t, offset = _scalar(t.scalar), offset + 4 * index
+        else:
+            return None
+    return (t.scalar, offset) if t.kind == "scalar" else None
+
+
+def runtime_stride(source: str, type_tokens: list[Token]) -> int | None:
+    """The bytes between elements of a runtime-sized array<T> (what arrayLength divides
+    a binding's size by); None for any other type."""
+    name, args = _split_type(type_tokens) if type_tokens else ("", [])
+    if name != "array" or len(args) != 1:
+        return None
+    try:
+        element = _Types(parse(source)).resolve_tokens(args[0], 0)
+    except LayoutError:
+        return None
+    return _round_up(element.align, element.size)
+
+
 def binding_type(source: str, group: int, binding: int) -> str | None:
     """The type of the variable at @group(group) @binding(binding), if declared."""
     module = parse(source)

@@ -35,7 +35,14 @@ from kernels.engine.compare import (
 )
 from kernels.engine.device import Environment, import_wgpu
 from kernels.engine.gpu_compare import BY_ADAPTER, CHECK_FROM, DeviceCheck
-from kernels.engine.harness import Binding, Harness, HarnessError, canonical_digest, parse_harness
+from kernels.engine.harness import (
+    Binding,
+    Buffer,
+    Harness,
+    HarnessError,
+    canonical_digest,
+    parse_harness,
+)
 from kernels.engine.inputs import (
     NP_DTYPES,
     Memo,
@@ -45,7 +52,7 @@ from kernels.engine.inputs import (
     no_memo,
     struct_layouts,
 )
-from kernels.engine.layout import StructLayout
+from kernels.engine.layout import LayoutError, StructLayout
 from kernels.engine.limits import DEFAULT_LIMITS, Limits, check_limits, readback_names
 from kernels.engine.naga import (
     BINDING_COUNT,
@@ -215,7 +222,7 @@ class _Run:
         ] or [(harness, None)]
         # Inputs before the device, so a bad fixture file stops the run before it compiles.
         first = self.inputs(cases[0][0], layouts)
-        self.warn_about_backend(harness)
+        self.warn_about_backend([h for h, _ in cases], layouts)
 
         started = time.perf_counter()
         try:
@@ -327,7 +334,8 @@ class _Run:
 
     # -- before the device -------------------------------------------------------------
 
-    def warn_about_backend(self, harness: Harness) -> None:
+    def warn_about_backend(self, cases: list[Harness], layouts: Mapping[str, StructLayout]) -> None:
+        """backend_warnings of each case's passes, read against the uniforms it fills."""
         dispatched = [
             Dispatched(
                 p.kernel,
@@ -339,7 +347,13 @@ class _Run:
                     for b in p.bind
                     if (shape := harness.buffer(b.buffer).shape)
                 },
+                {
+                    (b.group, b.binding): data
+                    for b in p.bind
+                    if (data := _uniform_bytes(harness.buffer(b.buffer), layouts)) is not None
+                },
             )
+            for harness in cases
             for p in harness.passes
         ]
         self.warnings += backend_warnings(self.env.software, dispatched, self.memo)
@@ -660,6 +674,21 @@ def _case_entry(result: CaseResult, shown: bool) -> dict[str, Any]:
             for output in result.outputs
         ]
     return entry
+
+
+def _uniform_bytes(buf: Buffer, layouts: Mapping[str, StructLayout]) -> bytes | None:
+    """A uniform buffer's bytes as the harness fills it: its fields or its data (a file or
+    random fill is not read for this, so its loops are warned of)."""
+    if buf.usage != "uniform":
+        return None
+    if buf.fill == "fields" and buf.name in layouts:
+        try:
+            return layouts[buf.name].pack(buf.fields or {})
+        except LayoutError:
+            return None
+    if buf.fill == "data" and buf.data is not None:
+        return np.array(buf.data, dtype=NP_DTYPES[buf.dtype]).tobytes()
+    return None
 
 
 def refuse_as_a_browser(kernel: str, source: str) -> None:

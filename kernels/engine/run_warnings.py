@@ -3,25 +3,38 @@ program runs alike, read by code everywhere else.
 
 llvmpipe, the CPU backend, differs from a GPU in two ways that can hide a bug: it ends
 every loop after 65,535 iterations, and it drops stores past the end of a buffer. Each is
-a warning only where the run could meet it: a loop whose count is not known before it
-runs (a loop known to run longer is refused before running: analysis.misleading_on_cpu),
-and a store with no bounds check before it whose dispatch can reach past its buffer.
+a warning only where the run could meet it: a loop that can reach the cap (a loop known
+to run longer is refused before running: analysis.misleading_on_cpu), and a store with no
+bounds check before it whose dispatch can reach past its buffer. A loop bounded by a
+uniform's field, or by arrayLength, is counted from what the run bound: the field's value
+as the harness or the program wrote it, the buffer's size; one bounded by anything else
+(a value read from storage, a loop counting down) is warned of.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Iterable, Mapping
+import itertools
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernels.engine.analysis import source_facts
-from kernels.engine.host.trace import dispatches, module_sources
+import numpy as np
+
+from kernels.engine.analysis import LLVMPIPE_LOOP_CAP, iterations, source_facts
+from kernels.engine.host.trace import NP_VIEWS, dispatches, module_sources
 from kernels.engine.inputs import Memo, no_memo
+from kernels.engine.layout import runtime_stride, scalar_at
 from kernels.engine.outcome import Outcome, RunWarning, WarningCode
+from kernels.engine.wgsl import Module, Variable, parse, resource_numbers
 
 MAX_WARNINGS = 16
+# The contents of a program's uniforms a dispatch is read against, at most: more and its
+# loops are warned of as if their bounds were not known.
+MAX_CONTENTS = 8
+# WebGPU's maxUniformBufferBindingSize: a larger buffer is not read as a uniform here.
+MAX_UNIFORM_BYTES = 64 * 1024
 
 # The sentences outcomes carried before warnings had codes, read back as their codes.
 LEGACY = {
@@ -35,13 +48,17 @@ LEGACY = {
 @dataclass
 class Dispatched:
     """One entry point a run dispatched: its kernel (or shader module) and source, the
-    workgroup count, and the 4-byte cells of the buffer bound at each (group, binding)."""
+    workgroup count, and the 4-byte cells of the buffer bound at each (group, binding)
+    (a dispatch whose uniforms held several contents is one Dispatched for each)."""
 
     kernel: str
     source: str
     entry_point: str  # "" for the module's only one
     workgroups: tuple[int, ...]
     cells: dict[tuple[int, int], int] = field(default_factory=dict)
+    # The bytes of the uniform buffer bound at (group, binding), as the run wrote them;
+    # absent where they are not known.
+    uniforms: dict[tuple[int, int], bytes] = field(default_factory=dict)
 
 
 def backend_warnings(
@@ -60,9 +77,10 @@ def backend_warnings(
         if entry is None:
             continue
         where = {"kernel": d.kernel, "entry_point": entry["name"]}
+        names = _names(d)
         for loop in entry["loops"]:
-            if loop["iterations"] is None:
-                key = (WarningCode.LOOP_CAP, d.kernel, loop["line"])
+            key = (WarningCode.LOOP_CAP, d.kernel, loop["line"])
+            if loop["iterations"] is None and key not in found and _can_reach_cap(loop, d, names):
                 found.setdefault(
                     key,
                     coded(
@@ -93,27 +111,123 @@ def backend_warnings(
     return list(found.values())[:MAX_WARNINGS]
 
 
+def _can_reach_cap(
+    loop: Mapping[str, Any], d: Dispatched, names: Callable[[str], int | None]
+) -> bool:
+    if loop.get("at_most", LLVMPIPE_LOOP_CAP) < LLVMPIPE_LOOP_CAP:
+        return False
+    count = loop.get("count")
+    most = iterations(parse(d.source), count, names) if count else None
+    return most is None or most >= LLVMPIPE_LOOP_CAP
+
+
+def _names(d: Dispatched) -> Callable[[str], int | None]:
+    """The values a loop's count may name in this dispatch: `p.n` (a field of a uniform,
+    from its bytes) and `arrayLength(&buf)` (from the size of the buffer bound)."""
+    module = parse(d.source)
+    variables = {v.name: v for v in module.variables}
+
+    @functools.cache
+    def value(text: str) -> int | None:
+        if text.startswith("arrayLength(&"):
+            variable = variables.get(text[len("arrayLength(&") : -1])
+            if variable is None or variable.address_space != "storage":
+                return None
+            cells = d.cells.get(_numbers(module, variable))
+            stride = runtime_stride(d.source, variable.type)
+            return cells * 4 // stride if cells and stride else None
+        head, *path = text.split(".")
+        variable = variables.get(head)
+        if variable is None or variable.address_space != "uniform":
+            return None
+        data = d.uniforms.get(_numbers(module, variable))
+        where = scalar_at(d.source, variable.type, path)
+        if data is None or where is None or where[0] not in ("u32", "i32"):
+            return None
+        scalar, offset = where
+        if offset + 4 > len(data):
+            return None
+        return int(np.frombuffer(data, "<u4" if scalar == "u32" else "<i4", 1, offset)[0])
+
+    return value
+
+
+def _numbers(module: Module, variable: Variable) -> tuple[int, int]:
+    group, binding = resource_numbers(module, variable)
+    return (-1, -1) if group is None or binding is None else (group, binding)
+
+
 def program_warnings(software: bool, trace: Mapping[str, Any]) -> list[RunWarning]:
-    """backend_warnings of a program's traced dispatches, each against its own module."""
+    """backend_warnings of a program's traced dispatches, each against its own module, and
+    each once for every content its uniforms held (up to MAX_CONTENTS)."""
     sizes = {b["name"]: b["size"] for b in trace.get("buffers", [])}
-    return backend_warnings(
-        software,
-        (
+    contents = _uniform_contents(trace)
+    found: list[Dispatched] = []
+    for d in dispatches(trace, module_sources(trace)):
+        if not d.source:
+            continue
+        cells = {
+            (b.group, b.binding): (b.size if b.size is not None else sizes.get(b.buffer, 0)) // 4
+            for b in d.bindings
+        }
+        held = {
+            (b.group, b.binding): [
+                c[b.offset : b.offset + 4 * cells[b.group, b.binding]]
+                for c in contents.get(b.buffer, [])
+            ]
+            for b in d.bindings
+            if b.buffer in contents
+        }
+        choices = list(itertools.product(*held.values()))
+        if len(choices) > MAX_CONTENTS:
+            # Too many to try each: the uniforms are not known.
+            held, choices = {}, [()]
+        found += [
             Dispatched(
                 d.module,
                 d.source,
                 d.entry_point,
                 tuple(d.workgroups),
-                {
-                    (b.group, b.binding): (b.size if b.size is not None else sizes.get(b.buffer, 0))
-                    // 4
-                    for b in d.bindings
-                },
+                cells,
+                dict(zip(held, choice, strict=True)),
             )
-            for d in dispatches(trace, module_sources(trace))
-            if d.source
-        ),
-    )
+            for choice in dict.fromkeys(choices)
+        ]
+    return backend_warnings(software, found)
+
+
+def _uniform_contents(trace: Mapping[str, Any]) -> dict[str, list[bytes]]:
+    """What each buffer a program could only write from the host held after each of its
+    writes: known where every write to it is traced whole and nothing copies into it (a
+    buffer a shader may write, one a copy fills, or one whose writes were cut is not)."""
+    if trace.get("dropped", {}).get("writes"):
+        return {}
+    copied = {c["destination"] for c in trace.get("copies", [])}
+    held: dict[str, bytearray] = {
+        b["name"]: bytearray(b["size"])
+        for b in trace.get("buffers", [])
+        if "STORAGE" not in b["usage"]
+        and b["name"] not in copied
+        and b["size"] <= MAX_UNIFORM_BYTES
+    }
+    found: dict[str, list[bytes]] = {}
+    for write in trace.get("writes", []):
+        name = write["buffer"]
+        if name not in held:
+            continue
+        try:
+            view = NP_VIEWS.get(write["dtype"], np.uint8)
+            data = np.array(write["values"], dtype=view).tobytes()
+        except (ValueError, OverflowError):
+            data = b""
+        start = write["offset"]
+        if len(data) < write["size"] or start + len(data) > len(held[name]):
+            del held[name]
+            found.pop(name, None)
+            continue
+        held[name][start : start + len(data)] = data
+        found.setdefault(name, []).append(bytes(held[name]))
+    return {name: list(dict.fromkeys(found.get(name) or [bytes(held[name])])) for name in held}
 
 
 def _covered(

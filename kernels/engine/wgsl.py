@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -202,10 +203,16 @@ class Module:
             return tokens[0].text, []
         return tokens[0].text, _Reader(tokens, self).split(1, angles=True)[0]
 
-    def value(self, expression: list[Token], depth: int = 0) -> int | None:
+    def value(
+        self,
+        expression: list[Token],
+        depth: int = 0,
+        names: Callable[[str], int | None] | None = None,
+    ) -> int | None:
         """An integer constant expression's value: literals, module-scope const and
-        override names (an override's default), + - * / % and parentheses; else None."""
-        value, end = _Evaluator(self, expression).expression(0, depth)
+        override names (an override's default), + - * / % and parentheses; else None.
+        names gives the values of other names, `a.b.c` and `arrayLength(&a)` as written."""
+        value, end = _Evaluator(self, expression, names).expression(0, depth)
         return value if end == len(expression) else None
 
     def named_value(self, name: str, depth: int = 0) -> int | None:
@@ -415,9 +422,12 @@ class _Evaluator:
 
     LEVELS = (("+", "-"), ("*", "/", "%"))
 
-    def __init__(self, module: Module, tokens: list[Token]) -> None:
+    def __init__(
+        self, module: Module, tokens: list[Token], names: Callable[[str], int | None] | None
+    ) -> None:
         self.module = module
         self.tokens = tokens
+        self.names = names
 
     def text(self, j: int) -> str:
         return self.tokens[j].text if j < len(self.tokens) else ""
@@ -447,9 +457,27 @@ class _Evaluator:
             return (value if self.text(j) == ")" else None), j + 1
         if token.kind == NUMBER:
             return int_literal(token.text), j + 1
+        if token.kind == IDENT and self.names is not None:
+            return self.named(j, depth)
         if token.kind == IDENT:
             return self.module.named_value(token.text, depth + 1), j + 1
         return None, len(self.tokens)
+
+    def named(self, j: int, depth: int) -> tuple[int | None, int]:
+        """A constant's value, else the value names gives `a.b.c` or `arrayLength(&a)`."""
+        assert self.names is not None
+        texts = [self.text(k) for k in range(j, j + 5)]
+        if texts[:3] == ["arrayLength", "(", "&"] and texts[4] == ")":
+            return self.names("".join(texts)), j + 5
+        end = j + 1
+        while self.text(end) == "." and end + 1 < len(self.tokens):
+            self.module.steps += 1
+            if self.tokens[end + 1].kind != IDENT:
+                break
+            end += 2
+        if end == j + 1 and self.module.named_value(self.tokens[j].text, depth + 1) is not None:
+            return self.module.named_value(self.tokens[j].text, depth + 1), end
+        return self.names("".join(self.text(k) for k in range(j, end))), end
 
 
 # WGSL's integers are at most 64 bits wide (AbstractInt is i64, u32 fits below): a value

@@ -79,13 +79,23 @@ def test_each_dispatch_is_measured_against_the_buffer_its_own_module_writes(gpu)
     assert picture["findings"] == []
 
 
+def loop_caps(program: str, gpu: tuple[object, Environment]) -> list[tuple[str, str, int]]:
+    outcome = program_outcome(run_program(gpu[0], gpu[1], program), gpu[1])
+    return [(w["code"], w["data"]["kernel"], w["data"]["line"]) for w in outcome["warnings"]]
+
+
 def test_a_programs_warnings_are_read_from_the_modules_it_dispatched(gpu):
     if not gpu[1].software:
         pytest.skip("only llvmpipe caps loops and drops writes")
-    outcome = program_outcome(run_program(gpu[0], gpu[1], PROGRAM), gpu[1])
 
-    # relu's loop runs dims1.x times, known only as it runs; each store's dispatch covers
-    # no more cells than its buffer has (16 of 16, 3 of 3).
-    assert [(w["code"], w["data"]["kernel"], w["data"]["line"]) for w in outcome["warnings"]] == [
-        ("llvmpipe_loop_cap", "module 2", 6)
-    ]
+    # relu's loop runs dims1.x times: 3, as the program wrote dims1, far from the cap;
+    # each store's dispatch covers no more cells than its buffer has (16 of 16, 3 of 3).
+    assert loop_caps(PROGRAM, gpu) == []
+
+    # Written 100,000, or 3 and then 100,000: it can reach the cap.
+    many = "new Uint32Array([100000, 0, 0, 0])"
+    for written in (many, f"new Uint32Array([3, 0, 0, 0]));\nwriteAgain({many}"):
+        program = PROGRAM.replace("new Uint32Array([3, 0, 0, 0])", written).replace(
+            "writeAgain(", "device.queue.writeBuffer(dims1, 0, "
+        )
+        assert loop_caps(program, gpu) == [("llvmpipe_loop_cap", "module 2", 6)], written

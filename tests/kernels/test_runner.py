@@ -191,17 +191,35 @@ def codes(outcome: dict) -> list[tuple[str, int]]:
     return [(w["code"], w["data"].get("line")) for w in outcome["warnings"]]
 
 
-def test_it_warns_about_the_llvmpipe_loop_cap_for_a_loop_of_unknown_count(run, gpu) -> None:
+def test_a_loop_bounded_by_a_uniform_is_warned_of_only_where_the_run_can_reach_the_cap(
+    run, gpu
+) -> None:
     if not gpu[1].software:
         pytest.skip("only llvmpipe caps loops")
 
-    outcome = run(MATMUL, matmul_harness(8, 8, 8))
+    # The loop runs dims.k times: 8 as this harness writes it, far from 65,535.
+    assert codes(run(MATMUL, matmul_harness(8, 8, 8))) == []
 
-    # The loop runs dims.k times, known only as it runs; the store comes after a guard.
+    outcome = run(MATMUL, matmul_harness(1, 1, 100_000))
+
     assert codes(outcome) == [("llvmpipe_loop_cap", 15)]
     [warning] = outcome["warnings"]
     assert warning["data"]["condition"] == "i < dims.k"
     assert "65,535 iterations" in warning["text"] and "line 15" in warning["text"]
+
+
+def test_a_loop_bounded_by_what_a_kernel_reads_from_storage_is_warned_of(run, gpu) -> None:
+    if not gpu[1].software:
+        pytest.skip("only llvmpipe caps loops")
+    loops = (
+        "    var s = 0.0;\n"
+        "    for (var k = 0u; k < u32(a[0]); k++) { s += 1.0; }\n"
+        "    for (var k = i; k < arrayLength(&b); k += 64u) { s += 0.0; }\n"
+    )
+    source = ADD.replace("    let i = gid.x;\n", "    let i = gid.x;\n" + loops)
+
+    # What a[0] holds is known only as the kernel runs; b's length is the buffer's size.
+    assert codes(run(source, add_harness())) == [("llvmpipe_loop_cap", 9)]
 
 
 def test_a_loop_of_twenty_and_a_store_that_cannot_overrun_are_not_warned_of(run) -> None:

@@ -207,8 +207,16 @@ def test_the_facts_for_the_reviewer() -> None:
     assert main["writes"] == [
         {"buffer": "out", "index": "gid.x * 2u + i", "line": 10, "guarded": True}
     ]
+    # Its count is known only from params.n as a run writes it: the run works it out.
+    count = {"first": "0u", "bound": "params . n", "step": "1", "inclusive": 0}
     assert main["loops"] == [
-        {"kind": "for", "line": 10, "condition": "i < params.n", "iterations": None}
+        {
+            "kind": "for",
+            "line": 10,
+            "condition": "i < params.n",
+            "iterations": None,
+            "count": count,
+        }
     ]
     assert facts["entry_points"][2]["workgroup_size"] is None
     assert facts["bindings"][0] == {

@@ -210,6 +210,7 @@ class DispatchBinding:
     binding: int
     buffer: str
     size: int | None
+    offset: int = 0
 
 
 @dataclass
@@ -240,7 +241,9 @@ def dispatches(trace: Mapping[str, Any], sources: Mapping[str, str]) -> list[Dis
             source = sources.get(pipeline.get("module", ""), "")
             entry = pipeline.get("entry_point") or next(iter(entry_points(source)), "")
             bindings = [
-                DispatchBinding(int(index), e["binding"], e["buffer"], e.get("size"))
+                DispatchBinding(
+                    int(index), e["binding"], e["buffer"], e.get("size"), e.get("offset", 0)
+                )
                 for index, name in sorted(dispatch["bind_groups"].items())[:MAX_BIND_GROUPS]
                 for e in groups.get(name, {}).get("entries", [])[:MAX_GROUP_ENTRIES]
             ]
