@@ -39,6 +39,7 @@ from django.utils.module_loading import import_string
 from config import processes
 from kernels.engine.harness import Harness, HarnessError, canonical_digest, parse_harness
 from kernels.engine.outcome import Outcome, Status, cacheable, failure
+from kernels.engine.run_warnings import as_stored
 from kernels.models import KernelVersion, Run, SessionFile, StateFile
 
 BACKENDS = {
@@ -398,7 +399,7 @@ def _record_infra_error(job: Job, message: str) -> Run:
         state=Run.State.DONE,
         status=Status.INFRA_ERROR.value,
         cacheable=False,
-        outcome=outcome,
+        outcome=as_stored(outcome),
         started=now,
         finished=now,
     )
@@ -427,7 +428,7 @@ def finish(run_id: int, outcome: Outcome) -> dict | None:
     What is for staff only (dead workers' ids and stderr) goes to Run.detail, apart from
     the outcome that readers see.
     """
-    shown = cast(Outcome, {key: value for key, value in outcome.items() if key != "detail"})
+    shown = cast(Outcome, as_stored({k: v for k, v in outcome.items() if k != "detail"}))
     shown.setdefault("status", Status.CRASHED.value)
     environment = outcome.get("environment") or {}
     values = {

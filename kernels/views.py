@@ -21,6 +21,7 @@ from kernels import pictures, replay, story
 from kernels.digits import EmptyDrawing, drawing_harness, preprocess
 from kernels.engine.host.check import harness_values
 from kernels.engine.outcome import Status, output_list, output_values
+from kernels.engine.run_warnings import as_stored
 from kernels.host_context import host_context, host_diff_html
 from kernels.models import Kernel, KernelVersion, Run
 from kernels.outcome_context import outcome_context
@@ -82,7 +83,7 @@ def _run_payload(shown: replay.Replay, outcome: object = None) -> dict:
     if run is not None:
         body["run"] = {"id": run.pk, "created": run.created.isoformat(), "adapter": run.adapter}
         if run.state == Run.State.DONE:
-            body["outcome"] = shown.outcome if outcome is None else outcome
+            body["outcome"] = as_stored(shown.outcome or {}) if outcome is None else outcome
             body["matches_expected"] = (
                 run.status == version.expected_status if version.expected_status else None
             )
@@ -272,7 +273,9 @@ def _run_json(shown: replay.Replay, extra: dict) -> str:
     """replay.json's body. A stored outcome goes in as the text stored: a cached run's
     outcome is neither parsed nor encoded again on the way out."""
     text = replay.stored_outcome_text(shown.run)
-    if text is None:
+    # A run stored before warning_items (its warnings coded items, or sentences) is
+    # read and served in today's shape.
+    if text is None or '"warning_items":' not in text:
         return json.dumps({**_run_payload(shown), **extra}, cls=DjangoJSONEncoder)
     marker = f"stored-outcome-{uuid.uuid4().hex}"
     body = json.dumps({**_run_payload(shown, outcome=marker), **extra}, cls=DjangoJSONEncoder)

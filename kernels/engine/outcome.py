@@ -208,8 +208,9 @@ class Outcome(TypedDict):
                  no device was opened
     timings      Timings
     warnings     what about the run could mislead a reader, as RunWarning items (a
-                 code and its data); outcomes stored before codes hold sentences, which
-                 warnings_of() reads
+                 code and its data); a stored outcome (run_warnings.as_stored) holds
+                 their sentences here, as outcomes stored before codes do, and the
+                 items under warning_items; warnings_of() reads any of them
     outputs      per output buffer, compare_output's verdict: name, dtype, shape, count,
                  bad, unwritten, nonfinite, max_abs_err, max_rel_err, worst_index,
                  first_bad, grid, and got/expected for small buffers (pack_values; read
@@ -246,7 +247,8 @@ class Outcome(TypedDict):
     error: NotRequired[str]
     environment: dict[str, Any]
     timings: Timings
-    warnings: list[RunWarning]
+    warnings: list[RunWarning] | list[str]
+    warning_items: NotRequired[list[RunWarning]]
     outputs: list[dict[str, Any]]
     compile: NotRequired[CompileError]
     analysis: NotRequired[dict[str, SourceFacts]]

@@ -279,9 +279,18 @@ def _text(code: WarningCode, data: Mapping[str, Any]) -> str:
     )
 
 
+def as_stored(outcome: Mapping[str, Any]) -> dict[str, Any]:
+    """The outcome as a run stores it and replay.json serves it: warnings as the sentences
+    replay.json has always carried, the coded items under warning_items."""
+    items = warnings_of(outcome)
+    return {**outcome, "warnings": [w["text"] for w in items], "warning_items": items}
+
+
 def warnings_of(outcome: Outcome | Mapping[str, Any]) -> list[RunWarning]:
-    """The outcome's warnings as coded items, those of runs stored before codes included
-    (their sentences, with no data)."""
+    """The outcome's warnings as coded items: its warning_items, else its warnings (those
+    of runs stored before codes are sentences, read with no data)."""
+    if "warning_items" in outcome:
+        return list(outcome["warning_items"])
     items: list[RunWarning] = []
     for warning in outcome.get("warnings") or []:
         if isinstance(warning, str):

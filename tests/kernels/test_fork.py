@@ -108,6 +108,19 @@ class ForkTestCase(TransactionTestCase):
             {"session": "demo", "turn": 2, "version": 1, "replay": "/s/demo/turns/2/replay/"},
         )
 
+    def test_its_json_serves_warnings_as_sentences_and_coded_items_beside(self) -> None:
+        # A loop bounded by what the kernel reads from storage: llvmpipe's cap may cut it.
+        looping = SWAPPED.replace(
+            "    out[id.x] =",
+            "    var s = 0.0;\n    for (var k = 0u; k < u32(a[0]); k++) { s += 0.0; }\n"
+            "    out[id.x] = s +",
+        )
+        forked = finished(self.client, self.made(looping) + "replay.json")["outcome"]
+        items = forked["warning_items"]
+        self.assertEqual(forked["warnings"], [item["text"] for item in items])
+        if forked["environment"].get("software"):
+            self.assertIn("llvmpipe_loop_cap", [item["code"] for item in items])
+
     def test_a_compile_error_is_marked_for_the_editor_at_its_line_and_column(self) -> None:
         url = self.made(NO_SEMICOLON)
         page = self.client.get(url).content.decode()

@@ -5,6 +5,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from kernels import replay
+from kernels.engine.outcome import WarningCode
+from kernels.engine.run_warnings import coded
 from kernels.models import Run
 from tests.base import BaseTestCase, add_kernel, make_session, store_run
 
@@ -60,3 +62,52 @@ class StoredAnswerTestCase(BaseTestCase):
         self.assertEqual(self.client.get(URL).status_code, 202)
         Run.objects.filter(pk=stored.pk).update(state=Run.State.DONE)
         self.assertEqual(self.client.get(URL).status_code, 200)
+
+
+LOOP_CAP = coded(
+    WarningCode.LOOP_CAP,
+    {"kernel": "self", "entry_point": "main", "line": 4, "condition": "i < dims.k"},
+)
+OLD_SENTENCE = (
+    "llvmpipe stops any loop after 65,535 iterations per invocation, so a mismatch in a "
+    "long loop may not happen on a real GPU."
+)
+
+
+class WarningsShapeTestCase(BaseTestCase):
+    """replay.json's warnings stay the sentences clients have always read; the coded
+    items come under warning_items, whenever and however the run was stored."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.session = make_session("demo", turns=3)
+        self.version = add_kernel(self.session, turn=2)
+
+    def assert_shape(self, expected_code: str) -> None:
+        for query in ({}, {"wait": "0"}):  # the cached answer, and one made afresh
+            outcome = self.client.get(URL, query).json()["outcome"]
+            self.assertEqual(len(outcome["warnings"]), 1)
+            self.assertIsInstance(outcome["warnings"][0], str)
+            [item] = outcome["warning_items"]
+            self.assertEqual(item["code"], expected_code)
+            self.assertEqual(item["text"], outcome["warnings"][0])
+
+    def test_a_run_finished_now_serves_sentences_and_coded_items(self) -> None:
+        run = store_run(self.version, "passed")
+        Run.objects.filter(pk=run.pk).update(state=Run.State.RUNNING)
+        outcome = {**run.outcome, "warnings": [LOOP_CAP]}
+        self.assertIsNotNone(replay.finish(run.pk, outcome))
+        stored = Run.objects.get(pk=run.pk).outcome
+        self.assertEqual(stored["warnings"], [LOOP_CAP["text"]])
+        self.assertEqual(stored["warning_items"], [LOOP_CAP])
+        self.assert_shape("llvmpipe_loop_cap")
+        self.assertIn("line 4", self.client.get(URL).json()["outcome"]["warnings"][0])
+
+    def test_a_run_stored_with_coded_warnings_serves_them_as_sentences(self) -> None:
+        store_run(self.version, "mismatch", warnings=[LOOP_CAP])
+        self.assert_shape("llvmpipe_loop_cap")
+
+    def test_a_run_stored_before_codes_keeps_its_sentence_and_gains_its_code(self) -> None:
+        store_run(self.version, "mismatch", warnings=[OLD_SENTENCE])
+        self.assert_shape("llvmpipe_loop_cap")
+        self.assertEqual(self.client.get(URL).json()["outcome"]["warnings"], [OLD_SENTENCE])
