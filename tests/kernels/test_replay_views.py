@@ -216,7 +216,7 @@ class ReplayTestCase(TransactionTestCase):
         outcome = self.finished()["outcome"]
         self.assertIn(outcome["status"], {"mismatch", "timeout"})
         if outcome["environment"].get("software"):
-            codes = [warning["code"] for warning in outcome["warnings"]]
+            codes = [warning["code"] for warning in outcome["warning_items"]]
             self.assertIn("llvmpipe_loop_cap", codes)
 
     @override_settings(REPLAY_DEADLINE=3.0)
