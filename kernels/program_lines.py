@@ -20,6 +20,10 @@ from typing import Any, TypeVar, cast
 
 from kernels.models import KernelVersion
 
+# A file's path in a project is at most this long (kernels.models.StateFile.path); a
+# version's meta may come from an uploaded export, so what is longer is not read.
+MAX_NAME = 200
+
 
 @dataclass(frozen=True)
 class FileLines:
@@ -48,7 +52,9 @@ def file_lines(version: KernelVersion) -> FileLines | None:
     if version.pk is None or not version.host_program or not isinstance(lines, dict):
         return None
     name, starts = lines.get("file"), lines.get("starts")
-    if not isinstance(name, str) or not name or not isinstance(starts, list) or not starts:
+    if not isinstance(name, str) or not 0 < len(name) <= MAX_NAME:
+        return None
+    if not isinstance(starts, list) or not starts:
         return None
     pairs = []
     for start in starts:
@@ -61,8 +67,10 @@ def file_lines(version: KernelVersion) -> FileLines | None:
 
 
 def _in_words(text: str, line: int, lines: FileLines) -> str:
-    """The text with "Line N" and "line N" of the program's line N as the file's."""
-    return re.sub(rf"(?<!WGSL )\b[Ll]ine {line}\b", lines.where(line), text)
+    """The text with its first "Line N" or "line N" (the engine's words, which come before
+    any of the program's own: "Line N: TypeError: …", "still running at line N") naming
+    the program's line N as the file's."""
+    return re.sub(rf"(?<!WGSL )\b[Ll]ine {line}\b", lines.where(line), text, count=1)
 
 
 # An outcome as stored (kernels.engine.outcome.Outcome) or read from JSON.
