@@ -114,3 +114,24 @@ def test_a_replay_pages_embed_code_takes_the_theme_picked(live_server, browser, 
     colour = page.evaluate("getComputedStyle(document.body).backgroundColor")
     assert sum(int(c) for c in colour[4:-1].split(",")[:3]) < 150, colour
     page.close()
+
+
+def test_the_panels_width_takes_any_whole_number_of_pixels(live_server, browser) -> None:
+    from tests.base import make_session
+
+    make_session("widths", turns=3)
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(f"{live_server.url}/s/widths/")
+    page.click("#embed-panel > summary")
+    width = page.locator(".embed-form input[name=width]")
+    width.fill("405")
+    for _ in range(100):
+        if 'width="405"' in page.input_value("#embed-iframe"):
+            break
+        page.wait_for_timeout(100)
+    assert 'width="405"' in page.input_value("#embed-iframe")
+    assert width.evaluate("input => input.validity.valid")
+    # The arrow keys move it by one pixel, not to the next multiple of ten.
+    width.press("ArrowUp")
+    assert width.input_value() == "406"
+    page.close()
