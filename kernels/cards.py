@@ -87,34 +87,63 @@ def _pill(draw: ImageDraw.ImageDraw, x: int, y: int, text: str, status: str | No
     return x + width
 
 
-def _status_grid(draw: ImageDraw.ImageDraw, output: dict) -> None:
+def _bands(rows: int, cols: int) -> tuple[int, float]:
+    """How many bands a map of rows x cols squares is folded into, its columns split
+    among them and the bands stacked a square apart, so that its squares are as large as
+    BOX allows (a wide map in one band is a strip along the box's top); and their side."""
+    left, top, right, bottom = BOX
+    best = (1, 0.0)
+    for bands in range(1, cols + 1):
+        across, down = math.ceil(cols / bands), rows * bands + bands - 1
+        if (bottom - top) / down <= best[1]:  # only shorter squares from here on
+            break
+        size = min((right - left) / across, (bottom - top) / down)
+        if size > best[1]:
+            best = (bands, size)
+    return best
+
+
+def _status_grid(draw: ImageDraw.ImageDraw, output: dict) -> int:
     """Each cell or block by its state, blocks filled bottom up in proportion to their
-    wrong, NaN and never-written values (the replay page's status map)."""
+    wrong, NaN and never-written values (the replay page's status map), in square cells
+    centred in BOX; a wide map is folded into bands. Returns how many."""
     grid = output.get("grid") or {}
     rows, cols, cells = grid.get("rows", 0), grid.get("cols", 0), grid.get("cells", "")
     if not rows or not cols or len(cells) != rows * cols:
-        return
+        return 0
     if rows == 1 and cols > 16:  # a long vector wraps into a square-ish block of rows
         rows, cols = math.ceil(cols / 16), 16
+    bands, size = _bands(rows, cols) if rows > 1 else (1, 0.0)
     left, top, right, bottom = BOX
-    size = min((right - left) / cols, (bottom - top) / rows)
+    across = math.ceil(cols / bands)
+    if bands == 1:
+        size = min((right - left) / cols, (bottom - top) / rows)
+    left += ((right - left) - across * size) / 2
+    top += ((bottom - top) - (rows * bands + bands - 1) * size) / 2
     counts = grid.get("counts") or {}
     block = grid.get("block", [1, 1])
     per_block = block[0] * block[1]
     for index, cell in enumerate(cells):
-        x = left + (index % cols) * size
-        y = top + (index // cols) * size
-        box = (x, y, x + size - (1 if size > 6 else 0), y + size - (1 if size > 6 else 0))
+        row, col = divmod(index, cols)
+        band, col = divmod(col, across)
+        x = left + col * size
+        y = top + (band * (rows + 1) + row) * size
+        # Whole pixels, both ends included as Pillow draws them, a pixel apart when large:
+        # a share's rows are then its share of the square's.
+        gap = 1 if size > 6 else 0
+        box = (round(x), round(y), round(x + size) - 1 - gap, round(y + size) - 1 - gap)
         if not counts or cell == ".":
             draw.rectangle(box, fill=STATUS.get(cell, STATUS["."])[0])
             continue
         draw.rectangle(box, fill=STATUS["."][0])
-        edge = box[3]
+        tall, edge = box[3] - box[1] + 1, box[3]
         for kind in "nux":
             if kind in counts and (count := counts[kind][index]):
-                height = (box[3] - box[1]) * min(1.0, count / per_block)
-                draw.rectangle((box[0], edge - height, box[2], edge), fill=STATUS[kind][0])
+                height = round(tall * min(1.0, count / per_block))
+                if height:
+                    draw.rectangle((box[0], edge - height + 1, box[2], edge), fill=STATUS[kind][0])
                 edge -= height
+    return bands
 
 
 def _bars(draw: ImageDraw.ImageDraw, got: list, expected: list | None) -> None:
@@ -151,11 +180,12 @@ def _picture(draw: ImageDraw.ImageDraw, outcome: Outcome) -> str | None:
     if got is not None and math.prod(shape[:-1]) <= 1 and shape[-1] <= MAX_SIDE:
         _bars(draw, got, output_list(output, "expected"))
         return f"{output['name']}: expected and got"
-    _status_grid(draw, output)
+    bands = _status_grid(draw, output)
     block = (output.get("grid") or {}).get("block", [1, 1])
     each = block[0] * block[1]
     per = f", a square per {each:,} values" if each > 1 else ""
-    return f"{output['name']}: {output.get('count', 0):,} values by state{per}"
+    folded = f", its columns in {bands} bands" if bands > 1 else ""
+    return f"{output['name']}: {output.get('count', 0):,} values by state{per}{folded}"
 
 
 def _canvas() -> tuple[Image.Image, ImageDraw.ImageDraw]:
@@ -191,8 +221,8 @@ def version_card(
         draw.text((MARGIN, max(y + 16, 420)), line, font=_font(26), fill=MUTED)
         y += 34
     caption = _picture(draw, outcome) if outcome else None
-    if caption:
-        draw.text((BOX[0], BOX[3] + 14), caption, font=_font(22), fill=MUTED)
+    for number, line in enumerate(_wrapped(draw, caption or "", 22, BOX[2] - BOX[0], 2)):
+        draw.text((BOX[0], BOX[3] + 8 + 27 * number), line, font=_font(22), fill=MUTED)
     return _png(image)
 
 

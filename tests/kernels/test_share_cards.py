@@ -69,6 +69,26 @@ class ShareCardTests(BaseTestCase):
         green = colours.count(Image.new("RGB", (1, 1), pictures.STATUS["."][0]).getpixel((0, 0)))
         self.assertAlmostEqual(purple / (purple + green), 0.25, delta=0.03)
 
+    def test_a_wide_map_is_folded_to_fill_the_picture_area(self) -> None:
+        # The softmax's 8 x 256 output as 8 x 64 squares of 4 values, one NaN in each:
+        # in one band its squares would be 7.9 px, a strip along the top of the area.
+        grid = {"rows": 8, "cols": 64, "block": [1, 4], "cells": "n" * 512}
+        grid["counts"] = {"n": [1] * 512}
+        output = {"name": "y", "shape": [8, 256], "count": 2048, "bad": 512, "grid": grid}
+        store_run(self.version, "nonfinite", outputs=[output])
+        image = self.card("/s/demo/turns/24/card.png")
+        left, top, right, bottom = cards.BOX
+        white = (255, 255, 255)
+        drawn = [y for y in range(top, bottom) if image.getpixel(((left + right) // 2, y)) != white]
+        self.assertGreater(drawn[-1] - drawn[0], 0.6 * (bottom - top))
+        across = [x for x in range(left, right) if image.getpixel((x, drawn[0] + 2)) != white]
+        self.assertGreater(across[-1] - across[0], 0.95 * (right - left))
+        # Folded, each square is still filled in proportion.
+        colours = [image.getpixel((x, y)) for x in range(left, right) for y in range(top, bottom)]
+        purple = colours.count(Image.new("RGB", (1, 1), pictures.NONFINITE).getpixel((0, 0)))
+        green = colours.count(Image.new("RGB", (1, 1), pictures.STATUS["."][0]).getpixel((0, 0)))
+        self.assertAlmostEqual(purple / (purple + green), 0.25, delta=0.03)
+
     def test_a_fork_has_a_card_and_a_private_session_none_for_others(self) -> None:
         fork = Fork.objects.create(id="abcdefghijkl", version=self.version, source="// edit")
         self.card(f"/f/{fork.id}/card.png")
