@@ -11,6 +11,7 @@ the padding, for the replay page.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Mapping
@@ -20,7 +21,7 @@ from typing import Any, TypedDict
 import numpy as np
 
 from kernels.engine.fills import INT_RANGES
-from kernels.engine.wgsl import Module, Token, parse, resource_numbers, type_text
+from kernels.engine.wgsl import Module, Token, parse, resource_numbers, tokenize, type_text
 
 MAX_DEPTH = 16
 # A struct bigger than this is a storage array, not something a harness fills by name.
@@ -156,9 +157,8 @@ def struct_layout(source: str, name: str) -> StructLayout:
 def scalar_at(source: str, type_tokens: list[Token], path: list[str]) -> tuple[str, int] | None:
     """The scalar type and byte offset of a member path (["k"], ["size", "x"]) within a
     value of the type written; None where the path names no scalar of a shareable type."""
-    try:
-        t = _Types(parse(source)).resolve_tokens(type_tokens, 0)
-    except LayoutError:
+    t = _laid_out(source, type_text(type_tokens))
+    if t is None:
         return None
     offset = 0
     for name in path:
@@ -171,6 +171,15 @@ def scalar_at(source: str, type_tokens: list[Token], path: list[str]) -> tuple[s
         else:
             return None
     return (t.scalar, offset) if t.kind == "scalar" else None
+
+
+@functools.lru_cache(maxsize=64)
+def _laid_out(source: str, spelling: str) -> WgslType | None:
+    """A type as written, laid out (kept: a run reads the same uniform once a dispatch)."""
+    try:
+        return _Types(parse(source)).resolve_tokens(tokenize(spelling).tokens, 0)
+    except LayoutError:
+        return None
 
 
 def runtime_stride(source: str, type_tokens: list[Token]) -> int | None:

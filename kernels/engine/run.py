@@ -37,7 +37,6 @@ from kernels.engine.device import Environment, import_wgpu
 from kernels.engine.gpu_compare import BY_ADAPTER, CHECK_FROM, DeviceCheck
 from kernels.engine.harness import (
     Binding,
-    Buffer,
     Harness,
     HarnessError,
     canonical_digest,
@@ -51,8 +50,9 @@ from kernels.engine.inputs import (
     make_inputs,
     no_memo,
     struct_layouts,
+    uniform_bytes,
 )
-from kernels.engine.layout import LayoutError, StructLayout
+from kernels.engine.layout import StructLayout
 from kernels.engine.limits import DEFAULT_LIMITS, Limits, check_limits, readback_names
 from kernels.engine.naga import (
     BINDING_COUNT,
@@ -350,7 +350,7 @@ class _Run:
                 {
                     (b.group, b.binding): data
                     for b in p.bind
-                    if (data := _uniform_bytes(harness.buffer(b.buffer), layouts)) is not None
+                    if (data := uniform_bytes(harness.buffer(b.buffer), layouts)) is not None
                 },
             )
             for harness in cases
@@ -674,21 +674,6 @@ def _case_entry(result: CaseResult, shown: bool) -> dict[str, Any]:
             for output in result.outputs
         ]
     return entry
-
-
-def _uniform_bytes(buf: Buffer, layouts: Mapping[str, StructLayout]) -> bytes | None:
-    """A uniform buffer's bytes as the harness fills it: its fields or its data (a file or
-    random fill is not read for this, so its loops are warned of)."""
-    if buf.usage != "uniform":
-        return None
-    if buf.fill == "fields" and buf.name in layouts:
-        try:
-            return layouts[buf.name].pack(buf.fields or {})
-        except LayoutError:
-            return None
-    if buf.fill == "data" and buf.data is not None:
-        return np.array(buf.data, dtype=NP_DTYPES[buf.dtype]).tobytes()
-    return None
 
 
 def refuse_as_a_browser(kernel: str, source: str) -> None:
