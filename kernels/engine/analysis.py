@@ -80,10 +80,28 @@ def _entry_point(
         "workgroup_storage": workgroup_storage(module, function.name),
         "builtins": dict(list(builtins.items())[:MAX_ITEMS]),
         "writes": _writes(module, function, lines, pairs, written),
-        "loops": _loops(module, function, lines, pairs),
+        "loops": [
+            loop
+            for f in (function, *_helpers(module, function))
+            for loop in _loops(module, f, lines, pairs)
+        ][:MAX_ITEMS],
         "shared": _shared(module, function, lines, pairs),
         "calls": _calls(module, function),
     }
+
+
+def _helpers(module: Module, function: Function) -> list[Function]:
+    """The functions the entry point calls, and those they call, each once: their loops
+    run as its own do."""
+    functions = {f.name: f for f in module.functions if not f.stage and f.name}
+    found: dict[str, Function] = {}
+    todo = [function]
+    while todo and len(found) < MAX_ITEMS:
+        for name in _calls(module, todo.pop()):
+            if name in functions and name not in found:
+                found[name] = functions[name]
+                todo.append(functions[name])
+    return list(found.values())
 
 
 def _calls(module: Module, function: Function) -> list[str]:

@@ -109,3 +109,15 @@ def test_the_reading_grows_linearly_with_the_struct_and_the_dispatches() -> None
         ),
     ]
     assert [p for p in problems if p] == []
+
+
+def test_a_loop_in_a_function_the_entry_point_calls_is_read_too() -> None:
+    source = module(4, "1u").replace(
+        "  var s = 0.0;\n",
+        "  var s = total();\n",
+    ) + (
+        "fn total() -> f32 {\n  var t = 0.0;\n  for (var j = 0u; j < dims.f1; j++) { t += 1.0; }\n"
+        "  return t;\n}\n"
+    )
+    assert lines(source, [fields(f1=300)]) == []
+    assert lines(source, [fields(f1=70_000)]) == [19]
