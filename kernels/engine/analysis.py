@@ -201,6 +201,7 @@ def _loops(
     """Each loop of the body with its condition as written ("" for loop {})."""
     tokens = module.tokens
     found: list[dict[str, object]] = []
+    lets = _lets(module, function)
     for j in function.body:
         module.steps += 1
         token = tokens[j]
@@ -232,7 +233,7 @@ def _loops(
             loop["at_most"] = 64
         elif count and loop["iterations"] is None:
             # Its count, as written, for the run to work out from what it bound.
-            texts = {part: " ".join(t.text for t in count[part][:MAX_TEXT]) for part in PARTS}
+            texts = {part: _spelled(count[part], lets, j) for part in PARTS}
             if all(0 < len(text) < MAX_TEXT for text in texts.values()):
                 loop["count"] = {**texts, "inclusive": count["inclusive"]}
         found.append(loop)
@@ -279,6 +280,49 @@ def iterations(
     if first is None or bound is None or not step or step < 0:
         return None
     return max(0, (bound + int(count["inclusive"]) - first + step - 1) // step)
+
+
+def _lets(module: Module, function: Function) -> dict[str, tuple[int, str]]:
+    """The body's `let name = expression;` by name: where it is declared and its
+    expression's text, the lets declared before it spelled out. A name declared twice (in
+    two scopes) is left out, as its value depends on where it is read."""
+    tokens = module.tokens
+    found: dict[str, tuple[int, str]] = {}
+    twice: set[str] = set()
+    for j in function.body:
+        module.steps += 1
+        if tokens[j].text != "let" or tokens[j].kind != IDENT:
+            continue
+        name = _text(tokens, j + 1)
+        k = j + 2
+        while k < function.body.stop and tokens[k].text not in ("=", ";") and k < j + 8:
+            k += 1
+        end = k + 1
+        while end < function.body.stop and tokens[end].text != ";" and end < k + 32:
+            end += 1
+        if _text(tokens, k) != "=" or _text(tokens, end) != ";":
+            continue
+        if name in found:
+            twice.add(name)
+        found[name] = (j, _spelled(tokens[k + 1 : end], found, j))
+    return {name: let for name, let in found.items() if name not in twice}
+
+
+def _spelled(part: list[Token], lets: Mapping[str, tuple[int, str]], before: int) -> str:
+    """The expression's text with each let declared before it spelled out (their texts
+    already spell out theirs); cut past MAX_TEXT, which no count is kept at."""
+    words: list[str] = []
+    size = 0
+    for k, token in enumerate(part[:MAX_TEXT]):
+        let = lets.get(token.text) if token.kind == IDENT else None
+        if let is None or let[0] > before or (k and part[k - 1].text == "."):
+            words.append(token.text)
+        else:
+            words.append(f"( {let[1]} )")
+        size += len(words[-1]) + 1
+        if size > MAX_TEXT:
+            break
+    return " ".join(words)[:MAX_TEXT]
 
 
 def _halves(module: Module, condition: list[Token], update: list[Token]) -> bool:

@@ -121,3 +121,10 @@ def test_a_loop_in_a_function_the_entry_point_calls_is_read_too() -> None:
     )
     assert lines(source, [fields(f1=300)]) == []
     assert lines(source, [fields(f1=70_000)]) == [19]
+
+
+def test_a_bound_named_by_a_let_is_read_as_what_the_let_holds() -> None:
+    source = module(4, "k").replace("  var s = 0.0;\n", "  let k = n * 2u;\n  var s = 0.0;\n")
+    source = source.replace("  let k =", "  let n = dims.f1;\n  let k =")
+    assert lines(source, [fields(f1=300)]) == []
+    assert lines(source, [fields(f1=70_000)]) == [16]
