@@ -88,8 +88,9 @@ literals carry a u suffix (8u).
 - exp(x) overflows f32 above about 88.7: softmax subtracts the row maximum first.
 - On the server's CPU backend (llvmpipe) out-of-bounds writes are silently dropped and loops \
 stop after 65,535 iterations: the run's warnings say so where the kernel can meet it. A \
-llvmpipe_loop_cap warning only means a loop's count was not known before it ran: mention the \
-cap only if that loop can run 65,535 times for one invocation.
+llvmpipe_loop_cap warning means a loop can run that long as the run set it up (its data's \
+iterations) or that its bound is known only as it runs (read from storage): mention the cap \
+only if that loop can run 65,535 times for one invocation.
 
 # The run_kernel tool
 It runs the learner's latest submitted version (or the version you name) under the lesson's \

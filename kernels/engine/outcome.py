@@ -144,7 +144,8 @@ class WarningCode(StrEnum):
     """What a warning is about; pages, templates and the reviewer decide by it.
 
     LOOP_CAP        llvmpipe ends a loop after 65,535 iterations, and a loop the run
-                    ran may reach that (its count is not known before it runs)
+                    ran can reach that (as the run set it up, data's iterations) or
+                    may (its bound is known only as it runs)
     DROPPED_WRITES  llvmpipe drops stores past a buffer's end, and a store the run ran
                     is not guarded against that (no bounds check before it)
     UNUSED_BINDING  a harness binds a buffer at a binding the kernel does not declare:
@@ -160,9 +161,9 @@ class WarningCode(StrEnum):
 
 class RunWarning(TypedDict):
     """Something about a run that could mislead a reader: a code, the facts it is about
-    (data: kernel, entry_point, line, and per code: condition for LOOP_CAP; buffer and
-    index for DROPPED_WRITES; pass (1-based), group, binding and buffer for
-    UNUSED_BINDING), and
+    (data: kernel, entry_point, line, and per code: condition, and iterations where the
+    run counted them, for LOOP_CAP; buffer and index for DROPPED_WRITES; pass (1-based),
+    group, binding and buffer for UNUSED_BINDING), and
     text, the sentence a reader is shown (made from code and data by run_warnings.py)."""
 
     code: str

@@ -80,13 +80,14 @@ def backend_warnings(
         names = _names(d)
         for loop in entry["loops"]:
             key = (WarningCode.LOOP_CAP, d.kernel, loop["line"])
-            if loop["iterations"] is None and key not in found and _can_reach_cap(loop, d, names):
-                found.setdefault(
-                    key,
-                    coded(
-                        WarningCode.LOOP_CAP,
-                        {**where, "line": loop["line"], "condition": loop["condition"]},
-                    ),
+            if loop["iterations"] is not None or key in found:
+                continue
+            most = _most(loop, d, names)
+            if most is None or most >= LLVMPIPE_LOOP_CAP:
+                counted = {} if most is None else {"iterations": most}
+                found[key] = coded(
+                    WarningCode.LOOP_CAP,
+                    {**where, "line": loop["line"], "condition": loop["condition"], **counted},
                 )
         ids = [n for n, b in entry["builtins"].items() if b == "global_invocation_id"]
         size = entry["workgroup_size"]
@@ -111,14 +112,12 @@ def backend_warnings(
     return list(found.values())[:MAX_WARNINGS]
 
 
-def _can_reach_cap(
-    loop: Mapping[str, Any], d: Dispatched, names: Callable[[str], int | None]
-) -> bool:
-    if loop.get("at_most", LLVMPIPE_LOOP_CAP) < LLVMPIPE_LOOP_CAP:
-        return False
+def _most(loop: Mapping[str, Any], d: Dispatched, names: Callable[[str], int | None]) -> int | None:
+    """The most times the loop can run in this dispatch; None where that is not known."""
+    if "at_most" in loop:
+        return int(loop["at_most"])
     count = loop.get("count")
-    most = iterations(parse(d.source), count, names) if count else None
-    return most is None or most >= LLVMPIPE_LOOP_CAP
+    return iterations(parse(d.source), count, names) if count else None
 
 
 def _names(d: Dispatched) -> Callable[[str], int | None]:
@@ -266,6 +265,13 @@ def _text(code: WarningCode, data: Mapping[str, Any]) -> str:
     kernel = data.get("kernel", "")
     line = f"line {data['line']}" if data.get("line") else "a line"
     of = "" if kernel in ("self", "") else f" of {kernel}"
+    if code == WarningCode.LOOP_CAP and data.get("iterations"):
+        return (
+            f"llvmpipe, the CPU backend this ran on, stops any loop after 65,535 iterations "
+            f"per invocation, and the loop on {line}{of} ({data['condition']}) can run "
+            f"{data['iterations']:,} times as this run set it up: a wrong result there may "
+            "not happen on a GPU."
+        )
     if code == WarningCode.LOOP_CAP:
         return (
             f"llvmpipe, the CPU backend this ran on, stops any loop after 65,535 iterations "
