@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernels import replay, trace_pictures
+from kernels import jobs, replay, trace_pictures
 from kernels.engine.host.harness_program import harness_host
 from kernels.engine.host.trace import Trace, module_sources
 from kernels.engine.outcome import Status, WarningCode
@@ -46,10 +46,10 @@ def host_of(version: KernelVersion, outcome: dict | None = None) -> Host:
         modules = own | module_sources(trace or {})
         return Host(version.host_program, True, trace, modules)
     try:
-        harness = replay.parsed_harness(version)
+        harness = jobs.parsed_harness(version)
         if harness is None:
             return Host()
-        sources = replay.sources_for(version, harness)
+        sources = jobs.sources_for(version, harness)
     except replay.ReplayProblem:
         return Host()
     shown = shown_case(outcome)
@@ -161,7 +161,7 @@ def check_text(version: KernelVersion, compare_with: KernelVersion | None = None
             "version you chose."
         )
     try:
-        check = replay.program_check(version, replay.parsed_harness(version))
+        check = jobs.program_check(version, jobs.parsed_harness(version))
     except replay.ReplayProblem:
         return ""
     if check.harness is not None and check.harness.reference is not None:

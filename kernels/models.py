@@ -338,7 +338,7 @@ class Run(models.Model):
         RUNNING = "running"
         DONE = "done"
 
-    # sha256 over every kernel source the harness's passes use (kernels.replay.sources_digest).
+    # sha256 over every kernel source the harness's passes use (kernels.jobs.sources_digest).
     source_sha256 = models.CharField(max_length=64)
     harness_digest = models.CharField(max_length=64)
     environment_id = models.CharField(max_length=64)

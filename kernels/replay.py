@@ -10,9 +10,6 @@ for the outcome as long as the caller can). Both answer with a Replay.
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import json
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -37,10 +34,10 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from config import processes
-from kernels.engine.harness import Harness, HarnessError, canonical_digest, parse_harness
 from kernels.engine.outcome import Outcome, Status, cacheable, failure
 from kernels.engine.run_warnings import as_stored
-from kernels.models import KernelVersion, Run, SessionFile, StateFile
+from kernels.jobs import Job, ReplayProblem, job_for, with_files
+from kernels.models import KernelVersion, Run
 
 BACKENDS = {
     "local": "kernels.backends.LocalBackend",
@@ -66,20 +63,6 @@ class ReplayUnavailable(Exception):
         self.retry_after = retry_after
 
 
-class ReplayProblem(Exception):
-    """This version cannot be replayed as configured (a bad harness, a missing kernel)."""
-
-
-@dataclass(frozen=True)
-class Job:
-    source_sha256: str
-    harness_digest: str
-    payload: dict
-
-    def key(self, environment_id: str) -> str:
-        return f"{self.source_sha256}:{self.harness_digest}:{environment_id}"
-
-
 _backend = None
 
 
@@ -91,162 +74,6 @@ def backend():
             raise ReplayProblem(f"Unknown REPLAY_BACKEND {settings.REPLAY_BACKEND!r}")
         _backend = import_string(path)()
     return _backend
-
-
-def sources_digest(sources: dict[str, str]) -> str:
-    canonical = json.dumps(sources, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()
-
-
-def parsed_harness(version: KernelVersion, spec: dict | None = None) -> Harness | None:
-    spec = version.harness if spec is None else spec
-    if not spec:
-        return None
-    try:
-        return parse_harness(spec)
-    except HarnessError as error:
-        message = f"The harness of kernel '{version.kernel.name}' is invalid: {error}"
-        raise ReplayProblem(message) from None
-
-
-def sources_for(version: KernelVersion, harness: Harness | None) -> dict[str, str]:
-    """Every source the passes use: this version as "self", and for other kernels of the
-    session the version that was current when this one was introduced."""
-    sources = {"self": version.source}
-    names = (harness.kernel_names() if harness else set()) - {"self"}
-    for name in sorted(names):
-        others = KernelVersion.objects.filter(kernel__session=version.kernel.session_id)
-        others = others.filter(kernel__name=name).order_by("-number")
-        if version.turn_id is not None:
-            earlier = others.filter(turn__number__lte=version.turn.number)
-            others = earlier if earlier.exists() else others
-        other = others.first()
-        if other is None:
-            raise ReplayProblem(f"The harness runs kernel '{name}', which this session lacks.")
-        sources[name] = other.source
-    return sources
-
-
-def job_for(
-    version: KernelVersion, spec: dict | None = None, compare_with: KernelVersion | None = None
-) -> Job:
-    """The job replaying this version, under its own harness or the one given; its host
-    program when it has one (compared with another version's, when one is given)."""
-    spec = version.harness if spec is None else spec
-    if version.host_program:
-        return program_job(version, spec, compare_with)
-    harness = parsed_harness(version, spec)
-    sources = sources_for(version, harness)
-    payload = {
-        "sources": sources,
-        "harness": spec or None,
-        "fixtures_dir": str(settings.FIXTURES_DIR),
-    }
-    digest = canonical_digest(harness) if harness else "compile-only"
-    return Job(sources_digest(sources), digest, payload)
-
-
-# A program's own interrupt, which names its line, comes this long before the pool's
-# deadline kills its worker.
-PROGRAM_MARGIN = 2.0
-
-
-@dataclass(frozen=True)
-class ProgramCheck:
-    """What a host program's readbacks are checked against: the harness's numpy
-    reference fed with the inputs the program wrote, else the readbacks of the kernel's
-    final program version, else nothing (its outputs are shown without a verdict)."""
-
-    harness: Harness | None = None
-    final: KernelVersion | None = None
-
-
-def program_check(
-    version: KernelVersion, harness: Harness | None, compare_with: KernelVersion | None = None
-) -> ProgramCheck:
-    """compare_with: a version the reader chose, whose readbacks are the reference."""
-    if compare_with is not None and compare_with.host_program:
-        return ProgramCheck(final=compare_with)
-    if harness is not None and harness.reference is not None:
-        return ProgramCheck(harness=harness)
-    final = version.kernel.versions.exclude(host_program="").order_by("-number").first()
-    return ProgramCheck(final=final if final is not None and final.pk != version.pk else None)
-
-
-def wgsl_files(version: KernelVersion) -> dict[str, str]:
-    """The version's WGSL as the files a program may fetch() it by: also by its path in
-    its program state, for a .wgsl file the program fetches (a fork's edit runs)."""
-    files = {"kernel.wgsl": version.source, f"{version.kernel.name}.wgsl": version.source}
-    path = version.meta.get("project_path") if isinstance(version.meta, dict) else None
-    if isinstance(path, str) and path.endswith(".wgsl"):
-        files[path] = version.source
-    return files
-
-
-def program_job(
-    version: KernelVersion, spec: dict, compare_with: KernelVersion | None = None
-) -> Job:
-    """The job running this version's host program (kernels.engine.host.program).
-
-    Its key covers the WGSL, the program, the session's files and what it is checked
-    against; the files themselves join the payload only when the job is sent (with_files).
-    """
-    check = program_check(version, parsed_harness(version, spec), compare_with)
-    files = program_files(version)
-    content = {"self": version.source, "@host": version.host_program}
-    content |= {f"@file:{name}": sha256 for name, sha256 in files.items()}
-    payload: dict = {
-        "kind": "program",
-        "source": version.host_program,
-        "wgsl": wgsl_files(version),
-        "files": None,
-        "session_files": version.kernel.session_id if files else None,
-        "state_files": version.state_id if files else None,
-        "deadline_s": max(1.0, settings.REPLAY_DEADLINE - PROGRAM_MARGIN),
-        "fixtures_dir": str(settings.FIXTURES_DIR),
-    }
-    if check.harness is not None:
-        payload["harness"] = check.harness.to_dict()
-        against = f"reference:{canonical_digest(check.harness)}"
-    elif check.final is not None:
-        final = check.final
-        payload["reference_program"] = {"source": final.host_program, "wgsl": wgsl_files(final)}
-        against = f"program:{sources_digest({'self': final.source, '@host': final.host_program})}"
-    else:
-        against = "none"
-    digest = hashlib.sha256(f"program/{against}".encode()).hexdigest()
-    return Job(sources_digest(content), digest, payload)
-
-
-def program_files(version: KernelVersion) -> dict[str, str]:
-    """name → sha256 of each file the version's program may fetch(): the session's
-    uploaded files, and over them the files of the program state it was written in."""
-    files = dict(
-        SessionFile.objects.filter(session=version.kernel.session_id).values_list("name", "sha256")
-    )
-    if version.state_id is not None:
-        files |= dict(
-            StateFile.objects.filter(state=version.state_id).values_list("path", "blob_id")
-        )
-    return files
-
-
-def with_files(job: Job) -> Job:
-    """The job with its files in it (the session's, then its state's over them), read
-    from the database when it is sent."""
-    session_id = job.payload.get("session_files")
-    if session_id is None:
-        return job
-    rows = list(SessionFile.objects.filter(session=session_id).values_list("name", "data"))
-    if (state_id := job.payload.get("state_files")) is not None:
-        rows += StateFile.objects.filter(state=state_id).values_list("path", "blob__data")
-    files = {name: base64.b64encode(bytes(data)).decode() for name, data in rows}
-    payload = {
-        key: value
-        for key, value in job.payload.items()
-        if key not in ("session_files", "state_files")
-    }
-    return Job(job.source_sha256, job.harness_digest, {**payload, "files": files})
 
 
 def unattended_seconds() -> float:

@@ -17,7 +17,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 
 from config.context_processors import site_origin
 from config.ratelimit import client_key, hit
-from kernels import pictures, replay, story
+from kernels import jobs, pictures, replay, story
 from kernels.digits import EmptyDrawing, drawing_harness, preprocess
 from kernels.engine.host.check import harness_values
 from kernels.engine.outcome import Status, output_list, output_values
@@ -313,7 +313,7 @@ def _digits_figure(version: KernelVersion, run: Run) -> dict | None:
 
 def _digits(version: KernelVersion, predictions: list[int]) -> dict | None:
     try:
-        harness = replay.parsed_harness(version)
+        harness = jobs.parsed_harness(version)
     except replay.ReplayProblem:
         return None
     if harness is None or harness.reference is None or harness.report is None:

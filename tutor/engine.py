@@ -27,7 +27,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils.text import slugify
 
-from kernels import replay
+from kernels import jobs, replay
 from kernels.engine.outcome import Status
 from kernels.models import Kernel, KernelVersion, text_diff
 from sessions.models import Session, Turn
@@ -216,7 +216,7 @@ def _copy_kernels(guided: GuidedSession, version: KernelVersion, turn: Turn) -> 
     kernel.name, kernel.harness = version.kernel.name, version.harness
     kernel.save(update_fields=["name", "harness"])
     try:
-        sources = replay.sources_for(version, replay.parsed_harness(version))
+        sources = jobs.sources_for(version, jobs.parsed_harness(version))
     except replay.ReplayProblem:
         sources = {"self": version.source}
     for name, source in sources.items():

@@ -9,6 +9,9 @@ What wgpu-py 0.32 can and cannot tell us is recorded in shared/notes/wgpu-headle
 the error texts parsed here are pinned by tests/kernels/test_runner.py.
 """
 
+# Kept whole: one class runs a harness, its compile, dispatches, bind groups, store counts and
+# comparison all on the run's device, memo and buffers; split, each part would reach into the rest.
+
 from __future__ import annotations
 
 import functools

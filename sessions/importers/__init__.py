@@ -23,6 +23,7 @@
         subagents.py    a sub-agent's whole conversation, nested under its call
         turns.py        turn numbering and kernel links; Markdown helpers
         kernels.py      kernel versions from edits, template strings and fenced blocks
+        edits.py        what an Edit or MultiEdit call did to a file
     jsonl.py        JSON Lines of any size with bounded memory; several files read as one
     redact.py       secrets and home-directory names out of what is imported
 

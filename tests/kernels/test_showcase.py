@@ -50,7 +50,7 @@ def harness_of(kernel: dict, version: dict) -> dict:
 
 
 def sources_for(kernel: dict, version: dict) -> dict[str, str]:
-    """Mirrors kernels.replay.sources_for: another kernel named by a pass runs as its
+    """Mirrors kernels.jobs.sources_for: another kernel named by a pass runs as its
     latest version introduced at or before this version's turn."""
     sources = {"self": version["source"]}
     names = {p.get("kernel", "self") for p in harness_of(kernel, version)["passes"]} - {"self"}
@@ -78,7 +78,7 @@ def run(gpu):
 
 @pytest.fixture(scope="module")
 def run_program(gpu):
-    """A version's host program run as kernels.replay.program_job sends it: the session's
+    """A version's host program run as kernels.jobs.program_job sends it: the session's
     files, the version's WGSL under the names a program fetches, and its harness, whose
     numpy reference is fed with the inputs the program wrote."""
     device, env = gpu
@@ -189,8 +189,8 @@ def test_the_tutor_never_writes_the_learners_code() -> None:
 
 @pytest.mark.django_db
 def test_it_imports_as_a_public_fixture_session() -> None:
+    from kernels.jobs import sources_for as replay_sources_for
     from kernels.models import KernelVersion
-    from kernels.replay import sources_for as replay_sources_for
     from sessions.importers.kernelbin import import_session
     from sessions.models import Session
 

@@ -61,6 +61,7 @@ from django.utils.text import slugify
 
 # The engine's tokenizer: one linear pass, block comments nested as WGSL says.
 from kernels.engine.wgsl import entry_points
+from sessions.importers.claude_code.edits import apply_edits, edits_made
 from sessions.importers.claude_code.scripts import (
     HTML_SUFFIXES,
     RUNNABLE_SUFFIXES,
@@ -103,40 +104,6 @@ def _stem(path: str) -> str:
 
 def _slug(text: str) -> str:
     return slugify(text)[:NAME_MAX].strip("-_") or "kernel"
-
-
-def _edits(tool: str, params: dict[str, Any], result: dict[str, Any]) -> list[dict[str, Any]]:
-    """The edits an Edit or MultiEdit call made, as dicts (others are dropped: they are
-    counted as edits that could not be applied)."""
-    if tool == "Edit":
-        # The result says what was applied (the user may have changed the proposal).
-        if isinstance(result.get("oldString"), str) and isinstance(result.get("newString"), str):
-            return [
-                {
-                    "old_string": result["oldString"],
-                    "new_string": result["newString"],
-                    "replace_all": result.get("replaceAll", params.get("replace_all")),
-                }
-            ]
-        return [params]
-    listed = params.get("edits")
-    return [e if isinstance(e, dict) else {} for e in listed] if isinstance(listed, list) else []
-
-
-def _apply(text: str, edits: list[dict[str, Any]]) -> tuple[str, int]:
-    """The text with the edits applied, and how many could not be."""
-    missing = 0
-    for edit in edits:
-        old, new = edit.get("old_string"), edit.get("new_string")
-        if not isinstance(old, str) or not isinstance(new, str):
-            missing += 1
-        elif old == "":
-            text = text or new  # an empty old_string creates the file
-        elif old in text:
-            text = text.replace(old, new) if edit.get("replace_all") else text.replace(old, new, 1)
-        else:
-            missing += 1
-    return text, missing
 
 
 def fenced_wgsl(text: str) -> list[str]:
@@ -530,10 +497,10 @@ class KernelHistory:
             base = result.get("originalFile")
             if not isinstance(base, str):
                 base = self.project.get(relative)
-            edits = _edits(tool, params, result)
+            edits = edits_made(tool, params, result)
             if base is None and not (edits and all(e.get("old_string") == "" for e in edits)):
                 return
-            text, missing = _apply(base or "", edits)
+            text, missing = apply_edits(base or "", edits)
             if not missing:
                 self._project_changed(path, text)
 
@@ -545,7 +512,7 @@ class KernelHistory:
         result: dict[str, Any],
         meta: dict[str, Any],
     ) -> list[NewVersion]:
-        edits = _edits(tool, params, result)
+        edits = edits_made(tool, params, result)
         if isinstance(result.get("originalFile"), str):
             base, how = result["originalFile"], "edit_original"
         elif path in self.files:
@@ -555,7 +522,7 @@ class KernelHistory:
         else:
             self.unresolved.append((path, "edited before any version of it was seen"))
             return []
-        text, missing = _apply(base, edits)
+        text, missing = apply_edits(base, edits)
         if result.get("userModified"):
             meta["user_modified"] = True
         if missing:
