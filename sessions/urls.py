@@ -1,6 +1,4 @@
-from django.templatetags.static import static
 from django.urls import path
-from django.views.generic import RedirectView
 
 from sessions import views
 
@@ -8,7 +6,7 @@ app_name = "sessions"
 urlpatterns = [
     path("", views.index, name="index"),
     # Browsers and crawlers ask for /favicon.ico whatever a page names.
-    path("favicon.ico", RedirectView.as_view(url=static("favicon.ico"), permanent=True)),
+    path("favicon.ico", views.favicon),
     path("oembed/", views.oembed, name="oembed"),
     path("import/", views.import_session, name="import"),
     path("s/<slug:slug>/", views.detail, name="detail"),

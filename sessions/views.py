@@ -15,6 +15,7 @@ from django.db.models import Count, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
+from django.templatetags.static import static
 from django.urls import reverse
 from django.views.decorators.clickjacking import xframe_options_exempt
 from django.views.decorators.csrf import csrf_exempt, csrf_protect
@@ -37,6 +38,14 @@ from sessions.stamps import EMBEDDABLE, OPENABLE, stamp
 # that an oEmbed consumer embeds the turns the URL names) and in its cache key.
 PAGE_PARAMS = ("page", "turn", "from", "to", "show")
 TURN_NUMBER = re.compile(r"[0-9]{1,9}")
+
+
+@require_GET
+def favicon(request: HttpRequest) -> HttpResponse:
+    """The icon's file under its stored name, found when asked (with hashed static names
+    that needs the manifest, which only exists once collectstatic has run), never a
+    permanent redirect: the name changes with the icon."""
+    return redirect(static("favicon.ico"))
 
 
 @require_GET

@@ -67,9 +67,14 @@ def test_a_second_run_under_the_same_inputs_uploads_nothing(run) -> None:
     assert other["status"] == "passed" and uploaded == []
 
 
+# 16 workgroups of 64 for 1,024 cells: no store-count rerun (which runs the passes
+# again on fresh buffers when the dispatch and the output disagree in size).
+EXACT = {"n": 1024, "dispatch": 16}
+
+
 def test_without_a_worker_cache_every_run_uploads_its_inputs(run) -> None:
     for _ in range(2):
-        outcome, uploaded = run(ADD, add_harness(), DeviceBuffers(budget=0))
+        outcome, uploaded = run(ADD, add_harness(**EXACT), DeviceBuffers(budget=0))
         assert outcome["status"] == "passed" and sorted(uploaded) == ["a", "b"]
 
 
@@ -83,14 +88,14 @@ def test_a_kept_output_starts_zeroed_every_run(run) -> None:
 
 def test_a_kernel_writing_into_an_input_does_not_poison_the_next_run(run) -> None:
     kept = DeviceBuffers()
-    run(ADD, add_harness(), kept)
+    run(ADD, add_harness(**EXACT), kept)
     for _ in range(2):
-        written, uploaded = run(OVERWRITE, add_harness(), kept)
+        written, uploaded = run(OVERWRITE, add_harness(**EXACT), kept)
         # Its own copy of a every dispatch (the diagnostic run's too, with c holding the
         # never-written sentinel); b, which it cannot write, stays kept.
         assert written["status"] == "mismatch" and uploaded == ["a", "a", "c"]
-        assert written["outputs"][0]["bad"] == 1000
-    after, uploaded = run(ADD, add_harness(), kept)
+        assert written["outputs"][0]["bad"] == 1024
+    after, uploaded = run(ADD, add_harness(**EXACT), kept)
     assert after["status"] == "passed" and uploaded == []
 
 
@@ -108,6 +113,6 @@ def test_the_least_recently_used_buffers_go_past_the_budget(run) -> None:
 def test_a_buffer_larger_than_the_budget_is_made_for_its_run_alone(run) -> None:
     kept = DeviceBuffers(budget=1000)
     for _ in range(2):
-        outcome, uploaded = run(ADD, add_harness(), kept)
+        outcome, uploaded = run(ADD, add_harness(**EXACT), kept)
         assert outcome["status"] == "passed" and sorted(uploaded) == ["a", "b"]
     assert not kept.kept
