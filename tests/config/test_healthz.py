@@ -1,6 +1,8 @@
 import importlib
 import sys
+from unittest import skipUnless
 
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.test import SimpleTestCase, TestCase, override_settings
 
@@ -75,6 +77,7 @@ class BadHostTestCase(TestCase):
         self.assertNotContains(r, "ALLOWED_HOSTS", status_code=400)
 
 
+@skipUnless(settings.REPLAY_BACKEND == "local", "Celery's workers start with Celery, not the app")
 class ServerStartTestCase(SimpleTestCase):
     def test_the_server_starts_its_replay_workers_in_the_background_when_it_loads(self) -> None:
         from kernels import replay
