@@ -4,10 +4,7 @@ and its line, whatever the indentation of the call that started it. Real QuickJS
 
 from __future__ import annotations
 
-import pytest
-
-from kernels.engine.device import Environment, open_device
-from kernels.engine.host.program import ProgramResult, program_outcome, run_program
+from kernels.engine.host.program import program_outcome
 
 # The end of a learner's index.html: an async main, called at the script's end without
 # await, indented as it sits in its <script> tag.
@@ -22,21 +19,6 @@ PAGE = """  async function main() {
 
   main();
 """
-
-
-@pytest.fixture(scope="module")
-def gpu() -> tuple[object, Environment]:
-    return open_device()
-
-
-@pytest.fixture
-def run(gpu: tuple[object, Environment]):
-    device, env = gpu
-
-    def run(source: str, files: dict[str, bytes] | None = None) -> ProgramResult:
-        return run_program(device, env, source, files)
-
-    return run
 
 
 def test_an_indented_call_not_awaited_reports_its_rejection_as_uncaught(run, gpu):

@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from kernels.engine.device import Environment, open_device
+from kernels.engine.device import Environment
 from kernels.engine.host.encoder import ENCODER_OPS
 from kernels.engine.host.gpu import OPERATIONS, HostError, Timeline
 from kernels.engine.host.program import ProgramResult, program_outcome, run_program
@@ -20,23 +20,6 @@ from kernels.engine.limits import DEFAULT_LIMITS
 from tests.kernels.test_host_program import VECTOR_ADD, vector_add_expected
 
 PYTHON_EXCEPTIONS = ("Traceback", "AttributeError", "TypeError: string", "KeyError", "ValueError")
-
-
-@pytest.fixture(scope="module")
-def gpu() -> tuple[object, Environment]:
-    return open_device()
-
-
-@pytest.fixture
-def run(gpu: tuple[object, Environment]):
-    device, env = gpu
-
-    def run(source: str) -> ProgramResult:
-        result = run_program(device, env, source)
-        json.dumps(result.report(), allow_nan=False)
-        return result
-
-    return run
 
 
 def outcome_text(result: ProgramResult, env: Environment) -> str:

@@ -5,13 +5,9 @@ wgpu (llvmpipe here)."""
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
-import pytest
 
-from kernels.engine.device import Environment, open_device
-from kernels.engine.host.program import ProgramResult, program_outcome, run_program
+from kernels.engine.host.program import ProgramResult, program_outcome
 from tests.kernels.test_host_program import ADD_WGSL
 
 # The inline scripts of a learner's index.html, joined: a status line, an output <pre>, a
@@ -82,23 +78,6 @@ window.addEventListener("load", () => {
 });
 """
 )
-
-
-@pytest.fixture(scope="module")
-def gpu() -> tuple[object, Environment]:
-    return open_device()
-
-
-@pytest.fixture
-def run(gpu: tuple[object, Environment]):
-    device, env = gpu
-
-    def run(source: str) -> ProgramResult:
-        result = run_program(device, env, source)
-        json.dumps(result.report(), allow_nan=False)
-        return result
-
-    return run
 
 
 def page_lines(result: ProgramResult) -> list[tuple[str, int | None]]:

@@ -8,11 +8,8 @@ import json
 import time
 
 import numpy as np
-import pytest
 
-from kernels.engine.device import Environment, open_device
 from kernels.engine.host.program import (
-    ProgramResult,
     expected_from,
     program_outcome,
     replay_program,
@@ -160,24 +157,6 @@ INDEX_HTML_MATMUL = """async function main() {
 
 main();
 """
-
-
-@pytest.fixture(scope="module")
-def gpu() -> tuple[object, Environment]:
-    return open_device()
-
-
-@pytest.fixture
-def run(gpu: tuple[object, Environment]):
-    device, env = gpu
-
-    def run(source: str, **kwargs: object) -> ProgramResult:
-        result = run_program(device, env, source, **kwargs)
-        # The report crosses the worker's pipe as strict JSON.
-        json.dumps(result.report(), allow_nan=False)
-        return result
-
-    return run
 
 
 def line_of(source: str, text: str) -> int:
