@@ -279,20 +279,24 @@ def _validate_files(raw_files: list[Any]) -> list[FileSpec]:
             raise ImportProblem(f"{where}.name: {error}") from None
         if any(file.name == name for file in files):
             raise ImportProblem(f"{where}.name: file '{name}' appears more than once.")
-        limit = settings.SESSION_FILE_MAX_BYTES
-        encoded = _get(raw, "data", str, where)
-        if len(encoded) > 4 * (limit // 3 + 1):
-            raise ImportProblem(f"{where}.data: the file is over the limit of {limit:,} bytes.")
-        try:
-            data = base64.b64decode(encoded, validate=True)
-        except (binascii.Error, ValueError):
-            raise ImportProblem(f"{where}.data: not base64.") from None
+        data = _decoded(_get(raw, "data", str, where), f"{where}.data")
         sha256 = _get(raw, "sha256", str, where, required=False)
         if sha256 is not None and sha256 != hashlib.sha256(data).hexdigest():
             raise ImportProblem(f"{where}.data: its sha256 is not the one the file gives.")
         content_type = _get(raw, "content_type", str, where, required=False) or ""
         files.append(FileSpec(name=name, data=data, content_type=content_type[:100]))
     return files
+
+
+def _decoded(encoded: str, where: str) -> bytes:
+    """A file's base64, decoded: refused before decoding when it is over the file limit."""
+    limit = settings.SESSION_FILE_MAX_BYTES
+    if len(encoded) > 4 * (limit // 3 + 1):
+        raise ImportProblem(f"{where}: the file is over the limit of {limit:,} bytes.")
+    try:
+        return base64.b64decode(encoded, validate=True)
+    except (binascii.Error, ValueError):
+        raise ImportProblem(f"{where}: not base64.") from None
 
 
 def _validate_contents(raw_contents: list[Any]) -> dict[str, bytes]:
@@ -309,13 +313,7 @@ def _validate_contents(raw_contents: list[Any]) -> dict[str, bytes]:
         if text is not None:
             data = text.encode()
         else:
-            encoded = _get(raw, "data", str, where)
-            if len(encoded) > 4 * (limit // 3 + 1):
-                raise ImportProblem(f"{where}.data: over the limit of {limit:,} bytes.")
-            try:
-                data = base64.b64decode(encoded, validate=True)
-            except (binascii.Error, ValueError):
-                raise ImportProblem(f"{where}.data: not base64.") from None
+            data = _decoded(_get(raw, "data", str, where), f"{where}.data")
         if len(data) > limit:
             raise ImportProblem(f"{where}: over the limit of {limit:,} bytes.")
         contents[key] = data

@@ -2,6 +2,7 @@ import json
 from io import StringIO
 from pathlib import Path
 
+from django.conf import settings
 from django.core.management import CommandError, call_command
 
 from kernels.models import Kernel, KernelVersion
@@ -183,6 +184,36 @@ class ImportTestCase(BaseTestCase):
                     kernels=[{"name": "k", "versions": [{"number": 1, "source": "x", "turn": 5}]}]
                 ),
                 "there is no turn 5",
+            ),
+            (
+                variant(files=[{"name": "w.bin", "data": "not base64!"}]),
+                "files[0].data: not base64.",
+            ),
+            (
+                variant(
+                    files=[
+                        {
+                            "name": "w.bin",
+                            "data": "AAAA" * (settings.SESSION_FILE_MAX_BYTES // 3 + 2),
+                        }
+                    ]
+                ),
+                "files[0].data: the file is over the limit of",
+            ),
+            (
+                variant(contents=[{"sha256": "0" * 64, "data": "%%%%"}]),
+                "contents[0].data: not base64.",
+            ),
+            (
+                variant(
+                    contents=[
+                        {
+                            "sha256": "0" * 64,
+                            "data": "AAAA" * (settings.SESSION_FILE_MAX_BYTES // 3 + 2),
+                        }
+                    ]
+                ),
+                "contents[0].data: the file is over the limit of",
             ),
         ]
         import tempfile
