@@ -76,7 +76,8 @@ def _font(size: float, mono: bool) -> ImageFont.FreeTypeFont | None:
         return None
 
 
-@functools.cache
+# Words come from transcripts: the cache is bounded so the web process's memory is too.
+@functools.lru_cache(maxsize=16_384)
 def _word_width(word: str, size: float, mono: bool, bold: bool) -> float:
     if mono:
         return len(word) * MONO_EM * size
