@@ -66,6 +66,7 @@ INSTALLED_APPS = [
     "csp",
     "sessions.apps.SessionsConfig",
     "kernels.apps.KernelsConfig",
+    "pages.apps.PagesConfig",
     "tutor.apps.TutorConfig",
 ]
 
@@ -178,7 +179,7 @@ STORAGES = {
 }
 
 # Every page: no inline code, never framed. Embeds allow their own inlined CSS and JS
-# by hash and may be framed anywhere (sessions.embedding.EMBED_CSP). The code editor
+# by hash and may be framed anywhere (pages.embedding.EMBED_CSP). The code editor
 # (static/src/editor.js) injects CodeMirror's stylesheet carrying the request's nonce,
 # which a page names only when it loads the editor (templates/_editor_assets.html).
 CONTENT_SECURITY_POLICY = {

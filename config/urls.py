@@ -5,8 +5,7 @@ from django.urls import include, path
 from config import accounts, views
 
 urlpatterns = [
-    path("", include("sessions.urls")),
-    path("", include("kernels.urls")),
+    path("", include("pages.urls")),
     path("accounts/signup/", accounts.signup, name="signup"),
     path("accounts/login/", accounts.signin, name="login"),
     # Not django.contrib.auth.urls: without mail and e-mail addresses, password reset

@@ -39,12 +39,12 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from config.ratelimit import client_key, hit
 from kernels import replay
-from kernels.host_context import host_context
 from kernels.models import Run
-from kernels.outcome_context import outcome_context
-from sessions.access import get_session_for_user
+from pages.access import get_session_for_user
+from pages.host_context import host_context
+from pages.navigation import stored_runs
+from pages.outcome_context import outcome_context
 from sessions.models import Session
-from sessions.navigation import stored_runs
 from tutor import engine, llm, progress
 from tutor.free_form import TEMPLATES
 from tutor.lessons import get_lesson, load_lessons

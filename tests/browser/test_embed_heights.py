@@ -1,5 +1,5 @@
 """A plain iframe fits without a script: oEmbed's iframe for a range is as tall as the
-range's content at the width it names (sessions/embed_heights.py lays the page out),
+range's content at the width it names (pages/embed_heights.py lays the page out),
 checked against Chromium's layout; and every embed takes a theme."""
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-APPS = ("config", "kernels", "sessions", "tutor")
+APPS = ("config", "kernels", "pages", "sessions", "tutor")
 MAX_MODULE_LINES = 600
 MAX_FUNCTION_LINES = 80
 EXCUSE = "# Kept whole:"

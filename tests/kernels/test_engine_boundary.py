@@ -13,7 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 ENGINE = ROOT / "kernels" / "engine"
 # The project's apps and Django: the engine may import none of them.
-FORBIDDEN = ("django", "kernels", "sessions", "tutor", "config")
+FORBIDDEN = ("django", "kernels", "pages", "sessions", "tutor", "config")
 
 
 def engine_modules() -> list[str]:

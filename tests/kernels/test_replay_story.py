@@ -9,9 +9,9 @@ from django.test import SimpleTestCase
 from kernels import pictures
 from kernels.engine.outcome import WarningCode
 from kernels.engine.run_warnings import coded, unused_binding, warnings_of
-from kernels.outcome_context import shown_warnings
+from pages.outcome_context import shown_warnings
+from pages.templatetags.kernelbin import code_spans, naga_text
 from sessions.models import Turn
-from sessions.templatetags.kernelbin import code_spans, naga_text
 from tests.base import BaseTestCase, add_kernel, make_session, store_run
 from tests.kernels.test_replay_embed import OUTPUT
 

@@ -9,8 +9,9 @@ import re
 
 from PIL import Image
 
-from kernels import cards, pictures
+from kernels import pictures
 from kernels.models import Fork
+from pages import cards
 from tests.base import BaseTestCase, add_kernel, make_session, store_run
 
 

@@ -7,7 +7,7 @@ from unittest.mock import patch
 from django.core.files.uploadedfile import SimpleUploadedFile, TemporaryUploadedFile
 from django.test import override_settings
 
-from sessions import views
+from pages import session_views
 from sessions.models import Session
 from tests.sessions.importing import MATMUL, ImportingTestCase
 from tests.sessions.transcripts.build import ANTHROPIC_KEY
@@ -79,13 +79,13 @@ class UploadTestCase(ImportingTestCase):
     def test_the_upload_is_streamed_to_a_temporary_file(self) -> None:
         self.client.force_login(self.charlie)
         seen = []
-        real = views.import_file
+        real = session_views.import_file
 
         def spy(stream, **options):
             seen.append(stream)
             return real(stream, **options)
 
-        with patch("sessions.views.import_file", spy):
+        with patch("pages.session_views.import_file", spy):
             self.post(MATMUL.read_bytes())
         self.assertIsInstance(seen[0], TemporaryUploadedFile)
         self.assertEqual(Session.objects.count(), 1)

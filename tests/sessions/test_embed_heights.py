@@ -1,9 +1,9 @@
-"""sessions/embed_heights.py's outline layout, on pages of our own (tests/browser/
+"""pages/embed_heights.py's outline layout, on pages of our own (tests/browser/
 test_embed_heights.py checks it against Chromium on the showcase)."""
 
 from django.test import SimpleTestCase
 
-from sessions.embed_heights import estimate
+from pages.embed_heights import estimate
 
 TURN = '<article class="turn"><header class="turn-head">#1 Tutor</header><div class="turn-body">{}</div></article>'
 

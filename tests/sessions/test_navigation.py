@@ -5,8 +5,8 @@ import re
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from pages.navigation import page_size
 from sessions.models import Turn
-from sessions.navigation import page_size
 from tests.base import BaseTestCase, add_kernel, make_session, store_run
 
 

@@ -24,10 +24,10 @@ from django.utils.safestring import SafeString
 from config.context_processors import site_origin
 from kernels import pictures
 from kernels.models import Fork
-from sessions import embed_heights, navigation
-from sessions.access import get_embeddable_session
+from pages import embed_heights, navigation
+from pages.access import get_embeddable_session
+from pages.templatetags.kernelbin import inline_hash
 from sessions.models import Session, Turn
-from sessions.templatetags.kernelbin import inline_hash
 
 EMBED_MAX_TURNS = 50
 EMBED_STYLES = ("css/theme.css", "css/turns.css", "css/outcome.css", "css/embed.css")
@@ -138,7 +138,7 @@ class Target:
 
     def fitted_height(self, origin: str, width: int) -> int:
         """The height of the embed's content in a frame this wide, for a plain iframe,
-        which nothing resizes: the embed page is laid out (sessions/embed_heights.py)
+        which nothing resizes: the embed page is laid out (pages/embed_heights.py)
         and the height kept like the page; a replay or fork whose run is not stored
         yet gets the first guess."""
         if self.fork is not None:
@@ -151,7 +151,7 @@ class Target:
         height = cache.get(key)
         if height is None and (self.turn is not None or self.fork is not None):
             # The replay app draws these pages; it sits above this module.
-            from kernels.embed_views import stored_embed_page
+            from pages.embed_views import stored_embed_page
 
             page = stored_embed_page(self, origin)
             if page is None:

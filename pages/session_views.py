@@ -23,16 +23,17 @@ from django.views.decorators.http import require_GET, require_http_methods
 
 from config.context_processors import site_origin
 from kernels.models import KernelVersion
-from sessions import embedding, folding, images, navigation, search
-from sessions.access import get_embeddable_session, get_session_for_user
+from pages import embedding, folding, navigation
+from pages.access import get_embeddable_session, get_session_for_user
+from pages.forms import CappedUploadHandler, ImportForm, ProjectFilesForm
+from pages.stamps import EMBEDDABLE, OPENABLE, stamp
+from sessions import images, search
 from sessions.export import export_markdown, export_session
-from sessions.forms import CappedUploadHandler, ImportForm, ProjectFilesForm
 from sessions.importers.files import import_file, size_limit
 from sessions.importers.options import ImportOptions
 from sessions.importers.project_files import ProjectFiles, add_files, read_uploads
 from sessions.importers.specs import ImportProblem
 from sessions.models import Session, Tag, Turn
-from sessions.stamps import EMBEDDABLE, OPENABLE, stamp
 
 # The parameters a session page reads. Its own URL keeps them: in its discovery link (so
 # that an oEmbed consumer embeds the turns the URL names) and in its cache key.

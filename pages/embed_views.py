@@ -1,5 +1,5 @@
 """The embed of a replay: the outcome of the kernel a turn reviewed, with its pictures,
-framed by any site like the session embeds (sessions/embedding.py)."""
+framed by any site like the session embeds (pages/embedding.py)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from django.views.decorators.http import require_GET
 
 from config.context_processors import site_origin
 from kernels import replay
-from kernels.outcome_context import outcome_context
-from sessions import embedding
-from sessions.access import get_embeddable_session
+from pages import embedding
+from pages.access import get_embeddable_session
+from pages.outcome_context import outcome_context
 from sessions.models import Turn
 
 
@@ -83,7 +83,7 @@ def stored_embed_page(target: embedding.Target, origin: str) -> str | None:
     """A replay's or a fork's embed page as it shows its stored run, to measure; None
     while there is none (nothing is started for it)."""
     if target.fork is not None:
-        from kernels.fork_views import fork_embed_context
+        from pages.fork_views import fork_embed_context
 
         shown = replay.for_reader(target.fork.as_version())
         if not shown.finished:

@@ -17,19 +17,19 @@ from django.views.decorators.http import require_GET, require_http_methods
 
 from config.context_processors import site_origin
 from config.ratelimit import client_key, hit
-from kernels import jobs, pictures, replay, story
+from kernels import jobs, pictures, replay
 from kernels.digits import EmptyDrawing, drawing_harness, preprocess
 from kernels.engine.host.check import harness_values
 from kernels.engine.outcome import Status, output_list, output_values
 from kernels.engine.run_warnings import as_stored
-from kernels.host_context import host_context, host_diff_html
 from kernels.models import Kernel, KernelVersion, Run
-from kernels.outcome_context import outcome_context
-from sessions import embedding
-from sessions.access import get_session_for_user
+from pages import embedding, story
+from pages.access import get_session_for_user
+from pages.host_context import host_context, host_diff_html
+from pages.outcome_context import outcome_context
+from pages.stamps import OPENABLE, Prepared, stamp, stamp_of
 from sessions.markdown import render_code
 from sessions.models import Session, Turn
-from sessions.stamps import OPENABLE, Prepared, stamp, stamp_of
 
 
 def get_reviewed_turn(request: HttpRequest, slug: str, number: int) -> Turn:

@@ -1,4 +1,4 @@
-"""The PNG cards that shared links show (kernels/cards.py draws them): a session's, a
+"""The PNG cards that shared links show (pages/cards.py draws them): a session's, a
 turn's (the version it reviewed, or its session's) and a fork's. They show stored runs
 only (a crawler never starts one) and are kept like pages: under the session's stamp
 and the run shown, briefly while a run is missing."""
@@ -12,11 +12,11 @@ from django.core.cache import cache
 from django.http import Http404, HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 
-from kernels import cards, replay
-from kernels.fork_views import get_fork
+from kernels import replay
 from kernels.models import KernelVersion
-from sessions import navigation
-from sessions.access import get_session_for_user
+from pages import cards, navigation
+from pages.access import get_session_for_user
+from pages.fork_views import get_fork
 from sessions.models import Session
 
 

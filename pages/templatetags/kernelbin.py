@@ -10,7 +10,7 @@ from django.contrib.staticfiles import finders
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
-from sessions.folding import duration
+from pages.folding import duration
 
 register = template.Library()
 

@@ -14,11 +14,11 @@ from django.views.decorators.http import require_GET, require_POST
 from config.context_processors import site_origin
 from config.ratelimit import client_key, hit
 from kernels import forks, replay
-from kernels.host_context import host_context
 from kernels.models import Fork
-from kernels.outcome_context import editor_marks, outcome_context
-from kernels.views import get_reviewed_turn, replay_json_response, replay_turn_number
-from sessions import embedding
+from pages import embedding
+from pages.host_context import host_context
+from pages.outcome_context import editor_marks, outcome_context
+from pages.replay_views import get_reviewed_turn, replay_json_response, replay_turn_number
 from sessions.models import Turn
 
 

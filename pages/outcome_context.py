@@ -7,9 +7,9 @@ import json
 from kernels import pictures
 from kernels.engine.outcome import Outcome, RunWarning, Status, WarningCode
 from kernels.engine.run_warnings import warnings_of
-from kernels.host_context import case_rows
 from kernels.program_lines import file_lines, in_file
 from kernels.replay import Replay
+from pages.host_context import case_rows
 from sessions.markdown import render_source
 
 
