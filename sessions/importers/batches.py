@@ -1,20 +1,18 @@
 """How the writer puts an import's turns, kernel versions and program states into the
-database: in batches, keeping what a re-import must keep (sessions/importers/writer.py
-says when each batch is committed).
+database: a batch per transaction, into a session no reader sees yet, keeping what a
+re-import must keep of the session it replaces (sessions/importers/writer.py swaps
+them).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from contextlib import AbstractContextManager, nullcontext
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db import connection, models, transaction
-from django.db.models import Max
 
 from kernels.models import (
     Blob,
-    Fork,
     Kernel,
     KernelVersion,
     ProgramState,
@@ -33,10 +31,6 @@ from sessions.importers.specs import (
     VersionSpec,
 )
 from sessions.models import Session, SessionImage, Turn
-
-if TYPE_CHECKING:
-    pass
-
 
 # What a re-import rewrites of a version it keeps (its id, and so its forks, stay).
 VERSION_FIELDS = [
@@ -57,9 +51,11 @@ CURATED = "hidden_by_curator"
 RELINKED = "relinked_by_curator"
 
 
-def _curator_marks(session: Session, key: str) -> dict[str, Any]:
+def _curator_marks(session: Session | None, key: str) -> dict[str, Any]:
     """What a curator set under key in the session's turns, by recorded message
     (meta.source_id): only turns a curator touched carry it."""
+    if session is None:
+        return {}
     return {
         meta["source_id"]: meta[key]
         for meta in Turn.objects.filter(session=session, meta__has_key=key)
@@ -70,7 +66,8 @@ def _curator_marks(session: Session, key: str) -> dict[str, Any]:
 
 
 class Batches:
-    """Inserts turns and kernel versions in batches and links them as it goes.
+    """Inserts turns and kernel versions in batches, each its own transaction, and links
+    them as it goes.
 
     A turn points at a kernel version and a version at the turn that made it. Links to
     rows already written are set at each flush, from the batch just inserted or from
@@ -78,41 +75,41 @@ class Batches:
     point forwards (a kernelbin/1 file lists its turns before its kernels) wait for
     finish(); a transcript import has none, so its bookkeeping does not grow with the
     file.
+
+    session is new and empty. previous is the session a re-import replaces: what a
+    curator chose there (hidden turns, links to versions), its published numbers and
+    its versions are read from it, and it is left untouched; the versions of it this
+    import makes again are paired with their new rows in `kept` (old pk → new pk), for
+    the writer to keep the old rows, and so their forks' ids.
     """
 
     VERSION_CACHE = 4096
 
     def __init__(
-        self, session: Session, frozen: bool, batch_size: int, batch_commits: bool
+        self, session: Session, frozen: bool, batch_size: int, previous: Session | None = None
     ) -> None:
         self.session = session
+        self.previous = previous
         self.frozen = frozen
         self.batch_size = batch_size
-        # Each batch its own transaction, or all of them inside the caller's one.
-        self.batch_commits = batch_commits
-        # What a re-import finds: kernels and versions keep their rows (and so their
-        # forks, whose ids and URLs are permanent) where the recording still makes them.
-        self.old_kernels = {kernel.name: kernel for kernel in session.kernels.all()}
+        earlier = KernelVersion.objects.filter(kernel__session=previous)
         self.old_versions: dict[tuple[str, int], int] = {
             (name, number): pk
-            for name, number, pk in KernelVersion.objects.filter(
-                kernel__session=session
-            ).values_list("kernel__name", "number", "pk")
+            for name, number, pk in earlier.values_list("kernel__name", "number", "pk")
         }
-        self.kept_versions: set[int] = set()
+        self.kept: dict[int, int] = {}
         # What the earlier import's versions held, to say which the new one changed.
         self.old_content: dict[int, tuple[str, str]] = {
             pk: (sha, sha256_text(host))
-            for pk, sha, host in KernelVersion.objects.filter(kernel__session=session).values_list(
-                "pk", "sha256", "host_program"
-            )
+            for pk, sha, host in earlier.values_list("pk", "sha256", "host_program")
         }
         self.changed_versions: list[str] = []
         self.new_versions = 0
+        earlier_turns = Turn.objects.filter(session=previous)
         # The recorded messages the session's turns held before, to count the new ones.
         self.old_messages: set[str] = {
             meta["source_id"]
-            for meta in Turn.objects.filter(session=session).values_list("meta", flat=True)
+            for meta in earlier_turns.values_list("meta", flat=True)
             if isinstance(meta, dict) and meta.get("source_id")
         }
         self.new_messages = 0
@@ -120,10 +117,8 @@ class Batches:
         # Each path's content in the last state written, and its sha256 (_write_state).
         self.state_files: dict[str, tuple[str | bytes, str]] = {}
         self.state_count = 0
+        # Set by the writer when it swaps the sessions.
         self.versions_dropped = self.forks_dropped = 0
-        # Turns that existed before this import have pks up to here; the ones this
-        # import does not overwrite are left over at the end.
-        self.old_max_pk = Turn.objects.aggregate(top=Max("pk"))["top"] or 0
         self.turns: list[TurnSpec] = []
         self.versions: list[tuple[VersionSpec, Kernel]] = []
         self.kernels: dict[str, Kernel] = {}
@@ -136,11 +131,11 @@ class Batches:
         # What a curator chose to hide or show, by the recorded message (meta.source_id):
         # a re-import keeps it. Only turns a curator touched carry the choice.
         self.curated: dict[str, bool] = {
-            source: bool(mark) for source, mark in _curator_marks(session, CURATED).items()
+            source: bool(mark) for source, mark in _curator_marks(previous, CURATED).items()
         }
         self.curated_kept = 0
         # A curator's links of turns to versions, by recorded message (meta.source_id).
-        self.relinks: dict[str, dict[str, Any] | None] = _curator_marks(session, RELINKED)
+        self.relinks: dict[str, dict[str, Any] | None] = _curator_marks(previous, RELINKED)
         self.relinks_kept = 0
         # A published session's numbers by recorded message (_renumber).
         self.published_numbers: dict[str, int] = {}
@@ -148,8 +143,7 @@ class Batches:
         self.numbers_used: set[int] = set()
         self.next_number = 1
         if frozen:
-            rows = Turn.objects.filter(session=session).values_list("number", "meta")
-            for number, meta in rows.iterator():
+            for number, meta in earlier_turns.values_list("number", "meta").iterator():
                 if isinstance(meta, dict) and meta.get("source_id"):
                     self.published_numbers.setdefault(meta["source_id"], number)
                 self.next_number = max(self.next_number, number + 1)
@@ -185,12 +179,11 @@ class Batches:
         elif isinstance(item, KernelSpec):
             if item.name in self.kernels:
                 raise ImportProblem(f"Kernel '{item.name}' appears more than once.")
-            kernel = self.old_kernels.get(item.name)
-            if kernel is None:
-                kernel = Kernel(session=self.session, name=item.name)
-            kernel.title, kernel.harness = item.title, item.harness
-            kernel.save()
-            self.kernels[item.name] = kernel
+            made = Kernel(
+                session=self.session, name=item.name, title=item.title, harness=item.harness
+            )
+            made.save()
+            self.kernels[item.name] = made
         elif isinstance(item, VersionSpec):
             kernel = self.kernels.get(item.kernel)
             if kernel is None:
@@ -209,7 +202,7 @@ class Batches:
                 session=self.session, sha256=item.sha256, defaults=vars(item)
             )
         elif isinstance(item, StateSpec):
-            with self.batch():
+            with transaction.atomic():
                 self._write_state(item)
         else:
             raise TypeError(f"cannot write {type(item).__name__}")
@@ -249,14 +242,11 @@ class Batches:
             raise ImportProblem(f"Something refers to program state {number}, which is missing.")
         return self.states[number]
 
-    def batch(self) -> AbstractContextManager[object]:
-        return transaction.atomic() if self.batch_commits else nullcontext()
-
     def flush(self) -> None:
         """Write the pending turns, then the pending versions, then the links they allow."""
         # Rendered before the batch's transaction: only writing holds the lock.
         turns = self._rendered_turns()
-        with self.batch():
+        with transaction.atomic():
             links = self._write_turns(turns)
             self._write_versions()
             pairs = []
@@ -295,12 +285,6 @@ class Batches:
         self.batch_pks = {}
         if not self.turns:
             return []
-        numbers = [spec.number for spec in self.turns]
-        # A published session's numbers were given back to the messages that held them
-        # (_renumber): the rows replaced here hold the same messages.
-        Turn.objects.filter(
-            session=self.session, number__in=numbers, pk__lte=self.old_max_pk
-        ).delete()
         created = Turn.objects.bulk_create(turns)
         self.turn_count += len(created)
         if self.old_messages:
@@ -346,7 +330,7 @@ class Batches:
             sorted({n for n in finals.values() if n is not None and n not in batch})
         )
         created = []
-        kept = []
+        kept: list[int | None] = []  # the row of the session replaced each one stands for
         for spec, kernel in self.versions:
             version = KernelVersion(
                 kernel=kernel,
@@ -365,18 +349,17 @@ class Batches:
             )
             old_pk = self.old_versions.get((kernel.name, spec.number))
             if old_pk is not None:
-                version.pk = old_pk
-                kept.append(version)
-                self.kept_versions.add(old_pk)
+                kept.append(old_pk)
                 if self.old_content[old_pk] != (version.sha256, sha256_text(spec.host_program)):
                     self.changed_versions.append(f"{kernel.name} v{spec.number}")
             else:
+                kept.append(None)
                 self.new_versions += 1
             created.append(version)
-        KernelVersion.objects.bulk_create([v for v in created if v.pk is None])
-        if kept:
-            KernelVersion.objects.bulk_update(kept, VERSION_FIELDS)
-        for (spec, kernel), version in zip(self.versions, created, strict=True):
+        KernelVersion.objects.bulk_create(created)
+        for (spec, kernel), version, old_pk in zip(self.versions, created, kept, strict=True):
+            if old_pk is not None:
+                self.kept[old_pk] = version.pk
             self._remember((kernel.name, spec.number), version.pk)
             if spec.turn is not None and version.turn_id is None:
                 self.waiting_versions.append((version.pk, spec.turn))
@@ -407,19 +390,17 @@ class Batches:
         for start in range(0, len(numbers), self.batch_size):
             chunk = numbers[start : start + self.batch_size]
             found.update(
-                Turn.objects.filter(session=self.session, number__in=chunk)
-                .filter(pk__gt=self.old_max_pk)
-                .values_list("number", "pk")
+                Turn.objects.filter(session=self.session, number__in=chunk).values_list(
+                    "number", "pk"
+                )
             )
         return found
 
     def finish(self) -> None:
-        """Write what is pending, drop the old turns and versions left over, set the
-        forward links."""
+        """Write what is pending, refuse to drop a published turn, set the forward links."""
         self.flush()
-        with self.batch():
-            self._drop_leftover_turns()
-            self._drop_leftover_versions()
+        self._check_published_turns_kept()
+        with transaction.atomic():
             self._link_waiting_versions()
             self._link_waiting_turns()
             if self.frozen:
@@ -438,16 +419,18 @@ class Batches:
                 turn.meta = {**turn.meta, "nested_range": now}
                 turn.save(update_fields=["content", "meta"])
 
-    def _drop_leftover_turns(self) -> None:
-        leftover = Turn.objects.filter(session=self.session, pk__lte=self.old_max_pk)
-        if self.frozen and leftover.exists():
-            lost = sorted(leftover.values_list("number", flat=True))
-            listed = ", ".join(str(n) for n in lost[:10]) + (" …" if len(lost) > 10 else "")
+    def _check_published_turns_kept(self) -> None:
+        if not self.frozen or self.previous is None:
+            return
+        written = Turn.objects.filter(session=self.session).values("number")
+        lost = Turn.objects.filter(session=self.previous).exclude(number__in=written)
+        numbers = list(lost.order_by("number").values_list("number", flat=True)[:11])
+        if numbers:
+            listed = ", ".join(str(n) for n in numbers[:10]) + (" …" if len(numbers) > 10 else "")
             raise ImportProblem(
-                f"Session '{self.session.slug}' is published and the file drops turns "
+                f"Session '{self.previous.slug}' is published and the file drops turns "
                 f"{listed}: published turn numbers are frozen."
             )
-        leftover.delete()
 
     def changes(self) -> list[str]:
         """What this import changed in a session imported before, for the report."""
@@ -464,18 +447,6 @@ class Batches:
                 else "no version's code changed."
             )
         ]
-
-    def _drop_leftover_versions(self) -> None:
-        """Versions (and kernels) the recording no longer makes: their forks go too,
-        counted in the report."""
-        leftover = KernelVersion.objects.filter(
-            pk__in=set(self.old_versions.values()) - self.kept_versions
-        )
-        self.forks_dropped = Fork.objects.filter(version__in=leftover).count()
-        self.versions_dropped = leftover.count()
-        leftover.delete()
-        gone = [k.pk for name, k in self.old_kernels.items() if name not in self.kernels]
-        Kernel.objects.filter(pk__in=gone).delete()
 
     def _link_waiting_versions(self) -> None:
         """Versions made by a turn that came after them in the file."""

@@ -5,11 +5,13 @@ Each importer (kernelbin/1 files in `kernelbin`, Claude Code transcripts in
 `KernelSpec` and `VersionSpec`; `write_session` inserts them in batches, so memory does
 not grow with the file, and a failure anywhere writes nothing.
 
-A new session is written a batch per transaction, so that an import of any size never
+Every import is written a batch per transaction, so that an import of any size never
 holds the database's write lock for long (SQLite has one for the whole file): a sign-in
-or a tutor's turn gets in between two batches. It stays private until its last batch is
-in, and a failure deletes it. A re-import replaces a session readers may be reading, so
-it is written in one transaction.
+or a tutor's turn gets in between two batches. A new session stays private until its
+last batch is in, and a failure deletes it. A re-import is written into a private
+stand-in while readers keep reading the session it replaces, and swapped with it at
+the end in one short transaction (sessions/importers/replace.py); a failure deletes the
+stand-in and leaves the old session as it was.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import transaction
 from django.utils.text import slugify
 
+from sessions.importers import replace
 from sessions.importers.batches import Batches
 from sessions.importers.specs import (
     ImportProblem,
@@ -96,7 +99,7 @@ def _write_new(batches: Batches, items: Iterable[Item], held: dict[str, Any]) ->
                 setattr(session, key, value)
             session.save()
     except BaseException:
-        Session.objects.filter(pk=session.pk).delete()
+        replace.delete_in_batches(session.pk)
         raise
 
 
@@ -122,9 +125,10 @@ def write_session(
 ) -> Written:
     """Write one session and everything in it, or nothing.
 
-    A session that exists is updated in place: its turns and program states are
-    replaced; its kernels and versions are kept by name and number and rewritten (so
-    their forks stay), those the file no longer has dropped. When it has been published,
+    A session that exists is replaced whole (a new row takes its place and slug): its
+    turns and program states are written anew; its kernels and versions are kept by
+    name and number and rewritten (so their forks stay), those the file no longer has
+    dropped. When it has been published,
     its turn numbers are frozen: a turn holding a recorded message (meta.source_id) that
     a number held before gets that number again, new ones the numbers after the last,
     and an import that would drop a published turn is refused.
@@ -133,32 +137,44 @@ def write_session(
     with transaction.atomic():
         session, created = _claim_session(spec, owner, notes)
         frozen = session.is_published
+        seen = session.updated
         values = {**(spec.defaults if created else {}), **spec.fields}
         # Numbers handed out once stay frozen: the first publication date stays too.
         if session.published_at is not None:
             values.pop("published_at", None)
         held = {key: values.pop(key) for key in PUBLISHING if created and key in values}
+        # A session imported before gets these fields only when the import is swapped in.
         for key, value in values.items():
             setattr(session, key, value)
         if spec.source_key:
             _take_source_key(session, spec.source_key, notes)
-        session.save()
-        if spec.tags is not None:
-            session.tags.set(
+        tags = (
+            None
+            if spec.tags is None
+            else [
                 Tag.objects.get_or_create(slug=slugify(name), defaults={"name": name})[0]
                 for name in spec.tags
-            )
-        # States are rebuilt whole; kernels and versions are matched by name and number
-        # so that forks of them survive (Batches).
-        session.states.all().delete()
-        session.images.all().delete()
-        if spec.replace_files:
-            session.files.all().delete()
-        batches = Batches(session, frozen, batch_size or WRITE_BATCH, batch_commits=created)
-        if not created:
-            _write_items(batches, items)
+            ]
+        )
+        if created:
+            session.save()
+            if tags is not None:
+                session.tags.set(tags)
+        target = session if created else replace.stand_in(session)
+    batches = Batches(
+        target, frozen, batch_size or WRITE_BATCH, previous=None if created else session
+    )
     if created:
         _write_new(batches, items, held)
+    else:
+        try:
+            _write_items(batches, items)
+            replace.swap(session, seen, target, batches, not spec.replace_files, tags)
+        except BaseException:
+            replace.delete_in_batches(target.pk)
+            raise
+        replace.delete_in_batches(session.pk)
+        session = target
     notes += _kept_and_changed(batches, created)
     return Written(
         session=session,
@@ -180,9 +196,9 @@ def _kept_and_changed(batches: Batches, created: bool) -> list[str]:
         found.append(f"Rebuilt {batches.state_count} program state(s) of the learner's project.")
     if batches.relinks_kept:
         found.append(f"Kept the curator's links of {batches.relinks_kept} turn(s) to versions.")
-    if batches.kept_versions:
+    if batches.kept:
         found.append(
-            f"Kept {len(batches.kept_versions)} kernel version(s) of the earlier import in "
+            f"Kept {len(batches.kept)} kernel version(s) of the earlier import in "
             "place: their forks keep their ids and URLs."
         )
     if not created:

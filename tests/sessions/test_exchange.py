@@ -92,7 +92,7 @@ class ImportTestCase(BaseTestCase):
             out = self.import_file(self.write(Path(tmp), data))
         self.assertIn("Updated session 'demo'", out)
         self.assertEqual(Session.objects.count(), 1)
-        session.refresh_from_db()
+        session = Session.objects.get(slug="demo")
         self.assertEqual(session.title, "New title")
         self.assertEqual(session.turns.get(number=1).content, "Changed")
         self.assertEqual(session.turns.count(), 2)

@@ -112,6 +112,7 @@ class CuratorTestCase(ImportingTestCase):
         self.assertIn(f'id="turn-{BOOKMARK}"', page)
         # A re-import of the recording keeps the curator's choices.
         out = self.run_import(MATMUL)
+        self.session = Session.objects.get(slug=SLUG)
         hidden = set(self.session.turns.filter(hidden=True).values_list("number", flat=True))
         self.assertEqual(hidden, {5, TELEMETRY})
         self.assertIn("Kept the curator's choice to hide or show 2 turn(s).", out)

@@ -266,6 +266,7 @@ class ProgramStateReplayTestCase(TransactionTestCase):
         self.assertEqual(self.client.get(fork_url).status_code, 200)
         self.assertEqual(Fork.objects.get().version_id, version.pk)
         self.assertIn("forks keep their ids and URLs", report)
+        session = Session.objects.get()
         self.assertTrue(session.turns.get(number=1).hidden)
         # The same edit again is the same fork.
         again = self.client.post(
@@ -450,6 +451,7 @@ class CuratorRelinkTestCase(ImportingTestCase):
 
         report = self.run_import(transcript, "--files", str(weights_folder(self.tmp / "p")))
 
+        session = self.session()
         relinked = session.turns.get(number=reply.number)
         self.assertEqual(relinked.kernel_version_id, add.pk)
         self.assertEqual(
