@@ -7,8 +7,9 @@
     specs.py        what an importer hands over (SessionSpec, TurnSpec, KernelSpec,
                     VersionSpec, StateSpec, FileSpec, ImageSpec) and ImportReport;
                     ImportProblem for a file that cannot be imported
-    writer.py       write_session: all or nothing, a new session a batch per commit
+    writer.py       write_session: all or nothing, a batch per commit
     batches.py      the batches it writes, and what a re-import keeps
+    replace.py      a re-import's stand-in swapped in for the session it replaces
     kernelbin.py    kernelbin/1, our own export: read, validated whole, written
     claude_code/    Claude Code transcripts (JSON Lines), read in passes:
         layout.py       which files make one session: the main file and its sub-agents'
