@@ -61,7 +61,7 @@ test:
 	$(BIN)/python manage.py makemigrations --check --dry-run
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy kernels/engine sessions/importers
+	$(BIN)/mypy kernels/engine sessions/importers config tutor bench fixtures manage.py
 	$(BIN)/pytest
 
 lint: $(BIN)/.installed

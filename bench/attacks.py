@@ -89,7 +89,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from multiprocessing.connection import Connection
 from multiprocessing.synchronize import Event
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 HERE = Path(__file__).resolve()
 HOST = "kernelbin.test"
@@ -177,10 +181,10 @@ def naga_crash(depth: int) -> str:
 
 # -- the scratch database, prepared with the checked-out code's own models -------------------
 
-PREPARERS: list[Callable[[], dict]] = []
+PREPARERS: list[Callable[[], dict[str, Any]]] = []
 
 
-def preparing(function: Callable[[], dict]) -> Callable[[], dict]:
+def preparing(function: Callable[[], dict[str, Any]]) -> Callable[[], dict[str, Any]]:
     """Mark a function that writes what an attack needs and returns what it must know
     (merged into Context.setup); run in order by `--prepare`, Django set up."""
     PREPARERS.append(function)
@@ -195,13 +199,13 @@ def prepare() -> None:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
-    setup: dict = {}
+    setup: dict[str, Any] = {}
     for function in PREPARERS:
         setup |= function()
     print(json.dumps(setup))
 
 
-def signed_in(user) -> str:
+def signed_in(user: User) -> str:
     """A session cookie for this user."""
     from django.test import Client
 
@@ -211,7 +215,7 @@ def signed_in(user) -> str:
 
 
 @preparing
-def accounts() -> dict:
+def accounts() -> dict[str, Any]:
     from django.contrib.auth.models import User
 
     alice = User.objects.create_user("alice", "alice@example.org", PASSWORD)
@@ -224,7 +228,7 @@ def accounts() -> dict:
 
 
 @preparing
-def sessions() -> dict:
+def sessions() -> dict[str, Any]:
     from django.contrib.auth.models import User
 
     from kernels.models import Kernel, KernelVersion
@@ -412,7 +416,7 @@ class Context:
     server's environment, and the fake Messages API."""
 
     watch: Watch
-    setup: dict
+    setup: dict[str, Any]
     env: dict[str, str]
     api: FakeAPI
     views: int = 16  # of each hostile fork, at once
@@ -517,10 +521,12 @@ def redos_tutor(context: Context) -> Result:
     return result
 
 
-def transcript_line(number: int, kind: str, text: str, parent: str | None, key: str) -> dict:
+def transcript_line(
+    number: int, kind: str, text: str, parent: str | None, key: str
+) -> dict[str, Any]:
     """One line of a Claude Code transcript: a message of the learner or of the assistant."""
     uuid = f"00000000-0000-4000-9000-{number:012d}"
-    message: dict = {"role": kind, "content": text}
+    message: dict[str, Any] = {"role": kind, "content": text}
     if kind == "assistant":
         message |= {"id": f"msg_{key}_{number}", "type": "message", "model": "claude-opus-4-6"}
         message["content"] = [{"type": "text", "text": text}]
@@ -562,7 +568,7 @@ def redos_import(context: Context) -> Result:
     return result
 
 
-def run_until_done(port: int, page: str, give_up_s: float = 60.0) -> dict:
+def run_until_done(port: int, page: str, give_up_s: float = 60.0) -> dict[str, Any]:
     """Ask the page's replay.json about its run as the page's script does, until it ends."""
     path = f"{page}replay.json"
     answer = request(port, "GET", f"{path}?wait=3")
@@ -657,7 +663,7 @@ TRICKLE_PING_S = 5.0
 TRICKLE_S = 90.0  # then the stream is cut: the attack ends by itself
 
 
-def _sse(event: dict) -> bytes:
+def _sse(event: dict[str, Any]) -> bytes:
     return f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode()
 
 
@@ -674,7 +680,8 @@ class MessagesAPI(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "text/event-stream")
         self.end_headers()
         usage = {"input_tokens": 10, "output_tokens": 1}
-        start = {"type": "message_start", "message": {"id": "msg_bench", "type": "message"}}
+        start: dict[str, Any] = {"type": "message_start"}
+        start["message"] = {"id": "msg_bench", "type": "message"}
         start["message"] |= {"role": "assistant", "model": "claude-sonnet-5-5", "content": []}
         start["message"] |= {"stop_reason": None, "stop_sequence": None, "usage": usage}
         with suppress(OSError):
@@ -978,7 +985,7 @@ def static_site(folder: Path) -> Iterator[str]:
 # The guardrail's evasion corpus (tutor/evasions.py) ------------------------------------------
 
 
-def sse_data(body: bytes, name: str) -> list[dict]:
+def sse_data(body: bytes, name: str) -> list[dict[str, Any]]:
     """The data of each event of this name in a server-sent event stream."""
     found = []
     for block in body.decode(errors="replace").split("\n\n"):
@@ -1160,7 +1167,7 @@ def free_port() -> int:
 
 
 @contextmanager
-def gunicorn(root: Path, env: dict[str, str], log: Path, workers: int):
+def gunicorn(root: Path, env: dict[str, str], log: Path, workers: int) -> Iterator[tuple[int, int]]:
     """The README's production command on a loopback port; yields (port, master pid)."""
     port = free_port()
     command = [

@@ -9,6 +9,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -18,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        return int(sock.getsockname()[1])
 
 
 def setup_django(database: Path) -> None:
@@ -34,7 +35,7 @@ def setup_django(database: Path) -> None:
 
 
 @contextmanager
-def gunicorn(app: str, env: dict[str, str], workers: int = 1, threads: int = 1):
+def gunicorn(app: str, env: dict[str, str], workers: int = 1, threads: int = 1) -> Iterator[str]:
     """Serve app on a free port; yields its base URL."""
     port = free_port()
     command = [

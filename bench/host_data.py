@@ -27,6 +27,7 @@ import sys
 import time
 import urllib.parse
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import quickjs
@@ -59,7 +60,7 @@ const back = new Uint8Array(read.getMappedRange());
 console.log(back[back.length - 1]);
 """
 
-NO_DEVICE = {"features": [], "limits": {}, "info": {}}
+NO_DEVICE: dict[str, Any] = {"features": [], "limits": {}, "info": {}}
 
 
 def crossings(data: bytes) -> tuple[float, float, float]:

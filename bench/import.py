@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from common import ROOT, setup_django
 
@@ -236,12 +237,13 @@ def child(path: Path, mode: str) -> None:
         print(json.dumps(figures))
 
 
-def run_child(path: Path, mode: str) -> dict:
+def run_child(path: Path, mode: str) -> dict[str, Any]:
     command = [sys.executable, __file__, "--child", str(path), "--mode", mode]
     done = subprocess.run(command, capture_output=True, text=True, check=False, env=os.environ)
     if done.returncode:
         raise RuntimeError(done.stderr[-2000:])
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    figures: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return figures
 
 
 def main() -> None:

@@ -26,6 +26,7 @@ import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from common import ROOT, free_port, gunicorn
 
@@ -48,8 +49,8 @@ SLOW = ADD.replace(
 )
 
 
-def harness(dispatch: int) -> dict:
-    def filled(seed: int) -> dict:
+def harness(dispatch: int) -> dict[str, Any]:
+    def filled(seed: int) -> dict[str, Any]:
         random = {"seed": seed, "low": -1, "high": 1}
         return {"usage": "read", "dtype": "f32", "shape": [256], "random": random}
 
@@ -65,7 +66,7 @@ def harness(dispatch: int) -> dict:
     }
 
 
-def get(url: str) -> tuple[int, dict | str]:
+def get(url: str) -> tuple[int, dict[str, Any] | str]:
     try:
         with urllib.request.urlopen(url, timeout=30) as response:  # noqa: S310 (our own server)
             body = response.read().decode()
@@ -78,7 +79,7 @@ def get(url: str) -> tuple[int, dict | str]:
         return status, body
 
 
-def wrk(url: str, seconds: int, connections: int) -> dict:
+def wrk(url: str, seconds: int, connections: int) -> dict[str, Any]:
     output = subprocess.run(
         ["wrk", "-t2", f"-c{connections}", f"-d{seconds}s", "--latency", url],
         capture_output=True,
@@ -86,37 +87,43 @@ def wrk(url: str, seconds: int, connections: int) -> dict:
         check=True,
     ).stdout
 
+    def found(pattern: str, text: str = output) -> str:
+        match = re.search(pattern, text)
+        if match is None:
+            raise RuntimeError(f"wrk's output has no {pattern!r}:\n{output}")
+        return match[1]
+
     def millis(text: str) -> float:
-        value, unit = re.fullmatch(r"([\d.]+)(us|ms|s)", text).groups()
-        return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
+        unit = found(r"(us|ms|s)$", text)
+        return float(text.removesuffix(unit)) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
 
     errors = re.search(
         r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", output
     )
     non_2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", output)
     return {
-        "rps": float(re.search(r"Requests/sec:\s+([\d.]+)", output)[1]),
-        "p99": millis(re.search(r"99%\s+(\S+)", output)[1]),
+        "rps": float(found(r"Requests/sec:\s+([\d.]+)")),
+        "p99": millis(found(r"99%\s+(\S+)")),
         "errors": sum(int(n) for n in errors.groups()) if errors else 0,
         "non_2xx": int(non_2xx[1]) if non_2xx else 0,
     }
 
 
-def finish(base: str, path: str, give_up: float = 120) -> tuple[dict, float, list[str]]:
+def finish(base: str, path: str, give_up: float = 120) -> tuple[dict[str, Any], float, list[str]]:
     """Ask for a replay as a reader's page does, until it is done."""
     started = time.monotonic()
-    seen = []
+    seen: list[str] = []
     status, body = get(f"{base}{path}")
     while True:
         state = body.get("state") if isinstance(body, dict) else f"HTTP {status}"
         if not seen or seen[-1] != f"{status} {state}":
             seen.append(f"{status} {state}")
-        if status == 200:
+        if status == 200 and isinstance(body, dict):
             return body, time.monotonic() - started, seen
         if time.monotonic() - started > give_up:
             raise RuntimeError(f"{path} did not finish: {seen}")
         time.sleep(0.25)
-        query = f"?run={body['run']['id']}" if status == 202 else ""
+        query = f"?run={body['run']['id']}" if status == 202 and isinstance(body, dict) else ""
         status, body = get(f"{base}{path}{query}")
 
 
@@ -149,7 +156,7 @@ def prepare() -> dict[str, str]:
     turn.kernel_version = version
     turn.save()
     reviewed = Turn.objects.filter(session__slug=SHOWCASE, kernel_version__isnull=False)
-    replay_turn = reviewed.order_by("number").first().number
+    replay_turn = reviewed.order_by("number").values_list("number", flat=True)[0]
     return {
         "session page": f"/s/{SHOWCASE}/",
         "embed": f"/s/{SHOWCASE}/embed/?from=1&to=10",
@@ -210,7 +217,7 @@ def main() -> None:
         subprocess.run([services, "stop", work], env={**os.environ, **env}, check=False)
 
 
-def run_load(base: str, targets: dict[str, str], args) -> None:
+def run_load(base: str, targets: dict[str, str], args: argparse.Namespace) -> None:
     print(f"== wrk: {args.connections} connections, {args.seconds} s each; gunicorn 2 x 4 threads")
     print(f"{'target':22} {'req/s':>8} {'p99 ms':>8} {'errors':>7} {'non-2xx':>8}")
     results = {}
@@ -233,7 +240,7 @@ def run_load(base: str, targets: dict[str, str], args) -> None:
             pool.map(lambda n: finish(base, f"/s/load/turns/{n}/replay.json"), range(1, 51))
         )
     loader.join()
-    statuses = {}
+    statuses: dict[str, int] = {}
     for body, _, _ in finished:
         statuses[body["outcome"]["status"]] = statuses.get(body["outcome"]["status"], 0) + 1
     slowest = max(elapsed for _, elapsed, _ in finished)

@@ -18,7 +18,9 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -31,13 +33,14 @@ from kernels.engine.device import import_wgpu, open_device  # noqa: E402
 def final_kernel() -> str:
     session = json.loads((ROOT / "fixtures/showcase/gpu-inference-from-scratch.json").read_text())
     kernel = next(k for k in session["kernels"] if k["name"] == "mnist")
-    return max(kernel["versions"], key=lambda v: v["number"])["source"]
+    source: str = max(kernel["versions"], key=lambda v: v["number"])["source"]
+    return source
 
 
 class Forward:
     """The three passes on one device, for a fixed batch size."""
 
-    def __init__(self, device, source: str, weights: list[np.ndarray], batch: int) -> None:
+    def __init__(self, device: Any, source: str, weights: list[np.ndarray], batch: int) -> None:
         wgpu = import_wgpu()
         storage = wgpu.BufferUsage.STORAGE
         self.device, self.batch = device, batch
@@ -80,17 +83,20 @@ class Forward:
         return np.frombuffer(self.device.queue.read_buffer(self.probs), np.float32).reshape(-1, 10)
 
 
-def numpy_forward(x: np.ndarray, w1, b1, w2, b2) -> np.ndarray:
+def numpy_forward(
+    x: np.ndarray, w1: np.ndarray, b1: np.ndarray, w2: np.ndarray, b2: np.ndarray
+) -> np.ndarray:
     logits = np.maximum(x @ w1 + b1, 0) @ w2 + b2
     shifted = np.exp(logits - logits.max(axis=1, keepdims=True))
-    return shifted / shifted.sum(axis=1, keepdims=True)
+    probabilities: np.ndarray = shifted / shifted.sum(axis=1, keepdims=True)
+    return probabilities
 
 
 def rate(seconds: list[float], digits: int) -> float:
     return digits / statistics.median(seconds)
 
 
-def timed(fn, repeats: int) -> list[float]:
+def timed(fn: Callable[[], object], repeats: int) -> list[float]:
     times = []
     for _ in range(repeats):
         started = time.perf_counter()

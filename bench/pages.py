@@ -62,8 +62,8 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=300)
     args = parser.parse_args()
 
-    with tempfile.TemporaryDirectory() as scratch:
-        scratch = Path(scratch)
+    with tempfile.TemporaryDirectory() as folder:
+        scratch = Path(folder)
         database = scratch / "bench.sqlite3"
         setup_django(database)
         targets = []

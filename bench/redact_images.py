@@ -17,11 +17,12 @@ import base64
 import io
 import os
 import statistics
-import sys
 import tempfile
 import time
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from common import setup_django
 
@@ -35,7 +36,7 @@ def png_of(megabytes: float) -> str:
     return base64.b64encode(out.getvalue()).decode()
 
 
-def median_seconds(work, runs: int) -> float:
+def median_seconds(work: Callable[[], object], runs: int) -> float:
     times = []
     for _ in range(runs):
         start = time.perf_counter()
@@ -44,7 +45,7 @@ def median_seconds(work, runs: int) -> float:
     return statistics.median(times)
 
 
-def scrub(value: dict) -> None:
+def scrub(value: dict[str, Any]) -> None:
     """What an import does to each line: learn its secrets, then clean it."""
     from sessions.importers.redact import Scrubber
 
@@ -66,8 +67,8 @@ def main() -> None:
         for megabytes in args.megabytes:
             data = png_of(megabytes)
             words = {"type": "text", "text": "[Image #1] why does the kernel print this?"}
-            image = {"type": "image", "source": {"type": "base64", "media_type": "image/png"}}
-            image["source"]["data"] = data
+            source = {"type": "base64", "media_type": "image/png", "data": data}
+            image = {"type": "image", "source": source}
             line = {"type": "user", "message": {"role": "user", "content": [words, image]}}
             bare = {"type": "user", "message": {"role": "user", "content": [words]}}
 
@@ -81,4 +82,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -49,9 +49,18 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from common import ROOT, gunicorn, median_ms, setup_django, timed_gets
 from host_data import crossings, numpy_copy, round_trip
+
+if TYPE_CHECKING:
+    import numpy as np
+    import wgpu
+
+    from kernels.engine.device import Environment
+    from kernels.engine.outcome import Timings
+    from kernels.jobs import Job
 
 SOURCE = """@group(0) @binding(0) var<storage, read> x: array<f32>;
 @group(0) @binding(1) var<storage, read> w: array<f32>;
@@ -77,8 +86,8 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>) {
 """
 
 
-def harness(batch: int) -> dict:
-    def buffer(shape: list[int], seed: int, scale: float) -> dict:
+def harness(batch: int) -> dict[str, Any]:
+    def buffer(shape: list[int], seed: int, scale: float) -> dict[str, Any]:
         return {
             "usage": "read",
             "dtype": "f32",
@@ -150,7 +159,7 @@ read.unmap();
 """
 
 
-def inputs(batch: int) -> list:
+def inputs(batch: int) -> list[np.ndarray]:
     import numpy as np
 
     rng = np.random.default_rng(0)
@@ -175,7 +184,7 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>) {
 """
 
 
-def double_harness(side: int) -> dict:
+def double_harness(side: int) -> dict[str, Any]:
     """y = 2x over a side x side output (the sweep's kernel)."""
     groups = -(-side * side // 256)
     shape = [side, side]
@@ -204,7 +213,14 @@ def double_harness(side: int) -> dict:
 class Floor:
     """Dispatch and readback only, on objects built once: what no replay can beat."""
 
-    def __init__(self, device, source: str, arrays: list, output_bytes: int, dispatch) -> None:
+    def __init__(
+        self,
+        device: wgpu.GPUDevice,
+        source: str,
+        arrays: list[np.ndarray],
+        output_bytes: int,
+        dispatch: list[int],
+    ) -> None:
         from kernels.engine.device import import_wgpu
 
         wgpu = import_wgpu()
@@ -240,7 +256,9 @@ class Floor:
         return time.perf_counter() - started
 
 
-def make_version(spec: dict, comment: str, program: str = "", source: str = SOURCE):
+def make_version(
+    spec: dict[str, Any], comment: str, program: str = "", source: str = SOURCE
+) -> str:
     """A session with the layer as its one version (a host program when given, with x, w
     and b as the session's files)."""
     from kernels.models import Kernel, KernelVersion, SessionFile
@@ -266,7 +284,7 @@ def make_version(spec: dict, comment: str, program: str = "", source: str = SOUR
     return slug
 
 
-def timed_replay(job) -> tuple[float, dict]:
+def timed_replay(job: Job) -> tuple[float, Timings]:
     """Seconds for a fresh run of job through the replay layer, to its stored outcome,
     and the timings the layers recorded on it."""
     from kernels import replay
@@ -278,7 +296,7 @@ def timed_replay(job) -> tuple[float, dict]:
     return elapsed, run.outcome["timings"]
 
 
-def hops(elapsed: list[float], timings: list[dict]) -> dict[str, float]:
+def hops(elapsed: list[float], timings: list[Timings]) -> dict[str, float]:
     """Median milliseconds per hop of a warm replay, from the timings each layer records:
     the runner's compile and run, the pool's wall time around the worker, and the total
     the caller saw."""
@@ -296,24 +314,28 @@ def hops(elapsed: list[float], timings: list[dict]) -> dict[str, float]:
     }
 
 
-def sweep(device, sides: list[int], runs: int) -> list[tuple[int, float, float, dict]]:
+def sweep(
+    device: wgpu.GPUDevice, sides: list[int], runs: int
+) -> list[tuple[int, float, float, dict[str, float]]]:
     """Each output size's floor and warm replay, interleaved; fewer rounds for the
     largest sizes, whose single replay takes seconds on a CPU adapter."""
     import numpy as np
 
-    from kernels import replay
+    from kernels.jobs import job_for
     from kernels.models import KernelVersion
 
     rows = []
     for side in sides:
         spec = double_harness(side)
         slug = make_version(spec, f"sweep-{side}", source=DOUBLE)
-        job = replay.job_for(KernelVersion.objects.get(kernel__session__slug=slug))
+        job = job_for(KernelVersion.objects.get(kernel__session__slug=slug))
         x = np.random.default_rng(1).uniform(-1, 1, (side, side)).astype(np.float32)
         floor = Floor(device, DOUBLE, [x], x.nbytes, spec["passes"][0]["dispatch"])
         timed_replay(job)
         rounds = max(3, min(runs, (runs * 512 * 512) // (side * side)))
-        floors, elapsed, timings = [], [], []
+        floors: list[float] = []
+        elapsed: list[float] = []
+        timings: list[Timings] = []
         for _ in range(rounds):
             floors.append(floor.once())
             seconds, recorded = timed_replay(job)
@@ -323,7 +345,7 @@ def sweep(device, sides: list[int], runs: int) -> list[tuple[int, float, float, 
     return rows
 
 
-def print_sweep(rows: list[tuple[int, float, float, dict]]) -> None:
+def print_sweep(rows: list[tuple[int, float, float, dict[str, float]]]) -> None:
     print()
     print("size sweep, y = 2x (floor and warm uncached replay interleaved)")
     print(f"{'output':>11} {'cells':>10} {'floor ms':>9} {'replay ms':>10} {'ratio':>7} {'+ms':>8}")
@@ -341,9 +363,9 @@ def print_sweep(rows: list[tuple[int, float, float, dict]]) -> None:
         print(f"{f'{side}x{side}':>11} {values}")
 
 
-def layer(device, spec: dict, runs: int) -> dict[str, list]:
+def layer(device: wgpu.GPUDevice, spec: dict[str, Any], runs: int) -> dict[str, list[Any]]:
     """The layer's floor, harness replay and program replay, one of each per round."""
-    from kernels import replay
+    from kernels.jobs import job_for
     from kernels.models import KernelVersion
 
     batch = spec["buffers"]["x"]["shape"][0]
@@ -352,9 +374,9 @@ def layer(device, spec: dict, runs: int) -> dict[str, list]:
     jobs = {}
     for name, program in (("harness", ""), ("program", PROGRAM)):
         slug = make_version(spec, name, program)
-        jobs[name] = replay.job_for(KernelVersion.objects.get(kernel__session__slug=slug))
+        jobs[name] = job_for(KernelVersion.objects.get(kernel__session__slug=slug))
         timed_replay(jobs[name])  # start the workers, JIT the shader
-    times: dict[str, list] = {"floor": [], "harness": [], "program": [], "timings": []}
+    times: dict[str, list[Any]] = {"floor": [], "harness": [], "program": [], "timings": []}
     for _ in range(runs):
         times["floor"].append(floor.once())
         for name, job in jobs.items():
@@ -398,7 +420,9 @@ def crossover(sides: list[int], runs: int) -> None:
             print(f"{size:>11} {side * side:>10,} {on:>10.2f} {off:>10.2f} {on / off:>6.2f}x")
 
 
-def boundary(device, environment, runs: int) -> dict[str, tuple[float, float]]:
+def boundary(
+    device: wgpu.GPUDevice, environment: Environment, runs: int
+) -> dict[str, tuple[float, float]]:
     """bench/host_data.py's rows at 1 and 4 MB: (median ms, x numpy's copy)."""
     import numpy as np
 
@@ -420,7 +444,7 @@ def boundary(device, environment, runs: int) -> dict[str, tuple[float, float]]:
     return rows
 
 
-def served(database: Path, spec: dict) -> dict[str, float]:
+def served(database: Path, spec: dict[str, Any]) -> dict[str, float]:
     """Cold starts, cached replay.json and /healthz through gunicorn, in ms."""
     token = "bench-replay"  # noqa: S105 (a scratch server's monitor token)
     env = {"SQLITE_PATH": str(database), "REPLAY_WORKERS": "1", "HEALTHZ_TOKEN": token}
@@ -490,13 +514,15 @@ def main() -> None:
         from django.conf import settings
 
         from kernels import replay
+        from kernels.backends import LocalBackend
         from kernels.engine.device import open_device
 
         device, environment = open_device(os.environ.get("REPLAY_WGPU_BACKEND", ""))
         times = layer(device, spec, args.runs)
         rows = sweep(device, [int(side) for side in args.sizes.split(",") if side], args.runs)
         data_rows = boundary(device, environment, args.runs)
-        replay.backend().pool().close()
+        if isinstance(pool_of := replay.backend(), LocalBackend):
+            pool_of.pool().close()
         figures = {} if args.replays_only else served(database, spec)
     floor_ms, warm_ms, program_ms = (median_ms(times[key]) for key in times if key != "timings")
 

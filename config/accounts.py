@@ -5,8 +5,9 @@ from __future__ import annotations
 from django.conf import settings
 from django.contrib.auth import login
 from django.contrib.auth.forms import AuthenticationForm, UserCreationForm
+from django.contrib.auth.models import User
 from django.contrib.auth.views import LoginView
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.shortcuts import redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods
@@ -14,8 +15,14 @@ from django.views.decorators.http import require_http_methods
 from config.ratelimit import client_key, hit, signin_failed, signin_wait
 
 
+class SignedInRequest(HttpRequest):
+    """The request a view under login_required is given: its user has signed in."""
+
+    user: User
+
+
 @require_http_methods(["GET", "POST"])
-def signin(request: HttpRequest) -> HttpResponse:
+def signin(request: HttpRequest) -> HttpResponseBase:
     """Django's sign-in, with failed attempts counted before any password is checked.
 
     Failures count per account from one address and per address (config/ratelimit.py),
@@ -41,7 +48,7 @@ def signup(request: HttpRequest) -> HttpResponse:
         next_url, allowed_hosts={request.get_host()}, require_https=request.is_secure()
     ):
         next_url = ""
-    form = UserCreationForm(request.POST or None)
+    form: UserCreationForm[User] = UserCreationForm(request.POST or None)
     if request.method == "POST":
         # Counted per client IP, failed attempts included: sign-ups are cheap to script.
         wait = hit("signup", client_key(request), settings.TUTOR_SIGNUPS_PER_HOUR, 3600)

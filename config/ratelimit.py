@@ -25,13 +25,13 @@ def client_ip(request: HttpRequest) -> str:
     """The client's address, trusting only the hops our own proxies append."""
     hops = settings.TRUSTED_PROXY_HOPS
     if hops:
-        forwarded = [
-            part.strip() for part in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",")
-        ]
+        header: str = request.META.get("HTTP_X_FORWARDED_FOR", "")
+        forwarded = [part.strip() for part in header.split(",")]
         forwarded = [part for part in forwarded if part]
         if len(forwarded) >= hops:
             return forwarded[-hops]
-    return request.META.get("REMOTE_ADDR", "")
+    address: str = request.META.get("REMOTE_ADDR", "")
+    return address
 
 
 def _digest(text: str) -> str:

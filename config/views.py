@@ -3,6 +3,7 @@ from __future__ import annotations
 import hmac
 import sys
 import time
+from typing import Any
 
 from csp.utils import build_policy
 from django.conf import settings
@@ -18,7 +19,7 @@ from kernels.replay import replay_health
 from tutor.llm import tutor_health
 
 
-def _database_health() -> dict:
+def _database_health() -> dict[str, Any]:
     started = time.perf_counter()
     try:
         with connection.cursor() as cursor:
@@ -57,7 +58,7 @@ def healthz(request: HttpRequest) -> JsonResponse:
         status = "busy"  # new replays are turned away until the queue drains
     else:
         status = "ok"
-    body: dict = {"status": status}
+    body: dict[str, Any] = {"status": status}
     if _may_see_details(request):
         body |= {"database": database, "replay": replay, "tutor": tutor_health()}
     return JsonResponse(body, status=200 if database["ok"] else 503)
@@ -73,7 +74,9 @@ ERROR_PAGE_HEADERS = {
 }
 
 
-def _error_page(request: HttpRequest, template: str, context: dict, status: int) -> HttpResponse:
+def _error_page(
+    request: HttpRequest, template: str, context: dict[str, Any], status: int
+) -> HttpResponse:
     response = render(request, template, context, status=status)
     for header, value in ERROR_PAGE_HEADERS.items():
         response.headers.setdefault(header, value)

@@ -12,13 +12,34 @@ import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from django.conf import settings
 from django.db import close_old_connections
 
 from kernels import replay
+from kernels.engine.outcome import Outcome
 from kernels.engine.pool import Busy, Pool
+from kernels.jobs import Job
 from kernels.models import Run
+
+
+class Backend(Protocol):
+    """What kernels.replay asks of the backend settings.REPLAY_BACKEND names."""
+
+    # Whether waiting for a run here costs a thread only (replay.json may then hold a
+    # request until the run ends).
+    long_poll: bool
+    # Whether a run is taken by this process as it is created, rather than by a worker
+    # when its job starts.
+    claims_on_start: bool
+
+    def start_workers(self) -> None: ...
+    def environment_id(self, wait: bool) -> str | None: ...
+    def start(self, run: Run, job: Job, wanted_for: float | None) -> None: ...
+    def want(self, run: Run, seconds: float) -> None: ...
+    def wait(self, run: Run, timeout: float) -> dict[str, Any] | None: ...
+    def health(self) -> dict[str, Any]: ...
 
 
 @dataclass
@@ -27,11 +48,11 @@ class InFlight:
     set once its outcome is stored (or its run dropped), with the values stored."""
 
     key: str
-    future: Future
+    future: Future[Outcome]
     stored: threading.Event = field(default_factory=threading.Event)
     # What replay.finish stored; None while unstored, or when the run was dropped or
     # finished elsewhere first.
-    values: dict | None = None
+    values: dict[str, Any] | None = None
 
 
 class LocalBackend:
@@ -68,13 +89,14 @@ class LocalBackend:
         if self._pool is None and not wait:
             return None
         try:
-            return self.pool().environment(timeout=60.0 if wait else 0.0)["id"]
+            environment: dict[str, Any] = self.pool().environment(timeout=60.0 if wait else 0.0)
+            return str(environment["id"])
         except Exception:
             if wait:
                 raise
             return None
 
-    def start(self, run: Run, job: replay.Job, wanted_for: float | None) -> None:
+    def start(self, run: Run, job: Job, wanted_for: float | None) -> None:
         """Queue the run's job; still queued after wanted_for seconds with nobody wanting
         it since (want), it is dropped unrun, and so is its run (replay.drop)."""
         key = job.key(run.environment_id)
@@ -108,7 +130,7 @@ class LocalBackend:
         if held := self._in_flight.get(run.pk):
             self.pool().want(held.key, seconds)
 
-    def wait(self, run: Run, timeout: float) -> dict | None:
+    def wait(self, run: Run, timeout: float) -> dict[str, Any] | None:
         """Wait for a run this process holds; the values stored on it, if it was stored
         in time from here (None: the caller reads it from the database)."""
         held = self._in_flight.get(run.pk)
@@ -120,7 +142,7 @@ class LocalBackend:
         held.stored.wait(timeout)
         return held.values
 
-    def health(self) -> dict:
+    def health(self) -> dict[str, Any]:
         if self._pool is None:
             return {"ok": True, "backend": "local", "started": False}
         status = self.pool().status()
@@ -148,7 +170,7 @@ class CeleryBackend:
         # are queued under "" and learn their environment when they finish.
         return Run.objects.fleet_environment_id() or ""
 
-    def start(self, run: Run, job: replay.Job, wanted_for: float | None) -> None:
+    def start(self, run: Run, job: Job, wanted_for: float | None) -> None:
         # A queued task is not withdrawn when its requester leaves: it runs, and is cached.
         from kernels.tasks import run_replay
 
@@ -173,7 +195,7 @@ class CeleryBackend:
                 return
             time.sleep(0.1)
 
-    def health(self) -> dict:
+    def health(self) -> dict[str, Any]:
         from config.celery import app
 
         try:

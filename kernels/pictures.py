@@ -13,12 +13,16 @@ import io
 import math
 from collections.abc import Callable, Sequence
 from html import escape
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from django.utils.safestring import SafeString, mark_safe
 from PIL import Image
 
 from kernels.engine.outcome import Outcome, output_list
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs
 
 CELL = 14  # px per cell of a heatmap
 MAX_SIDE = 64  # rows or columns drawn cell by cell
@@ -36,7 +40,7 @@ STATUS = {
 UNWRITTEN, NONFINITE = "#6b6b70", "#b54fd8"
 
 
-def _finite(value: float | None) -> bool:
+def _finite(value: float | None) -> TypeIs[float]:
     return value is not None and math.isfinite(value)
 
 
@@ -118,7 +122,7 @@ def heatmap(
     values: list[float | None],
     rows: int,
     cols: int,
-    colour: Callable,
+    colour: Callable[[float | None], str],
     marks: str,
     label: str,
     describe: Callable[[int], str],
@@ -144,7 +148,9 @@ def heatmap(
     return _svg(AXIS_LEFT + cols * cell, AXIS_TOP + rows * cell, body, label)
 
 
-def colour_scale(colour: Callable, low: float, high: float, label: str) -> SafeString:
+def colour_scale(
+    colour: Callable[[float | None], str], low: float, high: float, label: str
+) -> SafeString:
     """The colours of a heatmap against the values they stand for."""
     width, height, steps = 200, 30, 40
     body = [
@@ -159,7 +165,7 @@ def colour_scale(colour: Callable, low: float, high: float, label: str) -> SafeS
     return _svg(width + 2, height, body, label)
 
 
-def _block_sizes(grid: dict, shape: list[int]) -> list[int]:
+def _block_sizes(grid: dict[str, Any], shape: list[int]) -> list[int]:
     """How many values each block of a status grid stands for (those on the far edges
     can hold fewer)."""
     cols = shape[-1]
@@ -172,7 +178,7 @@ def _block_sizes(grid: dict, shape: list[int]) -> list[int]:
     ]
 
 
-def status_map(output: dict) -> SafeString:
+def status_map(output: dict[str, Any]) -> SafeString:
     """Every cell (or block of cells) coloured by its status; long vectors wrap into rows.
     A block of several values is filled in proportion to them (a block of four with one
     NaN is a quarter purple), from the bottom up, where the run counted them; a square
@@ -255,7 +261,7 @@ def bars(name: str, expected: list[float | None] | None, got: list[float | None]
     return _svg(width, height, body, f"expected and computed values of {name}")
 
 
-def confusion_matrix(report: dict) -> SafeString:
+def confusion_matrix(report: dict[str, Any]) -> SafeString:
     """Rows: the true digit; columns: the one predicted. Diagonal green, mistakes red,
     shaded by count; both axes say which they are."""
     matrix = report["confusion"]
@@ -329,12 +335,18 @@ def digit_grid(
     return _svg(per_row * (size + 8), rows * (size + caption + 6), body, "digits and predictions")
 
 
-def _matrix_shape(output: dict) -> tuple[int, int]:
+def _matrix_shape(output: dict[str, Any]) -> tuple[int, int]:
     shape = output["shape"]
     return (math.prod(shape[:-1]) if len(shape) > 1 else 1), shape[-1]
 
 
-def _heatmaps(output: dict, expected: list, got: list, rows: int, cols: int) -> dict:
+def _heatmaps(
+    output: dict[str, Any],
+    expected: list[float | None],
+    got: list[float | None],
+    rows: int,
+    cols: int,
+) -> dict[str, Any]:
     """Expected, got and |error| side by side, on two colour scales."""
     name, marks = output["name"], output["grid"]["cells"]
     scale = max((abs(v) for v in expected + got if _finite(v)), default=1.0) or 1.0
@@ -347,10 +359,10 @@ def _heatmaps(output: dict, expected: list, got: list, rows: int, cols: int) -> 
     # Rounding noise within tolerance is not an error worth colouring.
     errors = [0.0 if m == "." else e for e, m in zip(errors, marks, strict=True)]
 
-    def values_colour(v, scale=scale):
+    def values_colour(v: float | None, scale: float = scale) -> str:
         return diverging(v, scale)
 
-    def error_colour(v, worst=worst):
+    def error_colour(v: float | None, worst: float = worst) -> str:
         return sequential(v, worst)
 
     def describe(i: int) -> str:
@@ -373,7 +385,7 @@ def _heatmaps(output: dict, expected: list, got: list, rows: int, cols: int) -> 
     return {"title": title, "panels": panels, "scales": scales, "marks": True}
 
 
-def _status(output: dict, classified: bool) -> dict:
+def _status(output: dict[str, Any], classified: bool) -> dict[str, Any]:
     """A large output: where it went wrong, or one line when nothing did. A classifier's
     scores are one line too: its confusion matrix says where it went wrong."""
     name, count = output["name"], output["count"]

@@ -14,7 +14,7 @@ import time
 from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import cast
+from typing import TYPE_CHECKING, Any, cast
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -38,6 +38,9 @@ from kernels.engine.outcome import Outcome, Status, cacheable, failure
 from kernels.engine.run_warnings import as_stored
 from kernels.jobs import Job, ReplayProblem, job_for, with_files
 from kernels.models import KernelVersion, Run
+
+if TYPE_CHECKING:
+    from kernels.backends import Backend
 
 BACKENDS = {
     "local": "kernels.backends.LocalBackend",
@@ -63,10 +66,10 @@ class ReplayUnavailable(Exception):
         self.retry_after = retry_after
 
 
-_backend = None
+_backend: Backend | None = None
 
 
-def backend():
+def backend() -> Backend:
     global _backend
     if _backend is None:
         path = BACKENDS.get(settings.REPLAY_BACKEND)
@@ -248,7 +251,7 @@ def claim(run_id: int, worker: str) -> bool:
     return False
 
 
-def finish(run_id: int, outcome: Outcome) -> dict | None:
+def finish(run_id: int, outcome: Outcome) -> dict[str, Any] | None:
     """Store a finished outcome on its run, in one UPDATE. Returns the values stored
     (_settle() puts them on a Run in memory), or None if the run was already finished.
 
@@ -267,7 +270,7 @@ def finish(run_id: int, outcome: Outcome) -> dict | None:
         "adapter": environment.get("label", "")[:200],
         "finished": timezone.now(),
     }
-    fields: dict = dict(values)
+    fields: dict[str, Any] = dict(values)
     if environment.get("id"):
         # A run queued before any worker had said where it runs learns it now (_settle()).
         fields["environment_id"] = Case(
@@ -277,7 +280,7 @@ def finish(run_id: int, outcome: Outcome) -> dict | None:
     return values if unfinished.update(**fields) else None
 
 
-def _settle(run: Run, stored: dict) -> None:
+def _settle(run: Run, stored: dict[str, Any]) -> None:
     """Put what finish() stored on the run in memory, rather than reading it back."""
     for name, value in stored.items():
         setattr(run, name, value)

@@ -16,7 +16,7 @@ from typing import Any
 from kernels import jobs, replay, trace_pictures
 from kernels.engine.host.harness_program import harness_host
 from kernels.engine.host.trace import Trace, module_sources
-from kernels.engine.outcome import Status, WarningCode
+from kernels.engine.outcome import Outcome, Status, WarningCode
 from kernels.engine.run import SEVERITY
 from kernels.engine.run_warnings import warnings_of
 from kernels.models import KernelVersion, version_diff
@@ -94,7 +94,7 @@ def case_rows(outcome: dict | None) -> list[dict[str, Any]]:
 
 def host_context(
     version: KernelVersion,
-    outcome: dict | None,
+    outcome: Outcome | None,
     findings: bool = True,
     compare_with: KernelVersion | None = None,
 ) -> dict[str, Any]:

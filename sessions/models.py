@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
+from django.contrib.auth.models import AnonymousUser, User
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Case, OuterRef, Q, Subquery, Value, When
@@ -23,12 +26,16 @@ class Tag(models.Model):
         return self.name
 
 
-class SessionQuerySet(models.QuerySet):
+# The longest title a session may have.
+TITLE_LENGTH = 200
+
+
+class SessionQuerySet(models.QuerySet["Session"]):
     def listed(self) -> SessionQuerySet:
         """What may appear in lists and search: public sessions only, never unlisted."""
         return self.filter(visibility=Session.Visibility.PUBLIC)
 
-    def viewable_by(self, user) -> SessionQuerySet:
+    def viewable_by(self, user: User | AnonymousUser) -> SessionQuerySet:
         """What a URL may open: public and unlisted, and private ones to their owner and staff."""
         if user.is_authenticated and user.is_staff:
             return self
@@ -73,7 +80,7 @@ class Session(models.Model):
         PRIVATE = "private"
 
     slug = models.SlugField(max_length=80, unique=True)
-    title = models.CharField(max_length=200)
+    title = models.CharField(max_length=TITLE_LENGTH)
     summary = models.TextField(blank=True)
     learner = models.CharField(max_length=100, blank=True)
     tutor_model = models.CharField(max_length=100, blank=True)
@@ -114,7 +121,7 @@ class Session(models.Model):
     def __str__(self) -> str:
         return self.title
 
-    def save(self, *args, **kwargs) -> None:
+    def save(self, *args: Any, **kwargs: Any) -> None:
         if self.visibility != self.Visibility.PRIVATE and self.published_at is None:
             self.published_at = timezone.now()
             if "update_fields" in kwargs:
@@ -157,7 +164,7 @@ class Session(models.Model):
         )
 
 
-class TurnQuerySet(models.QuerySet):
+class TurnQuerySet(models.QuerySet["Turn"]):
     def shown(self) -> TurnQuerySet:
         """The turns a reader sees: not the ones a curator (or the importer) hid. Hidden
         turns keep their numbers, so permalinks and embeds stay valid."""
@@ -201,6 +208,9 @@ class Turn(models.Model):
         help_text="Kept, with its number, but out of the reader's way: pages, embeds, the "
         "Markdown export and search leave it out.",
     )
+    # Not stored: the run a page shows on this turn's badge, set by the page that lists
+    # the turn (a replay's Run, which this archive layer does not know of).
+    replayed: object = None
 
     objects = TurnQuerySet.as_manager()
 
@@ -214,7 +224,7 @@ class Turn(models.Model):
     def __str__(self) -> str:
         return f"{self.session.slug} #{self.number} ({self.role})"
 
-    def save(self, *args, **kwargs) -> None:
+    def save(self, *args: Any, **kwargs: Any) -> None:
         fields = kwargs.get("update_fields")
         # A partial save checks and renders only what it writes: hiding a turn or
         # recording its run neither renumbers it nor changes its HTML.
@@ -237,7 +247,7 @@ class Turn(models.Model):
 
     @property
     def kind(self) -> str:
-        return self.meta.get("kind", "")
+        return str(self.meta.get("kind") or "")
 
     @property
     def is_typed(self) -> bool:
@@ -264,7 +274,7 @@ class Turn(models.Model):
             if stored is not None and stored != self.number:
                 raise ValidationError({"number": "Turn numbers are frozen once published."})
 
-    def delete(self, *args, **kwargs):
+    def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
         result = super().delete(*args, **kwargs)
         self.session.touch()
         return result

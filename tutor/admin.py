@@ -6,7 +6,7 @@ from tutor.models import ApiCall, GuardrailEvent, GuidedSession
 
 
 @admin.register(GuidedSession)
-class GuidedSessionAdmin(admin.ModelAdmin):
+class GuidedSessionAdmin(admin.ModelAdmin[GuidedSession]):
     list_display = (
         "session",
         "learner",
@@ -22,7 +22,7 @@ class GuidedSessionAdmin(admin.ModelAdmin):
 
 
 @admin.register(GuardrailEvent)
-class GuardrailEventAdmin(admin.ModelAdmin):
+class GuardrailEventAdmin(admin.ModelAdmin[GuardrailEvent]):
     list_display = ("guided", "kind", "rules", "turn", "created")
     list_filter = ("kind",)
     raw_id_fields = ("guided", "turn")
@@ -31,7 +31,7 @@ class GuardrailEventAdmin(admin.ModelAdmin):
 
 
 @admin.register(ApiCall)
-class ApiCallAdmin(admin.ModelAdmin):
+class ApiCallAdmin(admin.ModelAdmin[ApiCall]):
     list_display = (
         "guided", "model", "outcome", "input_tokens", "output_tokens",
         "cache_read_tokens", "cache_write_tokens", "total_tokens", "created",

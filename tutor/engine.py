@@ -21,21 +21,22 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from collections.abc import Iterator
+from typing import Any
 
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils.text import slugify
 
 from kernels import jobs, replay
-from kernels.engine.outcome import Status
+from kernels.engine.outcome import Outcome, Status
 from kernels.models import Kernel, KernelVersion, text_diff
 from sessions.models import Session, Turn
 from tutor import guardrail, llm, progress, prompts
 from tutor.free_form import FREE_FORM_HOST, FREE_FORM_KERNEL_STARTER, Template
 from tutor.lessons import FREE_FORM_KERNEL, Lesson, LessonError, load_lessons, parse_lesson
 from tutor.models import GuardrailEvent, GuidedSession
-from tutor.replies import Event, budget_problem, tutor_reply
+from tutor.replies import Events, budget_problem, tutor_reply
 from tutor.review import findings, offline_review
 
 OFFLINE_NOTICE = (
@@ -108,7 +109,9 @@ def _welcome(lesson: Lesson | None, online: bool, template: Template | None = No
     return text
 
 
-def _new_guided(user, lesson: Lesson | None, title: str, summary: str, slug: str) -> GuidedSession:
+def _new_guided(
+    user: User, lesson: Lesson | None, title: str, summary: str, slug: str
+) -> GuidedSession:
     """A private session for this learner, with its kernel as the lesson sets it up."""
     session = Session.objects.create(
         slug=_unique_slug(slug),
@@ -138,7 +141,9 @@ def _new_guided(user, lesson: Lesson | None, title: str, summary: str, slug: str
 
 
 @transaction.atomic
-def start_session(user, lesson: Lesson | None, template: Template | None = None) -> GuidedSession:
+def start_session(
+    user: User, lesson: Lesson | None, template: Template | None = None
+) -> GuidedSession:
     """A lesson's session, or a free-form one (from a template: its buffers, dispatch and
     reference; without one, the learner's host program defines them)."""
     title = lesson.title if lesson else "Free-form WGSL session"
@@ -191,10 +196,11 @@ def _lesson_of(session: Session, version: KernelVersion | None) -> Lesson | None
         return None
     named = [lesson for lesson in load_lessons() if lesson.kernel_name == version.kernel.name]
     same = [lesson for lesson in named if lesson.harness == version.harness]
-    return (same or named or [None])[0]
+    found = same or named
+    return found[0] if found else None
 
 
-def _met_at(origin: Turn, version: KernelVersion | None, lesson: Lesson | None) -> dict:
+def _met_at(origin: Turn, version: KernelVersion | None, lesson: Lesson | None) -> dict[int, int]:
     """The objectives met at that turn, by the version that met them: as a guided session
     recorded them up to it, else as the stored run of the kernel at the turn shows."""
     guided = GuidedSession.objects.filter(session=origin.session_id).first()
@@ -217,7 +223,7 @@ def _copy_kernels(guided: GuidedSession, version: KernelVersion, turn: Turn) -> 
     kernel.save(update_fields=["name", "harness"])
     try:
         sources = jobs.sources_for(version, jobs.parsed_harness(version))
-    except replay.ReplayProblem:
+    except jobs.ReplayProblem:
         sources = {"self": version.source}
     for name, source in sources.items():
         if name == "self":
@@ -236,7 +242,7 @@ def _copy_kernels(guided: GuidedSession, version: KernelVersion, turn: Turn) -> 
 
 
 def _welcome_back(
-    origin: Turn, version: KernelVersion | None, lesson: Lesson | None, met: dict
+    origin: Turn, version: KernelVersion | None, lesson: Lesson | None, met: dict[int, int]
 ) -> str:
     online = llm.configured()
     text = f"**Continuing from turn {origin.number} of “{origin.session.title}”.**\n\n"
@@ -267,7 +273,7 @@ def _welcome_back(
 
 
 @transaction.atomic
-def continue_session(user, origin: Turn) -> GuidedSession:
+def continue_session(user: User, origin: Turn) -> GuidedSession:
     """A guided session for this learner that carries on from a turn of another session:
     the lesson plan it followed, its kernel (and host program) as they stood there, and
     the turns up to it summarised for Claude (prompts.earlier_turns)."""
@@ -327,7 +333,7 @@ def _offline_answer(guided: GuidedSession, asks: bool) -> str:
     return content
 
 
-def say(guided: GuidedSession, text: str, stream: bool = True) -> Iterator[Event]:
+def say(guided: GuidedSession, text: str, stream: bool = True) -> Events:
     asks = guardrail.asks_for_answer(text)
     turn = guided.add_turn(
         Turn.Role.LEARNER,
@@ -381,7 +387,7 @@ def _changes(guided: GuidedSession, latest: KernelVersion | None, source: str, h
 
 def _store_submission(
     guided: GuidedSession, source: str, host: str | None, note: str, compare_with: int | None
-) -> tuple[KernelVersion, Turn, dict]:
+) -> tuple[KernelVersion, Turn, dict[str, Any]]:
     """The submission as a kernel version (a new one unless both halves are unchanged)
     and the learner's turn that submits it."""
     latest = guided.latest_version()
@@ -389,7 +395,7 @@ def _store_submission(
         host = latest.host_program if latest else ""
     resubmit = latest is not None and (latest.source, latest.host_program) == (source, host)
     name = guided.kernel.name
-    if resubmit:
+    if latest is not None and resubmit:
         version = latest
         content = f"Submitted **{name}** v{version.number} again (unchanged)."
     else:
@@ -402,7 +408,7 @@ def _store_submission(
         content = f"Submitted **{name}** v{version.number}{_changes(guided, latest, source, host)}"
     if note:
         content = f"{note}\n\n{content}"
-    meta = {"kind": "submission", "resubmit": resubmit}
+    meta: dict[str, Any] = {"kind": "submission", "resubmit": resubmit}
     if compare_with is not None and compare_with < version.number:
         meta["compare_with"] = compare_with
         content += f"\n\nIts outputs are compared with those of v{compare_with}."
@@ -425,7 +431,7 @@ def submit(
     host: str | None = None,
     compare_with: int | None = None,
     automatic: bool = False,
-) -> Iterator[Event]:
+) -> Events:
     """Store and run a submission: the WGSL, and the host program (None: the previous
     version's carries over; "": the harness is the host). compare_with: the number of an
     earlier version whose readbacks are the reference (a free-form session's choice).
@@ -472,7 +478,9 @@ def submit(
     yield "done", {}
 
 
-def _review(guided: GuidedSession, version: KernelVersion, turn: Turn, outcome) -> tuple[str, str]:
+def _review(
+    guided: GuidedSession, version: KernelVersion, turn: Turn, outcome: Outcome
+) -> tuple[str, str]:
     """The automatic review of a submission's run and its digest: what the run shows, then
     what the version changed since the previous one and whether that fixed it, and the
     objectives it met. What an earlier review said is not said again word for word."""
@@ -500,7 +508,7 @@ def _review(guided: GuidedSession, version: KernelVersion, turn: Turn, outcome) 
     return "\n\n".join(part for part in (headline, *told, rest) if part), digest
 
 
-def retry(guided: GuidedSession, stream: bool = True) -> Iterator[Event]:
+def retry(guided: GuidedSession, stream: bool = True) -> Events:
     pending = guided.pending_turn()
     if pending is None:
         yield (

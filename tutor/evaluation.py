@@ -19,6 +19,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
@@ -47,11 +48,11 @@ class Score:
         return sum(self.points.values()) if self.points.get("honest", 1) else 0
 
 
-def load_situations(directory: Path = SITUATIONS_DIR) -> list[dict]:
+def load_situations(directory: Path = SITUATIONS_DIR) -> list[dict[str, Any]]:
     return [json.loads(path.read_text()) for path in sorted(directory.glob("*.json"))]
 
 
-def score_reply(situation: dict, reply: str, withheld: bool = False) -> Score:
+def score_reply(situation: dict[str, Any], reply: str, withheld: bool = False) -> Score:
     """withheld: the guardrail took code out of the reply before the learner saw it."""
     lower = reply.lower()
     words = len(reply.split())
@@ -75,7 +76,7 @@ def score_reply(situation: dict, reply: str, withheld: bool = False) -> Score:
     )
 
 
-def reply_to(situation: dict, user: User, automatic: bool = False) -> tuple[str, bool]:
+def reply_to(situation: dict[str, Any], user: User, automatic: bool = False) -> tuple[str, bool]:
     """The tutor's reply to the situation's last submission, and whether the guardrail
     withheld code from it, in a session deleted afterwards. automatic: the automatic
     reviewer's reply, even with an API key."""
@@ -107,7 +108,9 @@ def reply_to(situation: dict, user: User, automatic: bool = False) -> tuple[str,
         guided.session.delete()
 
 
-def evaluate(situations: list[dict], tutors: Sequence[str] = (REVIEWER,)) -> dict[str, list[Score]]:
+def evaluate(
+    situations: list[dict[str, Any]], tutors: Sequence[str] = (REVIEWER,)
+) -> dict[str, list[Score]]:
     """Each tutor's scores on the situations: REVIEWER, and CLAUDE where there is a key."""
     user, created = User.objects.get_or_create(username=EVAL_USER)
     try:

@@ -10,6 +10,8 @@ the run does not show the cause, the finding says so.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 from kernels.engine.outcome import EntryPointFacts, RunWarning, WarningCode, output_list
 from tutor.quoting import quote
@@ -17,6 +19,11 @@ from tutor.quoting import quote
 LOCAL_BUILTINS = ("local_invocation_id", "local_invocation_index")
 # Beyond this many cells the scans below would cost the web process too much.
 MAX_CELLS = 4096
+
+# An output's cells as output_list gives them: numbers, None for a cell never written.
+Cells = list[Any]
+# Whether a value got is close enough to the one expected, under the harness's tolerance.
+Close = Callable[[Any, Any], bool]
 
 
 def runs(flags: list[bool]) -> list[tuple[int, int]]:
@@ -59,7 +66,9 @@ def _block_stride(ranges: list[tuple[int, int]]) -> tuple[int, int] | None:
 
 def builtin_names(entry: EntryPointFacts | None) -> dict[str, str]:
     """The entry point's parameters (or struct members) by the builtin they carry."""
-    return {builtin: name for name, builtin in (entry or {}).get("builtins", {}).items()}
+    if entry is None:
+        return {}
+    return {builtin: name for name, builtin in entry["builtins"].items()}
 
 
 def _local_index(entry: EntryPointFacts | None, name: str) -> str:
@@ -86,7 +95,7 @@ def race(entry: EntryPointFacts | None) -> str:
     workgroup barrier between the store before it and the read; "" otherwise. Only told
     where every barrier is in the entry point's own body (one in a helper function could
     run anywhere), and never for an older runner's analysis, which did not record them."""
-    shared = (entry or {}).get("shared") or {}
+    shared = (entry.get("shared") if entry else None) or {}
     accesses = shared.get("accesses") or []
     barriers = shared.get("barriers") or []
     if not accesses or shared.get("barriers_elsewhere", 1):
@@ -123,7 +132,7 @@ def race(entry: EntryPointFacts | None) -> str:
 
 
 def overrun(
-    warnings: list[RunWarning], threads: tuple[int, int, int] | None, outputs: list[dict]
+    warnings: list[RunWarning], threads: tuple[int, int, int] | None, outputs: list[dict[str, Any]]
 ) -> str:
     """The run's dropped-writes warning in the review's words: a store with no bounds check
     before it whose dispatch can reach past its buffer, which llvmpipe drops, so a run
@@ -160,7 +169,7 @@ def overrun(
 
 
 def unwritten_cells(
-    output: dict, entry: EntryPointFacts | None, threads: tuple[int, int, int] | None
+    output: dict[str, Any], entry: EntryPointFacts | None, threads: tuple[int, int, int] | None
 ) -> tuple[str, str]:
     """Where the never-written cells are, what that pattern points at, and a question:
     (kind, text), kind one of "local" (a per-workgroup builtin indexes the whole array),
@@ -255,7 +264,7 @@ def _whole_lines(unwritten: list[bool], shape: list[int]) -> str:
     return ""
 
 
-def best_shift(got: list, expected: list, close) -> int:
+def best_shift(got: Cells, expected: Cells, close: Close) -> int:
     """The constant offset k (|k| ≤ 64) for which the wrong cells hold expected[i + k];
     0 when no offset explains at least 95% of them (a pattern is only told when the
     run's data bears it out)."""
@@ -290,7 +299,7 @@ def cell_name(flat: int, shape: list[int]) -> str:
     return "[" + ", ".join(str(i) for i in reversed(place)) + "]"
 
 
-def shift_example(got: list, expected: list, shift: int, shape: list[int], close) -> str:
+def shift_example(got: Cells, expected: Cells, shift: int, shape: list[int], close: Close) -> str:
     """The first wrong cell the shift explains, with its numbers."""
     for i, value in enumerate(got[: min(len(got), len(expected), 1024)]):
         j = i + shift
@@ -320,13 +329,13 @@ def shift_explanation(shift: int, index: str, example: str = "") -> str:
     )
 
 
-def _finite(value) -> float | None:
+def _finite(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value) if math.isfinite(value) else None
 
 
-def row_factors(got: list, expected: list, shape: list[int], close) -> str:
+def row_factors(got: Cells, expected: Cells, shape: list[int], close: Close) -> str:
     """For a matrix whose wrong cells are, row by row, the expected value times one factor
     per row (the factors not all equal: that is a scaled result): which rows, by which
     factor, and the rows' sums. "" unless every wrong row bears that out."""
@@ -356,11 +365,11 @@ def row_factors(got: list, expected: list, shape: list[int], close) -> str:
     listed = ", ".join(f"row {r} × {f:.3g} ({n} cells)" for r, f, n in factors[:8])
     more = f" and {len(factors) - 8} more rows" if len(factors) > 8 else ""
 
-    def total(values: list) -> str:
-        finite = [_finite(v) for v in values]
-        if any(v is None for v in finite):
+    def total(values: Cells) -> str:
+        finite = [number for v in values if (number := _finite(v)) is not None]
+        if len(finite) < len(values):
             return "not finite"
-        return f"{sum(finite):.4g}"  # type: ignore[arg-type]
+        return f"{sum(finite):.4g}"
 
     sums = ", ".join(total(got[r * cols : (r + 1) * cols]) for r, _, _ in factors[:8])
     wanted = ", ".join(total(expected[r * cols : (r + 1) * cols]) for r, _, _ in factors[:8])
@@ -373,7 +382,7 @@ def row_factors(got: list, expected: list, shape: list[int], close) -> str:
     )
 
 
-def wrong_by_row(got: list, expected: list, shape: list[int], close) -> str:
+def wrong_by_row(got: Cells, expected: Cells, shape: list[int], close: Close) -> str:
     """Plainly, where the wrong cells are: per row of a matrix, or as ranges of cells."""
     count = min(len(got), len(expected), MAX_CELLS)
     flags = [
@@ -398,7 +407,7 @@ def wrong_by_row(got: list, expected: list, shape: list[int], close) -> str:
     return f"The wrong cells are {describe(ranges)}." if ranges else ""
 
 
-def only_first_row_right(got: list, expected: list, shape: list[int], close) -> bool:
+def only_first_row_right(got: Cells, expected: Cells, shape: list[int], close: Close) -> bool:
     """Whether row 0 of a matrix is entirely right and every other row has a wrong cell."""
     if len(shape) != 2 or shape[0] < 2 or len(got) > MAX_CELLS:
         return False

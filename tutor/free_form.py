@@ -8,6 +8,7 @@ with a numpy reference (kernels/engine/references.py), as a lesson does.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -15,25 +16,29 @@ class Template:
     slug: str
     title: str
     description: str
-    harness: dict
+    harness: dict[str, Any]  # the JSON spec kernels/engine/harness.py parses
     bindings: str
 
 
-def _buffer(usage: str, shape: list[int], dtype: str = "f32", **fill) -> dict:
+def _buffer(usage: str, shape: list[int], dtype: str = "f32", **fill: Any) -> dict[str, Any]:
     return {"usage": usage, "dtype": dtype, "shape": shape, **fill}
 
 
-def _random(seed: int, low: float = -1, high: float = 1) -> dict:
+def _random(seed: int, low: float = -1, high: float = 1) -> dict[str, Any]:
     return {"random": {"seed": seed, "low": low, "high": high}}
 
 
-def _out(shape: list[int], dtype: str = "f32") -> dict:
+def _out(shape: list[int], dtype: str = "f32") -> dict[str, Any]:
     return {**_buffer("read_write", shape, dtype), "output": True}
 
 
 def _harness(
-    description: str, buffers: dict, dispatch: list[int], reference: str, args: list[str]
-) -> dict:
+    description: str,
+    buffers: dict[str, dict[str, Any]],
+    dispatch: list[int],
+    reference: str,
+    args: list[str],
+) -> dict[str, Any]:
     names = list(buffers)
     return {
         "description": description,
@@ -51,7 +56,7 @@ def _harness(
     }
 
 
-def _declare(buffers: dict, atomic: bool = False) -> str:
+def _declare(buffers: dict[str, dict[str, Any]], atomic: bool = False) -> str:
     lines = []
     for i, (name, buf) in enumerate(buffers.items()):
         access = "read_write" if buf["usage"] == "read_write" else "read"
@@ -64,7 +69,7 @@ def _template(
     slug: str,
     title: str,
     text: str,
-    buffers: dict,
+    buffers: dict[str, dict[str, Any]],
     dispatch: list[int],
     reference: str,
     args: list[str],

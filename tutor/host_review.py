@@ -12,7 +12,7 @@ regular expression.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kernels.engine.outcome import Outcome
@@ -36,7 +36,7 @@ def _bytes(size: object) -> str:
     return f"{size:,} B" if isinstance(size, int) else "? B"
 
 
-def _listed(items: list, words) -> list[str]:
+def _listed(items: list[Any], words: Callable[[Any], str]) -> list[str]:
     shown = [words(item) for item in items[:SHOWN]]
     if len(items) > SHOWN:
         shown.append(f"… {len(items) - SHOWN} more")
@@ -98,7 +98,7 @@ def trace_text(outcome: Outcome) -> str:
     return "\n".join(lines)
 
 
-def _dispatch_text(dispatch: dict, bind_groups: dict) -> str:
+def _dispatch_text(dispatch: dict[str, Any], bind_groups: dict[str, Any]) -> str:
     groups = dispatch.get("workgroups") or []
     bound = []
     for index, name in sorted((dispatch.get("bind_groups") or {}).items()):
@@ -164,7 +164,7 @@ def error_review(outcome: Outcome, host: str) -> list[str]:
     return [part for part in parts if part]
 
 
-def _error_cause(error: dict, outcome: Outcome) -> str:
+def _error_cause(error: dict[str, Any], outcome: Outcome) -> str:
     message = error.get("message", "")
     if error.get("kind") == "webgpu":
         for flag, question in USAGE_QUESTIONS.items():
@@ -220,8 +220,8 @@ def dispatch_shortfall(outcome: Outcome, host: str, count: int, name: str) -> st
 
 
 def _workgroup_size(outcome: Outcome, entry_point: str) -> int | None:
-    facts = (outcome.get("analysis") or {}).get("self") or {}
-    for entry in facts.get("entry_points") or []:
+    facts = (outcome.get("analysis") or {}).get("self")
+    for entry in facts["entry_points"] if facts else []:
         if entry["name"] == entry_point or not entry_point:
             return math.prod(entry["workgroup_size"]) if entry["workgroup_size"] else None
     return None

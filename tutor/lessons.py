@@ -11,6 +11,7 @@ import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 
@@ -32,21 +33,21 @@ class Lesson:
     title: str
     summary: str
     kernel_name: str
-    harness: dict
+    harness: dict[str, Any]
     starter: str
     objectives: list[str] = field(default_factory=list)
     # Per objective, what a run shows when it is met (tutor/progress.py), or None.
-    objective_checks: list[dict | None] = field(default_factory=list)
+    objective_checks: list[dict[str, Any] | None] = field(default_factory=list)
     # The host program the learner writes, when the lesson teaches host code: its starter
     # is the scaffold (what the lesson does not teach), its objectives what it does.
     host_starter: str = ""
     host_objectives: list[str] = field(default_factory=list)
     context: str = ""
-    steps: list[dict] = field(default_factory=list)
+    steps: list[dict[str, Any]] = field(default_factory=list)
     pitfalls: list[str] = field(default_factory=list)
     hints: list[str] = field(default_factory=list)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         """The snapshot a guided session keeps (GuidedSession.lesson)."""
         return {
             "slug": self.slug,
@@ -69,21 +70,21 @@ class Lesson:
         }
 
 
-def _text(data: dict, key: str, required: bool = True) -> str:
+def _text(data: dict[str, Any], key: str, required: bool = True) -> str:
     value = data.get(key, "")
     if not isinstance(value, str) or (required and not value.strip()):
         raise LessonError(f"{key} must be a non-empty string")
     return value
 
 
-def _strings(data: dict, key: str) -> list[str]:
+def _strings(data: dict[str, Any], key: str) -> list[str]:
     value = data.get(key, [])
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
         raise LessonError(f"{key} must be a list of strings")
     return value
 
 
-def _host(kernel: dict, harness: dict) -> tuple[str, list[str]]:
+def _host(kernel: dict[str, Any], harness: dict[str, Any]) -> tuple[str, list[str]]:
     """The host starter and objectives, checked: a lesson that teaches host code gives a
     scaffold to write it in, and a reference its readbacks are checked against."""
     try:
@@ -112,7 +113,7 @@ def _host(kernel: dict, harness: dict) -> tuple[str, list[str]]:
 CHECK_KEYS = frozenset(("status", "calls", "builtins", "shared", "host", "guarded"))
 
 
-def _objective_checks(data: dict, objectives: list[str]) -> list[dict | None]:
+def _objective_checks(data: dict[str, Any], objectives: list[str]) -> list[dict[str, Any] | None]:
     checks = data.get("objective_checks", [])
     if not isinstance(checks, list) or len(checks) not in (0, len(objectives)):
         raise LessonError("objective_checks must be a list with one entry per objective")
@@ -166,7 +167,7 @@ def parse_lesson(data: object) -> Lesson:
     )
 
 
-_cache: dict[str, tuple[tuple, list[Lesson]]] = {}
+_cache: dict[str, tuple[tuple[tuple[str, int, int], ...], list[Lesson]]] = {}
 
 
 def load_lessons() -> list[Lesson]:

@@ -32,7 +32,8 @@ from django.conf import settings
 log = logging.getLogger(__name__)
 
 _lock = threading.Lock()
-_clients: dict[tuple, anthropic.Anthropic] = {}
+# Keyed by the settings a client is built from: key, base URL, stall timeout, retries.
+_clients: dict[tuple[str, str, float, int], anthropic.Anthropic] = {}
 
 # The reply's deadline, in seconds since the epoch, on each request the SDK sends.
 DEADLINE_HEADER = "x-kernelbin-reply-deadline"

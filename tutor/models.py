@@ -9,8 +9,10 @@ at a time, token accounting for budgets, and the guardrail's record.
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from django.conf import settings
+from django.contrib.auth.models import AnonymousUser, User
 from django.db import models, transaction
 from django.db.models import Q, Sum
 from django.urls import reverse
@@ -31,8 +33,8 @@ REPLY_MAX_SECONDS = 900
 CHATTER_KINDS = ("offline_notice", "run_note")
 
 
-class GuidedSessionQuerySet(models.QuerySet):
-    def for_user(self, user) -> GuidedSessionQuerySet:
+class GuidedSessionQuerySet(models.QuerySet["GuidedSession"]):
+    def for_user(self, user: User | AnonymousUser) -> GuidedSessionQuerySet:
         """Sessions this user may open: their own, and every one for staff (read only)."""
         if user.is_authenticated and user.is_staff:
             return self
@@ -152,7 +154,7 @@ class GuidedSession(models.Model):
         last = self.session.turns.aggregate(models.Max("number"))["number__max"]
         return (last or 0) + 1
 
-    def add_turn(self, role: str, content: str, **fields) -> Turn:
+    def add_turn(self, role: str, content: str, **fields: Any) -> Turn:
         return Turn.objects.create(
             session=self.session,
             number=self.next_turn_number(),
@@ -176,7 +178,7 @@ class GuidedSession(models.Model):
             return self.session.turns.filter(number=last.meta.get("reply_to") or 0).first()
         return None
 
-    def latest_version(self):
+    def latest_version(self) -> KernelVersion | None:
         return self.kernel.versions.order_by("-number").first()
 
     def compared_with(self, version: KernelVersion) -> KernelVersion | None:
@@ -209,7 +211,7 @@ class GuidedSession(models.Model):
 
     # -- publishing --------------------------------------------------------------------
 
-    def chatter(self):
+    def chatter(self) -> models.QuerySet[Turn]:
         """Turns of the live page that are no part of the session as a record: the
         automatic reviewer's notices about what it can do (with canned refusals) and
         notes that a run could not start. Publishing hides them, keeping their numbers."""
@@ -284,7 +286,7 @@ class ApiCall(models.Model):
     def __str__(self) -> str:
         return f"{self.model} {self.total_tokens} tokens ({self.outcome})"
 
-    def save(self, *args, **kwargs) -> None:
+    def save(self, *args: Any, **kwargs: Any) -> None:
         self.total_tokens = (
             self.input_tokens
             + self.output_tokens
@@ -298,7 +300,7 @@ class ApiCall(models.Model):
         ApiCall.objects.filter(pk=self.pk).update(turn=turn)
 
     @classmethod
-    def used_by(cls, user, hours: int = 24) -> int:
+    def used_by(cls, user: User, hours: int = 24) -> int:
         since = timezone.now() - timedelta(hours=hours)
         used = cls.objects.filter(user=user, created__gte=since).aggregate(t=Sum("total_tokens"))
         return used["t"] or 0

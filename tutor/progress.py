@@ -9,11 +9,11 @@ the worker's analysis of the source; nothing parses a kernel in the web process.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from kernels.engine.outcome import Outcome, Status
+from kernels.engine.outcome import EntryPointFacts, Outcome, Status
 from kernels.models import KernelVersion, text_diff
-from sessions.models import Turn
+from sessions.models import Turn, TurnQuerySet
 from tutor import host_review
 from tutor.review import FINDINGS
 
@@ -21,11 +21,12 @@ if TYPE_CHECKING:
     from tutor.models import GuidedSession
 
 
-def _entry_points(outcome: Outcome) -> list[dict]:
-    return list(((outcome.get("analysis") or {}).get("self") or {}).get("entry_points") or [])
+def _entry_points(outcome: Outcome) -> list[EntryPointFacts]:
+    facts = (outcome.get("analysis") or {}).get("self")
+    return facts["entry_points"] if facts else []
 
 
-def _shows(check: dict, outcome: Outcome) -> bool:
+def _shows(check: dict[str, Any], outcome: Outcome) -> bool:
     """Whether this run shows what the check asks for."""
     if check.get("status") and outcome.get("status") not in check["status"]:
         return False
@@ -46,13 +47,13 @@ def _shows(check: dict, outcome: Outcome) -> bool:
     ) or not (wanted_calls or wanted_builtins or check.get("shared"))
 
 
-def objectives_met(lesson: dict, outcome: Outcome) -> list[int]:
+def objectives_met(lesson: dict[str, Any], outcome: Outcome) -> list[int]:
     """The indexes of the lesson's objectives this run shows met."""
     checks = (lesson or {}).get("objective_checks") or []
     return [i for i, check in enumerate(checks) if check and _shows(check, outcome)]
 
 
-def _submissions(guided: GuidedSession):
+def _submissions(guided: GuidedSession) -> TurnQuerySet:
     return guided.session.turns.filter(
         meta__kind="submission", kernel_version__kernel=guided.kernel
     ).select_related("kernel_version")
@@ -71,7 +72,8 @@ def met_so_far(guided: GuidedSession, before: int | None = None) -> dict[int, in
         met[int(index)] = number
     for turn in turns:
         for index in turn.meta.get("met") or []:
-            met.setdefault(index, turn.kernel_version.number)
+            if turn.kernel_version:
+                met.setdefault(index, turn.kernel_version.number)
     return met
 
 
@@ -108,7 +110,7 @@ def since_previous(
     """One sentence: what this version changed since the previous one, and whether that
     fixed the previous version's failure (or what its review pointed out: FINDINGS), told
     from both runs' recorded results."""
-    if previous is None:
+    if previous is None or previous.kernel_version is None:
         return ""
     before = previous.meta.get("run") or {}
     was, now = before.get("status", ""), outcome.get("status", "")
@@ -137,7 +139,7 @@ def since_previous(
 
 
 def objectives_line(
-    lesson: dict, met_before: dict[int, int], met_now: list[int], passed: bool
+    lesson: dict[str, Any], met_before: dict[int, int], met_now: list[int], passed: bool
 ) -> str:
     """Which objectives this version newly met, and on a pass, which one a run can still
     show (a failing run's review hints at its failure instead)."""

@@ -9,7 +9,7 @@ its diff, the last run, the reminder) goes into the last user message, after the
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 
@@ -141,7 +141,7 @@ def _list(items: list[str]) -> str:
     return "\n".join(f"- {item}" for item in items) or "- (none)"
 
 
-def _harness_text(harness: dict) -> str:
+def _harness_text(harness: dict[str, Any]) -> str:
     if not harness:
         return "No harness: submissions are only compiled and validated (status no_reference)."
     try:
@@ -227,7 +227,7 @@ Starter code the learner was given (bindings declared, the rest is theirs):
 </lesson>"""
 
 
-def _host_lesson_text(kernel: dict) -> str:
+def _host_lesson_text(kernel: dict[str, Any]) -> str:
     """The host program the lesson asks for: its objectives and the scaffold given."""
     starter = kernel.get("host_starter") or ""
     if not starter.strip():
@@ -274,7 +274,7 @@ def earlier_turns(origin: Turn) -> str:
     )
 
 
-def system_blocks(guided: GuidedSession) -> list[dict]:
+def system_blocks(guided: GuidedSession) -> list[dict[str, Any]]:
     lesson = lesson_text(guided)
     if guided.earlier_turns:
         # In the lesson's block: it is fixed for the session, and so is the cache prefix.
@@ -295,11 +295,11 @@ def run_summary(turn: Turn) -> str:
     return f" It ran: {run.get('status', 'unknown')}. {run.get('message', '')}".rstrip()
 
 
-def _block(turn: Turn) -> tuple[str, dict] | None:
+def _block(turn: Turn) -> tuple[str, dict[str, Any]] | None:
     """The Messages-API block a stored turn stands for, or None for turns Claude never said."""
     meta = turn.meta
     if turn.role == Turn.Role.LEARNER:
-        if turn.kernel_version_id and meta.get("kind") == "submission":
+        if turn.kernel_version and meta.get("kind") == "submission":
             compared = meta.get("compare_with")
             text = (
                 f"[I submitted {turn.kernel_version.kernel.name} v{turn.kernel_version.number}"
@@ -337,7 +337,7 @@ def _block(turn: Turn) -> tuple[str, dict] | None:
     return None
 
 
-def _pair_tools(messages: list[dict]) -> list[dict]:
+def _pair_tools(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Keep only tool calls answered by the next message, and results whose call is in the
     message before: a reply cut off between the two must not make the history invalid."""
     for index, message in enumerate(messages):
@@ -368,8 +368,8 @@ def _pair_tools(messages: list[dict]) -> list[dict]:
     return [m for m in messages if m["content"]]
 
 
-def conversation(guided: GuidedSession) -> list[dict]:
-    messages: list[dict] = []
+def conversation(guided: GuidedSession) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = []
     turns = guided.session.turns.select_related("kernel_version__kernel").order_by("number")
     for turn in turns:
         found = _block(turn)
@@ -384,7 +384,7 @@ def conversation(guided: GuidedSession) -> list[dict]:
             messages.append({"role": role, "content": [block]})
     messages = _pair_tools(messages)
     # Merging may be needed again after dropping unanswered calls.
-    merged: list[dict] = []
+    merged: list[dict[str, Any]] = []
     for message in messages:
         if merged and merged[-1]["role"] == message["role"]:
             merged[-1]["content"].extend(message["content"])
@@ -477,7 +477,9 @@ def state_text(guided: GuidedSession, notes: Sequence[str] = ()) -> str:
     return "\n\n".join(parts)
 
 
-def request(guided: GuidedSession, notes: Sequence[str] = (), final_round: bool = False) -> dict:
+def request(
+    guided: GuidedSession, notes: Sequence[str] = (), final_round: bool = False
+) -> dict[str, Any]:
     """Keyword arguments for messages.create / messages.stream."""
     messages = conversation(guided)
     state = {"type": "text", "text": state_text(guided, notes)}

@@ -13,10 +13,12 @@ import threading
 import time
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import anthropic
 import httpx2
-from anthropic.types import Message, ToolUseBlock
+from anthropic.lib.streaming import MessageStream
+from anthropic.types import Message, ToolUseBlock, Usage
 from django.conf import settings
 
 from kernels import replay
@@ -27,7 +29,9 @@ from tutor.models import ApiCall, GuardrailEvent, GuidedSession
 from tutor.review import status_label
 
 # (name, data): the events tutor/engine.py describes.
-Event = tuple[str, dict]
+Event = tuple[str, dict[str, Any]]
+# A reply's events as they come; closing it stops the reply.
+Events = Generator[Event, None, None]
 
 INCOMPLETE_NOTE = "*(Cut off: this reply is incomplete. Press Retry for a whole one.)*"
 # How soon to try again when every reply slot of this process is taken.
@@ -69,7 +73,7 @@ def budget_problem(guided: GuidedSession) -> str:
     return ""
 
 
-def _usage(usage) -> dict[str, int]:
+def _usage(usage: Usage | None) -> dict[str, int]:
     if usage is None:
         return {}
     return {
@@ -80,7 +84,7 @@ def _usage(usage) -> dict[str, int]:
     }
 
 
-def _snapshot_usage(live) -> dict[str, int]:
+def _snapshot_usage(live: MessageStream | None) -> dict[str, int]:
     if live is None:
         return {}
     try:
@@ -117,7 +121,7 @@ class ToolRun:
     markdown: str
 
 
-def run_kernel_tool(guided: GuidedSession, arguments: dict) -> ToolRun:
+def run_kernel_tool(guided: GuidedSession, arguments: dict[str, Any]) -> ToolRun:
     number = arguments.get("version") if isinstance(arguments, dict) else None
     if number is not None and (not isinstance(number, int) or isinstance(number, bool)):
         return ToolRun("version must be an integer.", True, None, "The tool call was malformed.")
@@ -154,7 +158,7 @@ class Answer:
     guarded: guardrail.Guarded
     tool_uses: list[ToolUseBlock]
     # Model, usage, stop reason and request id: they go on the round's first turn.
-    meta: dict
+    meta: dict[str, Any]
 
 
 def _notes(guided: GuidedSession, pending: Turn | None) -> list[str]:
@@ -180,7 +184,7 @@ def _known(guided: GuidedSession) -> frozenset[str]:
     return guardrail.known_units(sources)
 
 
-def _error(guided: GuidedSession, kind: str, message: str, retry: bool, **extra) -> Event:
+def _error(guided: GuidedSession, kind: str, message: str, retry: bool, **extra: Any) -> Event:
     guided.set_error(message)
     return "error", {"kind": kind, "message": message, "retry": retry, **extra}
 
@@ -283,7 +287,7 @@ def _rounds(
 def _ask(
     client: anthropic.Anthropic,
     guided: GuidedSession,
-    params: dict,
+    params: dict[str, Any],
     stream: bool,
     deadline: float,
     pending: Turn | None,
@@ -294,11 +298,11 @@ def _ask(
     incomplete, never as a whole one."""
     known = _known(guided)
     guard = guardrail.StreamGuard(known)
-    live = None
-    options = {"extra_headers": llm.deadline_headers(deadline)}
+    live: MessageStream | None = None
+    headers = llm.deadline_headers(deadline)
     try:
         if stream:
-            with client.messages.stream(**params, **options) as live:
+            with client.messages.stream(**params, extra_headers=headers) as live:
                 for event in live:
                     if event.type == "text" and (shown := guard.feed(event.text)):
                         yield "delta", {"text": shown}
@@ -307,7 +311,7 @@ def _ask(
                 yield "delta", {"text": tail}
             request_id = live.request_id or ""
         else:
-            message = client.messages.create(**params, **options)
+            message = client.messages.create(**params, extra_headers=headers)
             request_id = getattr(message, "_request_id", None) or ""
     except GeneratorExit:
         # The browser went away mid-reply: the reply is discarded, the tokens were spent.
@@ -324,9 +328,10 @@ def _ask(
     return _answer(guided, message, request_id, known)
 
 
-def _whole_message(live) -> Message:
+def _whole_message(live: MessageStream) -> Message:
     """The streamed message, if it arrived whole (a stream that ends without its
     message_stop was cut off: the SDK would give what it had as if it were all)."""
+    message: Message | None
     try:
         message = live.get_final_message()
     except AssertionError:  # not even message_start arrived
@@ -343,7 +348,7 @@ def _store_incomplete(
     as such, never sent back to Claude as its answer, and the learner's turn still
     pending (Retry answers it)."""
     guarded = guardrail.redact(text, known)
-    meta: dict = {"kind": "reply", "automatic": False, "incomplete": True}
+    meta: dict[str, Any] = {"kind": "reply", "automatic": False, "incomplete": True}
     if pending is not None:
         meta["reply_to"] = pending.number
     _guard_meta(meta, guarded)
@@ -427,7 +432,7 @@ def _store_text(
     return turn
 
 
-def _guard_meta(meta: dict, guarded: guardrail.Guarded) -> None:
+def _guard_meta(meta: dict[str, Any], guarded: guardrail.Guarded) -> None:
     if guarded.redacted:
         meta["guardrail"] = {"rules": guarded.rules, "withheld": len(guarded.findings)}
 
@@ -475,7 +480,10 @@ def _use_tools(
 
 
 def _store_tool_call(
-    guided: GuidedSession, tool_use: ToolUseBlock, arguments: dict, first_of: Answer | None
+    guided: GuidedSession,
+    tool_use: ToolUseBlock,
+    arguments: dict[str, Any],
+    first_of: Answer | None,
 ) -> Turn:
     """The tool turn of a call; first_of: the answer whose first turn it is (no text came
     before it), which gets the round's usage."""
@@ -501,11 +509,11 @@ def _store_tool_call(
 
 def _store_tool_result(guided: GuidedSession, tool_use: ToolUseBlock, result: ToolRun) -> Turn:
     execution = result.execution
-    ran = execution is not None and execution.outcome is not None
+    ran = execution if execution is not None and execution.outcome is not None else None
     return guided.add_turn(
         Turn.Role.TOOL,
         result.markdown,
-        kernel_version=execution.version if ran else None,
+        kernel_version=ran.version if ran else None,
         meta={
             "kind": "tool_result",
             "tool": tool_use.name,

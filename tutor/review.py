@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
+from typing import Any
 
 from kernels.engine.harness import HarnessError, parse_harness
 from kernels.engine.outcome import EntryPointFacts, Outcome, Status, output_list
@@ -21,17 +23,17 @@ from tutor import evidence, host_review
 from tutor.quoting import quote, source_line
 
 FIRST_CELLS = 6
+# The strings JSON carries NaN and the infinities as.
+SPECIAL = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 
-def _number(raw) -> float | None:
-    if isinstance(raw, bool):
-        return None
-    if isinstance(raw, int | float):
+def _number(raw: object) -> float | None:
+    if isinstance(raw, int | float) and not isinstance(raw, bool):
         return float(raw)
-    return {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}.get(raw)
+    return SPECIAL.get(raw) if isinstance(raw, str) else None
 
 
-def _fmt(value) -> str:
+def _fmt(value: object) -> str:
     number = _number(value)
     if value is None:
         return "never written"
@@ -54,7 +56,7 @@ def status_label(outcome: Outcome) -> str:
 
 def outcome_for_model(outcome: Outcome) -> str:
     """The facts of a run as compact JSON: what Claude needs to review, nothing more."""
-    facts: dict = {"status": outcome.get("status"), "message": outcome.get("message", "")}
+    facts: dict[str, Any] = {"status": outcome.get("status"), "message": outcome.get("message", "")}
     if compile_error := outcome.get("compile"):
         facts["compile_error"] = {
             key: compile_error.get(key)
@@ -149,7 +151,7 @@ def _mentions(text: str, phrase: str) -> bool:
 
 
 def _compile_review(outcome: Outcome, source: str) -> list[str]:
-    info = outcome.get("compile") or {}
+    info: Mapping[str, Any] = outcome.get("compile") or {}
     line, column = info.get("line"), info.get("column")
     where = f"line {line}, column {column}" if line else "an unknown place"
     # naga compiles; Chrome's compiler, Tint, refuses what naga lets through (a barrier
@@ -180,7 +182,7 @@ def _compile_review(outcome: Outcome, source: str) -> list[str]:
     return [" ".join(parts[:2]), *parts[2:]]
 
 
-def _bindings(harness: dict) -> str:
+def _bindings(harness: dict[str, Any]) -> str:
     try:
         parsed = parse_harness(harness)
     except HarnessError:
@@ -198,7 +200,7 @@ def _bindings(harness: dict) -> str:
     return "; ".join(rows)
 
 
-def _pipeline_review(outcome: Outcome, harness: dict) -> list[str]:
+def _pipeline_review(outcome: Outcome, harness: dict[str, Any]) -> list[str]:
     message = outcome.get("message", "")
     parts = [f"**It compiles, but the pipeline could not be set up:** {message}"]
     text = f"{message} {outcome.get('error', '')}"
@@ -235,7 +237,7 @@ def _pipeline_review(outcome: Outcome, harness: dict) -> list[str]:
     return parts
 
 
-def _entry_point(outcome: Outcome, harness: dict) -> tuple[EntryPointFacts, int] | None:
+def _entry_point(outcome: Outcome, harness: dict[str, Any]) -> tuple[EntryPointFacts, int] | None:
     """The first pass's entry point as the worker read it, and the pass's workgroups: the
     host program's first dispatch in a program run, else the harness's first pass."""
     if host_review.program(outcome):
@@ -249,14 +251,14 @@ def _entry_point(outcome: Outcome, harness: dict) -> tuple[EntryPointFacts, int]
         except HarnessError:
             return None
         kernel, entry_point, groups = first.kernel, first.entry_point, math.prod(first.dispatch)
-    facts = (outcome.get("analysis") or {}).get(kernel) or {"entry_points": []}
-    for entry in facts["entry_points"]:
+    facts = (outcome.get("analysis") or {}).get(kernel)
+    for entry in facts["entry_points"] if facts else []:
         if entry["name"] == entry_point:
             return entry, groups
     return None
 
 
-def _threads(outcome: Outcome, harness: dict) -> tuple[int, int, int] | None:
+def _threads(outcome: Outcome, harness: dict[str, Any]) -> tuple[int, int, int] | None:
     """(workgroups, invocations per workgroup, total invocations) of the first pass; a
     size that is not a constant counts as 1, as the limits' pre-check counts it."""
     found = _entry_point(outcome, harness)
@@ -276,14 +278,14 @@ def _store_places(entry: EntryPointFacts | None, name: str) -> str:
     return ", ".join(f"{quoted} (line {line})" for quoted, line in places)
 
 
-def _stores(outcome: Outcome, harness: dict, name: str) -> str:
+def _stores(outcome: Outcome, harness: dict[str, Any], name: str) -> str:
     """Where the kernel stores into the output, as a sentence: It stores into `out[i]`."""
     found = _entry_point(outcome, harness)
     listed = _store_places(found[0] if found else None, name)
     return f" It stores into {listed}." if listed else ""
 
 
-def _transposed(output: dict) -> bool:
+def _transposed(output: dict[str, Any]) -> bool:
     shape = output.get("shape") or []
     got, expected = output_list(output, "got"), output_list(output, "expected")
     if len(shape) != 2 or shape[0] != shape[1] or not got or not expected:
@@ -306,14 +308,14 @@ def _transposed(output: dict) -> bool:
     return total > 0 and matches / total > 0.9
 
 
-def _closeness(harness: dict):
+def _closeness(harness: dict[str, Any]) -> evidence.Close:
     """Whether a cell agrees with its reference as the run's comparison judged it (numpy's
     isclose with the harness's tolerance), so every count and pattern told here is about
     the cells the run called wrong: a cell of 4e-12 is not "the value" of one of 3e-6."""
     tolerance = (harness or {}).get("tolerance") or {}
     atol, rtol = tolerance.get("atol", 1e-5), tolerance.get("rtol", 1e-5)
 
-    def close(got, want) -> bool:
+    def close(got: object, want: object) -> bool:
         g, e = _number(got), _number(want)
         return g is not None and e is not None and abs(g - e) <= atol + rtol * abs(e)
 
@@ -328,7 +330,7 @@ def _zero_swapped(wrong: list[tuple[float, float]]) -> bool:
     )
 
 
-def _value_pattern(output: dict, index: str, harness: dict) -> str:
+def _value_pattern(output: dict[str, Any], index: str, harness: dict[str, Any]) -> str:
     """What the wrong values themselves show. A pattern is told only when every wrong
     cell it speaks of bears it out, with the numbers; otherwise where the wrong cells are,
     plainly. index is where the kernel stores (`out[i]` (line 9)), or ""."""
@@ -343,12 +345,12 @@ def _value_pattern(output: dict, index: str, harness: dict) -> str:
         return ""
     close = _closeness(harness)
     shape = output.get("shape") or []
+    numbers = ((_number(g), _number(e)) for g, e in zip(got, expected, strict=False))
     pairs = [
-        (_number(g), _number(e))
-        for g, e in zip(got, expected, strict=False)
-        if _number(g) is not None and _number(e) is not None
+        (g, e)
+        for g, e in numbers
+        if g is not None and e is not None and math.isfinite(g) and math.isfinite(e)
     ]
-    pairs = [(g, e) for g, e in pairs if math.isfinite(g) and math.isfinite(e)]
     wrong = [(g, e) for g, e in pairs if not close(g, e)]
     if not wrong:
         return ""
@@ -400,7 +402,7 @@ def _value_pattern(output: dict, index: str, harness: dict) -> str:
     ).strip()
 
 
-def _cells(output: dict) -> str:
+def _cells(output: dict[str, Any]) -> str:
     rows = []
     for cell in (output.get("first_bad") or [])[:FIRST_CELLS]:
         index = ", ".join(str(i) for i in cell.get("index") or [])
@@ -410,7 +412,7 @@ def _cells(output: dict) -> str:
     return "| cell | expected | got |\n|---|---|---|\n" + "\n".join(rows)
 
 
-def _results_review(outcome: Outcome, harness: dict, host: str) -> list[str]:
+def _results_review(outcome: Outcome, harness: dict[str, Any], host: str) -> list[str]:
     parts = [f"**It runs, but the results are wrong:** {outcome.get('message', '')}"]
     threads = _threads(outcome, harness)
     found_entry = _entry_point(outcome, harness)
@@ -454,9 +456,9 @@ def _results_review(outcome: Outcome, harness: dict, host: str) -> list[str]:
 
 
 def _unwritten(
-    output: dict,
+    output: dict[str, Any],
     outcome: Outcome,
-    harness: dict,
+    harness: dict[str, Any],
     host: str,
     entry: EntryPointFacts | None,
     threads: tuple[int, int, int] | None,
@@ -518,12 +520,12 @@ FINDINGS = {
 }
 
 
-def _overrun(outcome: Outcome, harness: dict) -> str:
+def _overrun(outcome: Outcome, harness: dict[str, Any]) -> str:
     threads = _threads(outcome, harness)
     return evidence.overrun(warnings_of(outcome), threads, outcome.get("outputs", []))
 
 
-def findings(outcome: Outcome, harness: dict) -> list[str]:
+def findings(outcome: Outcome, harness: dict[str, Any]) -> list[str]:
     """The codes of what the review says about the kernel beyond its verdict (FINDINGS),
     recorded with each submission so the next one can be told what it fixed."""
     found = _entry_point(outcome, harness)
@@ -536,7 +538,7 @@ def findings(outcome: Outcome, harness: dict) -> list[str]:
     return codes
 
 
-def offline_review(outcome: Outcome, source: str, harness: dict, host: str = "") -> str:
+def offline_review(outcome: Outcome, source: str, harness: dict[str, Any], host: str = "") -> str:
     """The automatic review of one run, in Markdown; host is the version's host program."""
     status = outcome.get("status", "")
     if stopped := host_review.error_review(outcome, host):

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
+from typing import Any
 
 from django.conf import settings
 from django.contrib import messages
@@ -37,6 +38,7 @@ from django.template.loader import render_to_string
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from config.accounts import SignedInRequest
 from config.ratelimit import client_key, hit
 from kernels import replay
 from kernels.models import Run
@@ -44,12 +46,12 @@ from pages.access import get_session_for_user
 from pages.host_context import host_context
 from pages.navigation import stored_runs
 from pages.outcome_context import outcome_context
-from sessions.models import Session
+from sessions.models import TITLE_LENGTH, Session, Turn
 from tutor import engine, llm, progress
 from tutor.free_form import TEMPLATES
 from tutor.lessons import get_lesson, load_lessons
 from tutor.models import ApiCall, GuidedSession
-from tutor.replies import budget_problem
+from tutor.replies import Events, budget_problem
 from tutor.review import status_label
 
 log = logging.getLogger(__name__)
@@ -60,7 +62,7 @@ INTERNAL_ERROR = (
 )
 
 
-def _get_guided_for_user(request: HttpRequest, slug: str, write: bool = False) -> GuidedSession:
+def _get_guided_for_user(request: SignedInRequest, slug: str, write: bool = False) -> GuidedSession:
     """The guided session at this slug if this user may open it (write: post to it).
 
     Learners see only their own sessions; staff may read every one but post to none but
@@ -94,7 +96,7 @@ def _refuse(
 # -- rendering pieces the page and the stream share ---------------------------------------
 
 
-def _usage_context(guided: GuidedSession) -> dict:
+def _usage_context(guided: GuidedSession) -> dict[str, Any]:
     totals = guided.usage_totals()
     budget = settings.TUTOR_SESSION_TOKEN_BUDGET
     return {
@@ -108,7 +110,7 @@ def _usage_context(guided: GuidedSession) -> dict:
     }
 
 
-def _run_context(guided: GuidedSession, execution: replay.Replay | None) -> dict:
+def _run_context(guided: GuidedSession, execution: replay.Replay | None) -> dict[str, Any]:
     """The run panel's context: the outcome, or why there is none, and what a host
     program did and what its readbacks were compared with."""
     context = {**outcome_context(execution), "execution": execution}
@@ -122,7 +124,7 @@ def _run_context(guided: GuidedSession, execution: replay.Replay | None) -> dict
     return context
 
 
-def _badge_runs(turns: list) -> dict[int, Run]:
+def _badge_runs(turns: list[Turn]) -> dict[int, Run]:
     """The run each version's badge shows, by version id: the one its latest submission
     recorded (run with the comparison the learner chose, which the run a reader would
     see does not take), else the run a reader would see."""
@@ -138,7 +140,7 @@ def _badge_runs(turns: list) -> dict[int, Run]:
     return runs
 
 
-def _render_turn(request: HttpRequest, guided: GuidedSession, turn) -> str:
+def _render_turn(request: HttpRequest, guided: GuidedSession, turn: Turn) -> str:
     if turn.kernel_version_id:
         # Its badge says how the version ran, as the page's turns do (_turns_with_runs).
         same = list(guided.session.turns.filter(kernel_version=turn.kernel_version_id))
@@ -158,7 +160,7 @@ class EventStream:
     discards the unfinished reply) and releases the lock.
     """
 
-    def __init__(self, request: HttpRequest, guided: GuidedSession, events: Iterator) -> None:
+    def __init__(self, request: HttpRequest, guided: GuidedSession, events: Events) -> None:
         self.request = request
         self.guided = guided
         self.events = events
@@ -170,7 +172,7 @@ class EventStream:
     def __iter__(self) -> Iterator[bytes]:
         return self._iterator
 
-    def _run(self) -> Iterator[bytes]:
+    def _run(self) -> Generator[bytes, None, None]:
         try:
             # Sent at once, so proxies and the browser see the stream open.
             yield b": reply stream\n\n"
@@ -201,10 +203,10 @@ class EventStream:
             self.guided.release_reply()
 
     @staticmethod
-    def encode(name: str, data: dict) -> bytes:
+    def encode(name: str, data: dict[str, Any]) -> bytes:
         return f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
 
-    def payload(self, name: str, data: dict) -> dict:
+    def payload(self, name: str, data: dict[str, Any]) -> dict[str, Any]:
         request, guided = self.request, self.guided
         if name == "turn":
             turn = data["turn"]
@@ -269,7 +271,7 @@ class EventStream:
 
 
 def _exchange(
-    request: HttpRequest, guided: GuidedSession, start: Callable[[bool], Iterator]
+    request: HttpRequest, guided: GuidedSession, start: Callable[[bool], Events]
 ) -> HttpResponseBase:
     if not guided.claim_reply():
         return _refuse(
@@ -344,7 +346,7 @@ def index(request: HttpRequest) -> HttpResponse:
 
 @require_POST
 @login_required
-def start(request: HttpRequest) -> HttpResponse:
+def start(request: SignedInRequest) -> HttpResponse:
     choice = request.POST.get("lesson", "")
     lesson = template = None
     if choice == "free" and request.POST.get("template"):
@@ -369,7 +371,7 @@ def start(request: HttpRequest) -> HttpResponse:
 
 @require_POST
 @login_required
-def continue_from(request: HttpRequest, slug: str, number: int) -> HttpResponse:
+def continue_from(request: SignedInRequest, slug: str, number: int) -> HttpResponse:
     """A guided session of the reader's own that carries on from a turn they can read."""
     origin = get_object_or_404(get_session_for_user(request, slug).turns, number=number)
     wait = hit("tutor-start", client_key(request), settings.TUTOR_STARTS_PER_HOUR, 3600)
@@ -389,12 +391,13 @@ def _origin_link(request: HttpRequest, guided: GuidedSession) -> str:
     return f"{origin.session.get_absolute_url()}?turn={origin.number}#turn-{origin.number}"
 
 
-def _turns_with_runs(session: Session) -> list:
+def _turns_with_runs(session: Session) -> list[Turn]:
     """The session's turns, each that reviewed a kernel with its stored run for its badge."""
     turns = list(session.turns.select_related("kernel_version__kernel").order_by("number"))
     runs = _badge_runs(turns)
     for turn in turns:
-        turn.replayed = runs.get(turn.kernel_version_id)
+        if turn.kernel_version_id:
+            turn.replayed = runs.get(turn.kernel_version_id)
     return turns
 
 
@@ -408,7 +411,7 @@ def _objectives(guided: GuidedSession) -> list[tuple[str, int | None]]:
 @never_cache
 @require_GET
 @login_required
-def session_page(request: HttpRequest, slug: str) -> HttpResponse:
+def session_page(request: SignedInRequest, slug: str) -> HttpResponse:
     guided = _get_guided_for_user(request, slug)
     session = guided.session
     latest = guided.latest_version()
@@ -442,7 +445,7 @@ def session_page(request: HttpRequest, slug: str) -> HttpResponse:
 
 @require_POST
 @login_required
-def say(request: HttpRequest, slug: str) -> HttpResponseBase:
+def say(request: SignedInRequest, slug: str) -> HttpResponseBase:
     guided = _get_guided_for_user(request, slug, write=True)
     text = request.POST.get("text", "").strip()
     if not text:
@@ -471,7 +474,7 @@ def _compare_with(request: HttpRequest, guided: GuidedSession) -> int | bool | N
 
 @require_POST
 @login_required
-def submit(request: HttpRequest, slug: str) -> HttpResponseBase:
+def submit(request: SignedInRequest, slug: str) -> HttpResponseBase:
     guided = _get_guided_for_user(request, slug, write=True)
     # Keep the learner's code exactly as typed, apart from Windows line ends.
     source = request.POST.get("source", "").replace("\r\n", "\n")
@@ -517,7 +520,7 @@ def submit(request: HttpRequest, slug: str) -> HttpResponseBase:
 
 @require_POST
 @login_required
-def retry(request: HttpRequest, slug: str) -> HttpResponseBase:
+def retry(request: SignedInRequest, slug: str) -> HttpResponseBase:
     guided = _get_guided_for_user(request, slug, write=True)
     if guided.pending_turn() is None:
         return _refuse(
@@ -537,7 +540,7 @@ VISIBILITIES = [
 @never_cache
 @require_http_methods(["GET", "POST"])
 @login_required
-def publish(request: HttpRequest, slug: str) -> HttpResponse:
+def publish(request: SignedInRequest, slug: str) -> HttpResponse:
     """GET: a preview of exactly what publishing makes readable, and the choice of public
     or unlisted (none made for the learner). POST: publish as chosen; no choice, no change."""
     guided = _get_guided_for_user(request, slug, write=True)
@@ -572,7 +575,7 @@ def publish(request: HttpRequest, slug: str) -> HttpResponse:
 
 @require_POST
 @login_required
-def unpublish(request: HttpRequest, slug: str) -> HttpResponse:
+def unpublish(request: SignedInRequest, slug: str) -> HttpResponse:
     guided = _get_guided_for_user(request, slug, write=True)
     guided.session.unpublish()
     messages.success(
@@ -585,13 +588,12 @@ def unpublish(request: HttpRequest, slug: str) -> HttpResponse:
 
 @require_POST
 @login_required
-def rename(request: HttpRequest, slug: str) -> HttpResponse:
+def rename(request: SignedInRequest, slug: str) -> HttpResponse:
     """The learner names their session; the slug, and so every link, stays."""
     guided = _get_guided_for_user(request, slug, write=True)
     title = " ".join(request.POST.get("title", "").split())
-    limit = Session._meta.get_field("title").max_length
-    if not title or len(title) > limit:
-        messages.error(request, f"A title is 1 to {limit} characters.")
+    if not title or len(title) > TITLE_LENGTH:
+        messages.error(request, f"A title is 1 to {TITLE_LENGTH} characters.")
         return redirect(guided)
     guided.session.title = title
     guided.session.save(update_fields=["title", "updated"])

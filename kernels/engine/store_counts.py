@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -149,7 +150,7 @@ def histogram(counts: np.ndarray) -> dict[str, Any]:
     }
 
 
-def words(counted: dict[str, Any]) -> str:
+def words(counted: Mapping[str, Any]) -> str:
     """The histogram in words: "8 invocations store 256 values each; 504 store none"."""
     parts = []
     for i, (stores, n) in enumerate(counted["stores"]):

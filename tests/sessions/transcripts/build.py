@@ -14,6 +14,7 @@ import json
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 CWD = "/home/alice/wgsl-tutor"
@@ -54,7 +55,7 @@ class Transcript:
         self.name = name
         self.session = session or str(uuid.uuid5(uuid.NAMESPACE_URL, f"kernelbin/{name}"))
         self.version = version
-        self.lines: list[dict] = []
+        self.lines: list[dict[str, Any]] = []
         self.count = 0
         self.last: str | None = None
         self.clock = START
@@ -67,7 +68,7 @@ class Transcript:
         self.clock += timedelta(seconds=seconds)
         return self.clock.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
-    def envelope(self, kind: str, parent: str | None, **fields) -> dict:
+    def envelope(self, kind: str, parent: str | None, **fields) -> dict[str, Any]:
         line = {
             "parentUuid": parent,
             "isSidechain": False,
@@ -81,13 +82,14 @@ class Transcript:
         line.update(fields)
         return line
 
-    def add(self, line: dict, chain: bool = True) -> str:
+    def add(self, line: dict[str, Any], chain: bool = True) -> str:
         line.setdefault("uuid", self.new_uuid())
         line.setdefault("timestamp", self.tick())
         self.lines.append(line)
+        added: str = line["uuid"]
         if chain:
-            self.last = line["uuid"]
-        return line["uuid"]
+            self.last = added
+        return added
 
     def user(self, content, parent: str | None = "last", **fields) -> str:
         parent = self.last if parent == "last" else parent
@@ -97,7 +99,7 @@ class Transcript:
     def assistant(
         self,
         message_id: str,
-        blocks: list[dict],
+        blocks: list[dict[str, Any]],
         stop_reason: str = "end_turn",
         parent: str | None = "last",
         **fields,
@@ -162,7 +164,7 @@ class Transcript:
         line.update(fields)
         return self.add(line)
 
-    def plain(self, line: dict) -> None:
+    def plain(self, line: dict[str, Any]) -> None:
         """A line without uuid (titles, snapshots, unknown bookkeeping)."""
         self.lines.append(line)
 
@@ -182,22 +184,22 @@ class AgentTranscript(Transcript):
         self.agent_id = agent_id
         self.clock = parent.clock
 
-    def envelope(self, kind: str, parent: str | None, **fields) -> dict:
+    def envelope(self, kind: str, parent: str | None, **fields) -> dict[str, Any]:
         line = super().envelope(kind, parent, **fields)
         line["isSidechain"] = True
         line["agentId"] = self.agent_id
         return line
 
 
-def text(value: str) -> dict:
+def text(value: str) -> dict[str, Any]:
     return {"type": "text", "text": value}
 
 
-def tool_use(tool_id: str, name: str, **params) -> dict:
+def tool_use(tool_id: str, name: str, **params) -> dict[str, Any]:
     return {"type": "tool_use", "id": tool_id, "name": name, "input": params}
 
 
-def thinking(value: str) -> dict:
+def thinking(value: str) -> dict[str, Any]:
     return {"type": "thinking", "thinking": value, "signature": "EqQBCkYIBxgCKkA" + "x" * 40}
 
 
@@ -786,7 +788,11 @@ def softmax_js() -> Transcript:
     t = Transcript("softmax-js", version="2.1.12")
     path = f"{CWD}/src/shaders.js"
     # Claude Code writes summaries at the top: this one's leaf is this session's last line.
-    summary = {"type": "summary", "summary": "Softmax in three WebGPU passes", "leafUuid": ""}
+    summary: dict[str, str | None] = {
+        "type": "summary",
+        "summary": "Softmax in three WebGPU passes",
+        "leafUuid": "",
+    }
     t.plain(summary)
     t.user(
         "I split softmax into three compute passes in src/shaders.js. Can you write the file from my notes?",

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandParser
 
 from tutor import llm
 from tutor.evaluation import (
@@ -24,11 +25,11 @@ class Command(BaseCommand):
         "ANTHROPIC_API_KEY, through Claude too; print each reply's score, side by side."
     )
 
-    def add_arguments(self, parser) -> None:
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--situations", type=Path, default=SITUATIONS_DIR)
         parser.add_argument("--replies", action="store_true", help="print every reply too")
 
-    def handle(self, *args, situations: Path, replies: bool, **options) -> None:
+    def handle(self, *args: Any, situations: Path, replies: bool, **options: Any) -> None:
         tutors = [REVIEWER, CLAUDE] if llm.configured() else [REVIEWER]
         results = evaluate(load_situations(situations), tutors)
         for tutor, scores in results.items():
