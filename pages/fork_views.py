@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from csp.decorators import csp_replace
 from django.conf import settings
+from django.contrib.auth.models import AnonymousUser
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
@@ -15,10 +16,11 @@ from config.context_processors import site_origin
 from config.ratelimit import client_key, hit
 from kernels import forks, replay
 from kernels.models import Fork
-from pages import embedding
+from pages import embedding, reader_pages
 from pages.host_context import host_context
 from pages.outcome_context import editor_marks, outcome_context
 from pages.replay_views import get_reviewed_turn, replay_json_response, replay_turn_number
+from pages.stamps import Prepared, stamp_of
 from sessions.models import Turn
 
 
@@ -83,8 +85,34 @@ def get_fork(request: HttpRequest, fork_id: str) -> Fork:
     )
 
 
+# A fork's session's stamp for a reader who is not signed in (none for a private one),
+# and with it the newest run of a job (pages/reader_pages.py).
+OPENABLE_FORK = Prepared(
+    lambda fork: (
+        Fork.objects.viewable_by(AnonymousUser())
+        .filter(pk=fork)
+        .values_list("version__kernel__session__pk", "version__kernel__session__updated")
+    ),
+    ["fork"],
+)
+STORED_FORK_PAGE = Prepared(
+    lambda fork, sources, harness: (
+        Fork.objects.viewable_by(AnonymousUser())
+        .filter(pk=fork)
+        .annotate(newest=replay.newest_run(sources, harness))
+        .values_list("version__kernel__session__pk", "version__kernel__session__updated", "newest")
+    ),
+    ["fork", "sources", "harness"],
+)
+
+
 @require_GET
 def fork_page(request: HttpRequest, fork_id: str) -> HttpResponse:
+    key = reader_pages.page_key(request, "fork", fork_id)
+    kept = reader_pages.stored(key, STORED_FORK_PAGE, fork=fork_id)
+    if kept is not None:
+        return reader_pages.serve_page(request, kept)
+    found = OPENABLE_FORK.first(fork=fork_id) if key is not None else None
     made = get_fork(request, fork_id)
     version = made.version
     session = version.kernel.session
@@ -120,7 +148,9 @@ def fork_page(request: HttpRequest, fork_id: str) -> HttpResponse:
             "image": origin + reverse("kernels:fork_card", args=[made.id]),
         },
     }
-    return render(request, "kernels/fork.html", context)
+    response, swaps = reader_pages.render_page(request, key, "kernels/fork.html", context)
+    reader_pages.keep(key, found and stamp_of(found), shown, response.content, **swaps)
+    return response
 
 
 @require_GET

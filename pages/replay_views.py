@@ -23,11 +23,11 @@ from kernels.engine.host.check import harness_values
 from kernels.engine.outcome import Status, output_list, output_values
 from kernels.engine.run_warnings import as_stored
 from kernels.models import Kernel, KernelVersion, Run
-from pages import embedding, story
+from pages import embedding, reader_pages, story
 from pages.access import get_session_for_user
 from pages.host_context import host_context, host_diff_html
 from pages.outcome_context import outcome_context
-from pages.stamps import OPENABLE, Prepared, stamp, stamp_of
+from pages.stamps import OPENABLE, Prepared, stamp
 from sessions.markdown import render_code
 from sessions.models import Session, Turn
 
@@ -92,6 +92,11 @@ def _run_payload(shown: replay.Replay, outcome: object = None) -> dict:
 
 @require_http_methods(["GET", "POST"])
 def replay_page(request: HttpRequest, slug: str, number: int) -> HttpResponse:
+    key = reader_pages.page_key(request, "replay", slug, number)
+    kept = reader_pages.stored(key, STORED_ANSWER, slug=slug)
+    if kept is not None:
+        return reader_pages.serve_page(request, kept)
+    found = stamp(OPENABLE, slug) if key is not None else None
     turn = get_reviewed_turn(request, slug, number)
     version = turn.kernel_version
     session = version.kernel.session
@@ -133,7 +138,9 @@ def replay_page(request: HttpRequest, slug: str, number: int) -> HttpResponse:
         "forkable": max(len(version.source), len(version.host_program)) <= settings.FORK_MAX_CHARS,
         **_embedding_context(request, turn),
     }
-    return render(request, "kernels/replay.html", context)
+    response, swaps = reader_pages.render_page(request, key, "kernels/replay.html", context)
+    reader_pages.keep(key, found, shown, response.content, **swaps)
+    return response
 
 
 def _share(request: HttpRequest, turn: Turn) -> dict:
@@ -192,29 +199,23 @@ def _run_id(value: str) -> int:
 
 @require_GET
 def replay_json(request: HttpRequest, slug: str, number: int) -> HttpResponse:
-    """A finished run's answer to a plain GET from a reader without cookies is cached
-    (per turn and adapter) and served while the session is unchanged and its run is still
-    the newest of its kernel: one precompiled query, where finding the turn, its job and
-    its run takes three and the job's digests (4.6 against 0.6 ms for /healthz, in
-    process)."""
-    if request.GET or request.COOKIES or request.user.is_authenticated:
+    """A finished run's answer to a plain GET from a reader who is not signed in is kept
+    (per turn and adapter, pages/reader_pages.py) and served while the session is
+    unchanged and its run is still the newest of its kernel: one precompiled query, where
+    finding the turn, its job and its run takes three and the job's digests (4.6 against
+    0.6 ms for /healthz, in process)."""
+    key = reader_pages.page_key(request, "replay.json", slug, number)
+    if key is None:
         turn = get_reviewed_turn(request, slug, number)
         return replay_json_response(request, turn.kernel_version)
-    key = f"replay.json:{slug}:{number}:{replay.backend().environment_id(wait=False)}"
-    stored = page_cache.get(key)
-    if stored is not None:
-        row = STORED_ANSWER.first(slug=slug, sources=stored["job"][0], harness=stored["job"][1])
-        if row is not None and (stamp_of(row), row[2]) == (stored["stamp"], stored["run"]):
-            return HttpResponse(stored["body"], content_type="application/json")
-    # Before the answer is made, so that it is never kept under a newer stamp than its own.
+    kept = reader_pages.stored(key, STORED_ANSWER, slug=slug)
+    if kept is not None:
+        return HttpResponse(kept["body"], content_type="application/json")
     found = stamp(OPENABLE, slug)
     turn = get_reviewed_turn(request, slug, number)
     shown = replay.for_reader(turn.kernel_version, start=True)
-    response, run = _answer(shown, {}), shown.run
-    if found is not None and run is not None and run.state == Run.State.DONE and run.cacheable:
-        job = (run.source_sha256, run.harness_digest)
-        answer = {"stamp": found, "run": run.pk, "job": job, "body": response.content}
-        page_cache.set(key, answer, timeout=settings.PAGE_CACHE_SECONDS)
+    response = _answer(shown, {})
+    reader_pages.keep(key, found, shown, response.content)
     return response
 
 

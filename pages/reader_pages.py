@@ -1,0 +1,95 @@
+"""Whole answers kept for readers who are not signed in: a replay page, a fork's page and
+a turn's replay.json, as the first such reader got them.
+
+Such an answer depends on its session (kept under the session's stamp, which an edit or
+a re-import changes), on the run it shows (kept with its id: another run of the same
+job, a fresh run landing, makes it stale), on the site's origin and the adapter the
+replay workers run on (in its key), and on nothing of the reader but the CSRF token of
+the page's forms and the nonce of its stylesheet, which are put back per reader. One
+precompiled query (pages/stamps.py) checks the stamp and the newest run; the answer is
+then served without finding the turn, the version, its job or its run, and without
+drawing anything. Only a finished, cacheable run's answer is kept, and only where a
+reader who is not signed in may open the session.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.cache import cache
+from django.http import HttpRequest, HttpResponse
+from django.middleware.csrf import get_token
+from django.shortcuts import render
+
+from config.context_processors import site_origin
+from kernels import replay
+from kernels.models import Run
+from pages.stamps import Prepared, stamp_of
+
+
+def page_key(request: HttpRequest, *parts: object) -> str | None:
+    """The key a page is kept under for this request; None where it is the reader's own:
+    signed in, a query, or cookies other than the CSRF token (messages, a session)."""
+    if request.method != "GET" or request.GET or request.user.is_authenticated:
+        return None
+    if set(request.COOKIES) - {settings.CSRF_COOKIE_NAME}:
+        return None
+    environment = replay.backend().environment_id(wait=False)
+    return ":".join(str(part) for part in ("reader", *parts, site_origin(request), environment))
+
+
+def stored(key: str | None, check: Prepared, **values: str) -> dict | None:
+    """What was kept under key, if it still holds: check, given values and the job's
+    digests (sources, harness), finds the session's id, its `updated` and the job's
+    newest run where a reader who is not signed in may see them."""
+    kept = cache.get(key) if key is not None else None
+    if kept is None:
+        return None
+    sources, harness = kept["job"]
+    row = check.first(**values, sources=sources, harness=harness)
+    if row is None or (stamp_of(row), row[2]) != (kept["stamp"], kept["run"]):
+        return None
+    return kept
+
+
+def keep(
+    key: str | None, found: str | None, shown: replay.Replay, body: bytes, **swaps: str
+) -> None:
+    """Keep body under key, with found (the session's stamp, taken before the answer was
+    made, so that it is never kept under a newer stamp than its own), if it shows a
+    finished, cacheable run. swaps: the reader's own strings in it, by name."""
+    run = shown.run
+    if key is None or found is None or run is None or shown.problem or shown.busy:
+        return
+    if run.state != Run.State.DONE or not run.cacheable:
+        return
+    kept = {
+        "stamp": found,
+        "run": run.pk,
+        "job": (run.source_sha256, run.harness_digest),
+        "body": body,
+        "swaps": swaps,
+    }
+    cache.set(key, kept, timeout=settings.PAGE_CACHE_SECONDS)
+
+
+def render_page(
+    request: HttpRequest, key: str | None, template: str, context: dict
+) -> tuple[HttpResponse, dict[str, str]]:
+    """The page, and the reader's own strings in it (for keep) when it may be kept."""
+    if key is None:
+        return render(request, template, context), {}
+    # A token of our choosing, so that it can be found in the page and put back per reader.
+    token = get_token(request)
+    response = render(request, template, {**context, "csrf_token": token})
+    return response, {"token": token, "nonce": str(request.csp_nonce)}  # type: ignore[attr-defined]
+
+
+def serve_page(request: HttpRequest, kept: dict) -> HttpResponse:
+    """A kept page with this reader's CSRF token and stylesheet nonce in it (each also
+    set in its cookie and header, as a page rendered for them would)."""
+    body: bytes = kept["body"]
+    swaps = kept["swaps"]
+    body = body.replace(swaps["token"].encode(), get_token(request).encode())
+    nonce = str(request.csp_nonce)  # type: ignore[attr-defined]
+    body = body.replace(swaps["nonce"].encode(), nonce.encode())
+    return HttpResponse(body)
