@@ -348,6 +348,10 @@ class Run(models.Model):
     )
     cacheable = models.BooleanField(default=False)
     outcome = models.JSONField(default=dict, blank=True)
+    # What a host program's trace draws (kernels/trace_pictures.py), drawn from the outcome
+    # when it is stored, so that a page only reads it. None for a run with no program
+    # trace, and for one stored before pictures were: drawn on its first view, then kept.
+    picture = models.JSONField(null=True, blank=True)
     adapter = models.CharField(max_length=200, blank=True)
     created = models.DateTimeField(default=timezone.now)
     started = models.DateTimeField(null=True, blank=True)

@@ -10,6 +10,7 @@ for the outcome as long as the caller can). Both answer with a Replay.
 
 from __future__ import annotations
 
+import logging
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from config import processes
+from kernels import trace_pictures
 from kernels.engine.outcome import Outcome, Status, cacheable, failure
 from kernels.engine.run_warnings import as_stored
 from kernels.jobs import Job, ReplayProblem, job_for, with_files
@@ -47,6 +49,8 @@ BACKENDS = {
     "celery": "kernels.backends.CeleryBackend",
 }
 
+
+logger = logging.getLogger(__name__)
 
 # Runs of one kernel looked at together when deciding what a reader sees.
 RECENT = 20
@@ -106,7 +110,7 @@ def _find_run(job: Job) -> Run | None:
     runs = Run.objects.filter(source_sha256=job.source_sha256, harness_digest=job.harness_digest)
     # One query answers the usual case: a cached run, nothing in flight.
     # Outcomes are loaded only for the run chosen (Django fetches a deferred field on use).
-    recent = list(runs.exclude(lost()).defer("outcome").order_by("-created")[:RECENT])
+    recent = list(runs.exclude(lost()).defer("outcome", "picture").order_by("-created")[:RECENT])
     # A run whose process is gone from this host (a web process killed mid-run) is lost.
     unfinished = [run for run in recent if run.state != Run.State.DONE]
     if in_flight := [run for run in unfinished if not processes.is_gone(run.worker)]:
@@ -266,6 +270,8 @@ def finish(run_id: int, outcome: Outcome) -> dict[str, Any] | None:
         "status": Status(shown["status"]).value,
         "cacheable": cacheable(shown),
         "outcome": shown,
+        # Drawn here, once, in the process that stores the outcome: pages only read it.
+        "picture": _picture(shown),
         "detail": outcome.get("detail", ""),
         "adapter": environment.get("label", "")[:200],
         "finished": timezone.now(),
@@ -278,6 +284,24 @@ def finish(run_id: int, outcome: Outcome) -> dict[str, Any] | None:
         )
     unfinished = Run.objects.filter(pk=run_id).exclude(state=Run.State.DONE)
     return values if unfinished.update(**fields) else None
+
+
+def _picture(outcome: Outcome) -> dict[str, Any] | None:
+    try:
+        return trace_pictures.program_picture(outcome)
+    except Exception:  # a picture that cannot be drawn must not cost the run its outcome
+        logger.exception("The picture of a run's trace could not be drawn")
+        return None
+
+
+def stored_picture(run: Run, own_source: str) -> dict[str, Any] | None:
+    """The picture of what a finished run's host program did: as stored with it, or, for
+    a run stored before pictures were, drawn now (own_source: the WGSL of a module whose
+    code the trace lacks) and stored."""
+    if run.picture is None and (run.outcome.get("program") or {}).get("trace"):
+        run.picture = trace_pictures.program_picture(run.outcome, own_source)
+        Run.objects.filter(pk=run.pk).update(picture=run.picture)
+    return run.picture
 
 
 def _settle(run: Run, stored: dict[str, Any]) -> None:

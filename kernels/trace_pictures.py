@@ -75,6 +75,36 @@ def host_picture(
     }
 
 
+def program_picture(outcome: Mapping[str, Any], own_source: str | None = None) -> dict | None:
+    """The picture of what a run's host program did, from its outcome alone, as JSON can
+    hold it (non-finite numbers as the strings JavaScript prints), to store with the run.
+    None when the outcome has no trace, or when a module of it lacks its WGSL (a trace
+    stored before modules carried it, or past the cap on their code) and own_source, the
+    version's WGSL that such a module was, is not given."""
+    program = outcome.get("program") or {}
+    trace = program.get("trace")
+    if not trace:
+        return None
+    sources = traces.module_sources(trace)
+    lacking = {m["name"]: own_source for m in trace.get("modules", []) if m["name"] not in sources}
+    if lacking and own_source is None:
+        return None
+    picture = host_picture(
+        trace, lacking | sources, program.get("error"), outcome.get("store_counts") or []
+    )
+    return _json_safe(picture)
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _json_safe(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(item) for item in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    return value
+
+
 # -- reading the trace ------------------------------------------------------------------------
 
 

@@ -131,7 +131,7 @@ def fork_page(request: HttpRequest, fork_id: str) -> HttpResponse:
         "archived_url": reverse("kernels:replay", args=[session.slug, number]),
         "fork_action": reverse("kernels:fork_turn", args=[session.slug, number]),
         "diff": forks.diff_html(made),
-        "host": host_context(shown.version, shown.outcome),
+        "host": host_context(shown.version, shown.outcome, run=shown.run),
         "problem": shown.problem,
         "busy": shown.busy,
         "json_url": reverse("kernels:fork_json", args=[made.id]),

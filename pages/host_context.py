@@ -19,7 +19,7 @@ from kernels.engine.host.trace import Trace, module_sources
 from kernels.engine.outcome import Outcome, Status, WarningCode
 from kernels.engine.run import SEVERITY
 from kernels.engine.run_warnings import warnings_of
-from kernels.models import KernelVersion, version_diff
+from kernels.models import KernelVersion, Run, version_diff
 from kernels.program_lines import file_lines, in_file, picture_in_file
 from sessions.markdown import render_code, render_source
 
@@ -97,12 +97,14 @@ def host_context(
     outcome: Outcome | None,
     findings: bool = True,
     compare_with: KernelVersion | None = None,
+    run: Run | None = None,
 ) -> dict[str, Any]:
     """What _host.html shows of this version; {} when it has no host side to show.
 
     findings: the picture's findings and their marked lines (they name the fix: a lesson
     leaves them out and asks instead). compare_with: the version the run was compared
-    with, when the reader chose one."""
+    with, when the reader chose one. run: the finished run whose outcome this is, which
+    holds the picture of its program's trace."""
     host = host_of(version, outcome)
     if not host.code:
         return {}
@@ -113,11 +115,7 @@ def host_context(
     program = (outcome or {}).get("program") or {}
     error = program.get("error") or None
     counted = (outcome or {}).get("store_counts") or []
-    picture = (
-        trace_pictures.host_picture(host.trace, host.module_sources, error, counted)
-        if host.trace
-        else None
-    )
+    picture = _picture(host, version, run, error, counted)
     if picture is not None and not findings:
         picture = {**picture, "findings": []}
     marked = [f["line"] for f in (picture or {}).get("findings", []) if f.get("line")]
@@ -141,6 +139,27 @@ def host_context(
     if host.is_program and read_back:
         context["check"] = check_text(version, compare_with)
     return context
+
+
+def _picture(
+    host: Host, version: KernelVersion, run: Run | None, error: dict | None, counted: list
+) -> dict[str, Any] | None:
+    """What the trace draws: a program's as stored with its run, a harness's (which the
+    run did not trace: it is the harness written out) drawn now."""
+    if not host.trace:
+        return None
+    if not host.is_program or run is None or run.state != Run.State.DONE:
+        return trace_pictures.host_picture(host.trace, host.module_sources, error, counted)
+    picture = replay.stored_picture(run, version.source)
+    if picture is None:
+        return None
+    # The bind group WebGPU refused carries the error in the words the page uses (the
+    # file's line where it has one), not the engine's.
+    unbound = [
+        {**group, "error": str(error.get("message", ""))} if group["error"] and error else group
+        for group in picture["unbound"]
+    ]
+    return {**picture, "unbound": unbound}
 
 
 def host_diff_html(version: KernelVersion, previous: KernelVersion | None) -> str:

@@ -120,7 +120,7 @@ def replay_page(request: HttpRequest, slug: str, number: int) -> HttpResponse:
         "turn": turn,
         "kernel": version.kernel,
         "diff_html": render_code(diff, "diff") if diff else "",
-        "host": host_context(version, outcome),
+        "host": host_context(version, outcome, run=shown.run),
         "host_diff_html": host_diff_html(version, previous),
         "previous": _version_link(previous),
         "next": _version_link(following),

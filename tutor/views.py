@@ -119,7 +119,11 @@ def _run_context(guided: GuidedSession, execution: replay.Replay | None) -> dict
         # lesson the review leads the learner there with a question instead.
         chosen = guided.compared_with(execution.version)
         context["host"] = host_context(
-            execution.version, execution.outcome, findings=False, compare_with=chosen
+            execution.version,
+            execution.outcome,
+            findings=False,
+            compare_with=chosen,
+            run=execution.run,
         )
     return context
 
