@@ -321,6 +321,13 @@ IMPORT_MAX_BYTES = envint("IMPORT_MAX_BYTES", 64 * 1024 * 1024)
 # (and reported) without being held in memory. See sessions/importers/claude_code/.
 TRANSCRIPT_MAX_BYTES = envint("TRANSCRIPT_MAX_BYTES", 128 * 1024 * 1024)
 TRANSCRIPT_MAX_LINE_BYTES = envint("TRANSCRIPT_MAX_LINE_BYTES", 16 * 1024 * 1024)
+# Staff uploads (/import/, a session's files) are spooled here and imported by a thread
+# of the web process, off the request (sessions/uploads.py); False imports them in the
+# request, before answering with the upload's page (the tests do).
+UPLOAD_SPOOL_DIR = Path(
+    os.getenv("UPLOAD_SPOOL_DIR", str(Path(tempfile.gettempdir()) / "kernelbin-uploads"))
+)
+UPLOADS_IN_BACKGROUND = envbool("UPLOADS_IN_BACKGROUND", "True")
 # Turns per page of a session; permalinks to later turns land on their page.
 TURNS_PER_PAGE = envint("TURNS_PER_PAGE", 100)
 # Rendered session pages and embeds are cached until the session changes, or this long.

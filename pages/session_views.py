@@ -27,13 +27,10 @@ from pages import embedding, folding, navigation
 from pages.access import get_embeddable_session, get_session_for_user
 from pages.forms import CappedUploadHandler, ImportForm, ProjectFilesForm
 from pages.stamps import EMBEDDABLE, OPENABLE, stamp
-from sessions import images, search
+from sessions import images, search, uploads
 from sessions.export import export_markdown, export_session
-from sessions.importers.files import import_file, size_limit
-from sessions.importers.options import ImportOptions
-from sessions.importers.project_files import ProjectFiles, add_files, read_uploads
-from sessions.importers.specs import ImportProblem
-from sessions.models import Session, Tag, Turn
+from sessions.importers.files import size_limit
+from sessions.models import Session, Tag, Turn, Upload
 
 # The parameters a session page reads. Its own URL keeps them: in its discovery link (so
 # that an oEmbed consumer embeds the turns the URL names) and in its cache key.
@@ -408,32 +405,26 @@ def _import_form(request: HttpRequest, limit: int) -> HttpResponse:
         return render(request, "sessions/import.html", context, status=413)
     if not form.is_valid():
         return render(request, "sessions/import.html", context, status=400)
-    upload = form.cleaned_data["file"]
-    try:
-        with upload.open("rb") as stream:
-            options = ImportOptions(
-                title=form.cleaned_data["title"] or None,
-                slug=form.cleaned_data["slug"] or None,
-                visibility=form.cleaned_data["visibility"] or None,
-                redact=form.cleaned_data["redact"],
-                owner=request.user,
-                files=_project_files(form),
-            )
-            report = import_file(stream, options=options, size=upload.size, name=upload.name)
-    except ImportProblem as problem:
-        context["error"] = f"{problem} Nothing was imported."
-        return render(request, "sessions/import.html", context, status=400)
-    context.update(report=report, form=ImportForm())
-    return render(request, "sessions/import.html", context)
+    chosen = {name: form.cleaned_data[name] for name in IMPORT_CHOICES}
+    upload = uploads.queue(
+        Upload.Kind.IMPORT,
+        request.user,
+        chosen,
+        form.cleaned_data["files"],
+        main=form.cleaned_data["file"],
+    )
+    return _see_other(upload.get_absolute_url())
 
 
-def _project_files(form: ProjectFilesForm) -> ProjectFiles | None:
-    """The project files uploaded with the form (an archive, or files put in a folder)."""
-    uploads = form.cleaned_data["files"]
-    if not uploads:
-        return None
-    listed = [(upload.name, upload.open("rb"), upload.size) for upload in uploads]
-    return read_uploads(listed, form.cleaned_data["folder"])
+# What the import form chooses; the files come with them.
+IMPORT_CHOICES = ("title", "slug", "visibility", "redact", "folder")
+
+
+def _see_other(url: str) -> HttpResponse:
+    # 303: the browser GETs the upload's page, and a reload does not upload it again.
+    response = redirect(url)
+    response.status_code = 303
+    return response
 
 
 @csrf_exempt  # CSRF is checked in _files_form, once the upload handler is in place
@@ -464,11 +455,21 @@ def _files_form(request: HttpRequest, session: Session) -> HttpResponse:
         context["form"] = form
         context["error"] = "Choose an archive or some files."
         return render(request, "sessions/files.html", context, status=400)
-    try:
-        found = _project_files(form)
-        context["report"] = add_files(session, found) if found else []
-    except ImportProblem as problem:
-        context["error"] = f"{problem} Nothing was added."
-        return render(request, "sessions/files.html", context, status=400)
-    context["files"] = session.files.order_by("name").values_list("name", "size")
-    return render(request, "sessions/files.html", context)
+    chosen = {"folder": form.cleaned_data["folder"]}
+    upload = uploads.queue(
+        Upload.Kind.FILES, request.user, chosen, form.cleaned_data["files"], session=session
+    )
+    return _see_other(upload.get_absolute_url())
+
+
+@require_GET
+def upload_page(request: HttpRequest, upload_id: str) -> HttpResponse:
+    """How far a staff upload got: its progress, then its report or why it failed."""
+    if not request.user.is_authenticated:
+        return redirect_to_login(request.get_full_path())
+    if not request.user.is_staff:
+        raise PermissionDenied("Only staff may see uploads.")
+    upload = uploads.unless_lost(
+        get_object_or_404(Upload.objects.select_related("session"), pk=upload_id)
+    )
+    return render(request, "sessions/upload.html", {"upload": upload})

@@ -16,6 +16,7 @@ session_patterns = [
     path("s/<slug:slug>/embed/", session_views.embed, name="embed"),
     path("s/<slug:slug>/search/", session_views.session_search, name="search"),
     path("s/<slug:slug>/files/", session_views.session_files, name="files"),
+    path("uploads/<uuid:upload_id>/", session_views.upload_page, name="upload"),
     path("s/<slug:slug>/export.json", session_views.export_json, name="export_json"),
     path("s/<slug:slug>/export.md", session_views.export_md, name="export_md"),
     path("s/<slug:slug>/images/<str:name>", session_views.image, name="image"),

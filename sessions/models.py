@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from django.conf import settings
@@ -302,3 +303,51 @@ class SessionImage(models.Model):
 
     def __str__(self) -> str:
         return f"{self.session.slug} {self.sha256[:12]}"
+
+
+class Upload(models.Model):
+    """A staff upload imported off the request (sessions/uploads.py): a transcript or an
+    export to import, or project files to add to a session, spooled to disk until it is
+    done; how far it got, and what it did or why it failed."""
+
+    class Kind(models.TextChoices):
+        IMPORT = "import"
+        FILES = "files"
+
+    class State(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+
+    # Its page's address: not to be guessed (it names the files and the session).
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    kind = models.CharField(max_length=10, choices=Kind.choices)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
+    # Where files go; what an import made, once it is done.
+    session = models.ForeignKey(Session, null=True, blank=True, on_delete=models.SET_NULL)
+    # What the form chose, and the names and sizes of the files spooled.
+    options = models.JSONField(default=dict)
+    spool = models.CharField(max_length=500)
+    state = models.CharField(max_length=10, choices=State.choices, default=State.QUEUED)
+    progress = models.CharField(max_length=200, blank=True)
+    # The import's report: {"summary": "...", "details": ["...", ...]}.
+    report = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True)
+    # The process that takes it (config.processes): one that is gone has lost it.
+    worker = models.CharField(max_length=200, blank=True)
+    created = models.DateTimeField(default=timezone.now)
+    finished = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self) -> str:
+        return f"{self.kind} upload {self.pk} ({self.state})"
+
+    def get_absolute_url(self) -> str:
+        return reverse("sessions:upload", args=[self.pk])
+
+    @property
+    def is_finished(self) -> bool:
+        return self.state in (self.State.DONE, self.State.FAILED)

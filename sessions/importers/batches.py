@@ -7,6 +7,7 @@ them).
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from django.db import connection, models, transaction
@@ -86,10 +87,16 @@ class Batches:
     VERSION_CACHE = 4096
 
     def __init__(
-        self, session: Session, frozen: bool, batch_size: int, previous: Session | None = None
+        self,
+        session: Session,
+        frozen: bool,
+        batch_size: int,
+        previous: Session | None = None,
+        progress: Callable[[int], None] | None = None,
     ) -> None:
         self.session = session
         self.previous = previous
+        self.progress = progress
         self.frozen = frozen
         self.batch_size = batch_size
         earlier = KernelVersion.objects.filter(kernel__session=previous)
@@ -257,6 +264,8 @@ class Batches:
                 else:
                     pairs.append((version_pk, turn_pk))
             _set_column(Turn, "kernel_version_id", pairs)
+        if self.progress is not None:
+            self.progress(self.turn_count)
 
     def _rendered_turns(self) -> list[Turn]:
         turns = [

@@ -482,6 +482,6 @@ def import_session(
         # Given with the file: they join (or replace) the files the export carries.
         files = options.files.files.items()
         items = chain(items, (FileSpec.of(name, data) for name, data in files))
-    written = write_session(spec, items, owner=options.owner)
+    written = write_session(spec, items, owner=options.owner, progress=options.progress)
     redaction = scrubber.summary() if scrubber else ""
     return ImportReport.of(written, format=FORMAT, redaction=redaction, notes=written.notes)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -25,6 +26,8 @@ class ImportOptions:
     owner: User | None = None
     # The project's other files (weights, data), to add to the session's files.
     files: ProjectFiles | None = None
+    # Told the number of turns written after each batch (an upload's page shows it).
+    progress: Callable[[int], None] | None = None
 
 
 DEFAULTS = ImportOptions()

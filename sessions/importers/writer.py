@@ -16,7 +16,7 @@ stand-in and leaves the old session as it was.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
@@ -122,6 +122,7 @@ def write_session(
     *,
     owner: User | None = None,
     batch_size: int | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> Written:
     """Write one session and everything in it, or nothing.
 
@@ -131,7 +132,8 @@ def write_session(
     dropped. When it has been published,
     its turn numbers are frozen: a turn holding a recorded message (meta.source_id) that
     a number held before gets that number again, new ones the numbers after the last,
-    and an import that would drop a published turn is refused.
+    and an import that would drop a published turn is refused. progress is told the
+    number of turns written after each batch.
     """
     notes: list[str] = []
     with transaction.atomic():
@@ -162,7 +164,7 @@ def write_session(
                 session.tags.set(tags)
         target = session if created else replace.stand_in(session)
     batches = Batches(
-        target, frozen, batch_size or WRITE_BATCH, previous=None if created else session
+        target, frozen, batch_size or WRITE_BATCH, None if created else session, progress
     )
     if created:
         _write_new(batches, items, held)

@@ -1,13 +1,15 @@
-"""The staff upload form: same importer, streamed upload, the report on the page."""
+"""The staff upload form: same importer, streamed upload spooled to disk, the report on
+the upload's page (imported before it answers here: tests/conftest.py)."""
 
 from __future__ import annotations
 
 from unittest.mock import patch
 
+from django.conf import settings
 from django.core.files.uploadedfile import SimpleUploadedFile, TemporaryUploadedFile
 from django.test import override_settings
 
-from pages import session_views
+from sessions import uploads
 from sessions.models import Session
 from tests.sessions.importing import MATMUL, ImportingTestCase
 from tests.sessions.transcripts.build import ANTHROPIC_KEY
@@ -22,7 +24,7 @@ class UploadTestCase(ImportingTestCase):
 
     def post(self, data: bytes, client=None, **fields):
         payload = {"file": upload(data), "redact": "on", **fields}
-        return (client or self.client).post(self.url, payload)
+        return (client or self.client).post(self.url, payload, follow=True)
 
     def test_it_is_for_staff_only(self) -> None:
         r = self.client.get(self.url)
@@ -70,25 +72,32 @@ class UploadTestCase(ImportingTestCase):
     def test_bad_files_say_why(self) -> None:
         self.client.force_login(self.charlie)
         r = self.post(b"not json\n")
-        self.assertContains(r, "Not a Claude Code transcript", status_code=400)
-        self.assertContains(r, "Nothing was imported.", status_code=400)
+        self.assertContains(r, "Not a Claude Code transcript")
+        self.assertContains(r, "Nothing was imported.")
         r = self.client.post(self.url, {"slug": "x"})
         self.assertContains(r, "This field is required.", status_code=400)
         self.assertEqual(Session.objects.count(), 0)
 
-    def test_the_upload_is_streamed_to_a_temporary_file(self) -> None:
+    def test_the_upload_is_streamed_to_a_temporary_file_and_spooled(self) -> None:
         self.client.force_login(self.charlie)
         seen = []
-        real = session_views.import_file
+        spooled = []
+        real_import, real_spool = uploads.import_file, uploads._spool
 
         def spy(stream, **options):
-            seen.append(stream)
-            return real(stream, **options)
+            seen.append(stream.name)
+            return real_import(stream, **options)
 
-        with patch("pages.session_views.import_file", spy):
+        def spool(upload, path):
+            spooled.append(upload)
+            return real_spool(upload, path)
+
+        with patch.object(uploads, "import_file", spy), patch.object(uploads, "_spool", spool):
             self.post(MATMUL.read_bytes())
-        self.assertIsInstance(seen[0], TemporaryUploadedFile)
+        self.assertIsInstance(spooled[0], TemporaryUploadedFile)
+        self.assertTrue(seen[0].startswith(str(settings.UPLOAD_SPOOL_DIR)))
         self.assertEqual(Session.objects.count(), 1)
+        self.assertEqual(list(settings.UPLOAD_SPOOL_DIR.iterdir()), [])  # deleted once done
 
     @override_settings(TRANSCRIPT_MAX_BYTES=10_000, IMPORT_MAX_BYTES=10_000)
     def test_oversize_uploads_are_refused(self) -> None:

@@ -294,6 +294,7 @@ class ProjectFilesUploadTestCase(ImportingTestCase):
                 "redact": "on",
                 "files": [SimpleUploadedFile("project.tar.gz", archive.read_bytes())],
             },
+            follow=True,
         )
 
         self.assertEqual(r.status_code, 200, r.content[:500])
@@ -316,6 +317,7 @@ class ProjectFilesUploadTestCase(ImportingTestCase):
                 "folder": "weights",
                 "files": [SimpleUploadedFile(p.name, p.read_bytes()) for p in weights[:-1]],
             },
+            follow=True,
         )
 
         self.assertContains(r, "Attached 4 project file(s)")
@@ -326,6 +328,7 @@ class ProjectFilesUploadTestCase(ImportingTestCase):
                 "folder": "weights",
                 "files": [SimpleUploadedFile("w2.bin", weights[-1].read_bytes())],
             },
+            follow=True,
         )
         self.assertContains(r, "Every file they fetch is there.")
         self.assertEqual(sorted(session.files.values_list("name", flat=True)), WEIGHTS)
@@ -338,9 +341,11 @@ class ProjectFilesUploadTestCase(ImportingTestCase):
         self.assertEqual(self.client.get(url).status_code, 403)
         self.client.force_login(self.staff)
 
-        r = self.client.post(url, {"files": [SimpleUploadedFile("w.zip", b"PK\x03\x04 not a zip")]})
+        bad = [SimpleUploadedFile("w.zip", b"PK\x03\x04 not a zip")]
+        r = self.client.post(url, {"files": bad}, follow=True)
 
-        self.assertContains(r, "is not a zip or tar archive that can be read", status_code=400)
+        self.assertContains(r, "is not a zip or tar archive that can be read")
+        self.assertContains(r, "Nothing was added.")
         self.assertFalse(SessionFile.objects.exists())
 
 

@@ -103,7 +103,9 @@ def import_claude_code(
         source_key = f"{source_key}/agent-{plan.lone_agent}"
     started = timestamp_of(reader.source.load(plan.main[0]).get("timestamp"))
     spec = _session_spec(options, session_title, source_key, started, scrubber.text(index.model))
-    written = write_session(spec, _with_files(reader, options), owner=options.owner)
+    written = write_session(
+        spec, _with_files(reader, options), owner=options.owner, progress=options.progress
+    )
     stats = index.stats
     return ImportReport.of(
         written,
