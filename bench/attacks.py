@@ -231,8 +231,8 @@ def accounts() -> dict[str, Any]:
 def sessions() -> dict[str, Any]:
     from django.contrib.auth.models import User
 
-    from kernels.models import Kernel, KernelVersion
     from sessions.models import Session, Tag, Turn
+    from sessions.programs import Kernel, KernelVersion
 
     crash = Session.objects.create(slug="crash", title="Crash", visibility="public")
     for number, depth in enumerate((9000, 9500, 10000), start=1):

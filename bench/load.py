@@ -135,8 +135,8 @@ def prepare() -> dict[str, str]:
     django.setup()
     call_command("migrate", verbosity=0)
     call_command("load_showcase", verbosity=0)
-    from kernels.models import Kernel, KernelVersion
     from sessions.models import Session, Turn
+    from sessions.programs import Kernel, KernelVersion
 
     session = Session.objects.create(slug="load", title="Load", visibility="public")
     kernel = Kernel.objects.create(session=session, name="scale", harness=harness(4))

@@ -261,8 +261,8 @@ def make_version(
 ) -> str:
     """A session with the layer as its one version (a host program when given, with x, w
     and b as the session's files)."""
-    from kernels.models import Kernel, KernelVersion, SessionFile
     from sessions.models import Session, Turn
+    from sessions.programs import Kernel, KernelVersion, SessionFile
 
     slug = f"bench-replay-{comment}"
     session = Session.objects.create(slug=slug, title=slug, visibility="public")
@@ -322,7 +322,7 @@ def sweep(
     import numpy as np
 
     from kernels.jobs import job_for
-    from kernels.models import KernelVersion
+    from sessions.programs import KernelVersion
 
     rows = []
     for side in sides:
@@ -366,7 +366,7 @@ def print_sweep(rows: list[tuple[int, float, float, dict[str, float]]]) -> None:
 def layer(device: wgpu.GPUDevice, spec: dict[str, Any], runs: int) -> dict[str, list[Any]]:
     """The layer's floor, harness replay and program replay, one of each per round."""
     from kernels.jobs import job_for
-    from kernels.models import KernelVersion
+    from sessions.programs import KernelVersion
 
     batch = spec["buffers"]["x"]["shape"][0]
     dispatch = spec["passes"][0]["dispatch"]

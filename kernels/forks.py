@@ -10,8 +10,9 @@ from django.conf import settings
 from django.http import QueryDict
 
 from kernels import replay
-from kernels.models import Fork, KernelVersion, text_diff
+from kernels.models import Fork
 from sessions.markdown import render_code
+from sessions.programs import KernelVersion, text_diff
 
 # Fields a fork form may not send: a fork runs under the harness its version ran under.
 HARNESS_FIELDS = ("harness", "harness_override")

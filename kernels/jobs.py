@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from django.conf import settings
 
 from kernels.engine.harness import Harness, HarnessError, canonical_digest, parse_harness
-from kernels.models import KernelVersion, SessionFile, StateFile
+from sessions.programs import KernelVersion, SessionFile, StateFile
 
 
 class ReplayProblem(Exception):

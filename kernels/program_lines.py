@@ -18,9 +18,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
-from kernels.models import KernelVersion
+from sessions.programs import KernelVersion
 
-# A file's path in a project is at most this long (kernels.models.StateFile.path); a
+# A file's path in a project is at most this long (sessions.programs.StateFile.path); a
 # version's meta may come from an uploaded export, so what is longer is not read.
 MAX_NAME = 200
 

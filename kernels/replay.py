@@ -39,7 +39,8 @@ from kernels import trace_pictures
 from kernels.engine.outcome import Outcome, Status, cacheable, failure
 from kernels.engine.run_warnings import as_stored
 from kernels.jobs import Job, ReplayProblem, job_for, with_files
-from kernels.models import KernelVersion, Run
+from kernels.models import Run
+from sessions.programs import KernelVersion
 
 if TYPE_CHECKING:
     from kernels.backends import Backend

@@ -13,11 +13,11 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 
 from kernels import replay
-from kernels.models import KernelVersion
 from pages import cards, navigation
 from pages.access import get_session_for_user
 from pages.fork_views import get_fork
 from sessions.models import Session
+from sessions.programs import KernelVersion
 
 
 def _png(key: str, complete: bool, draw: Callable[[], bytes]) -> HttpResponse:

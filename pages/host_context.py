@@ -19,9 +19,10 @@ from kernels.engine.host.trace import Trace, module_sources
 from kernels.engine.outcome import Outcome, Status, WarningCode
 from kernels.engine.run import SEVERITY
 from kernels.engine.run_warnings import warnings_of
-from kernels.models import KernelVersion, Run, version_diff
+from kernels.models import Run
 from kernels.program_lines import file_lines, in_file, picture_in_file
 from sessions.markdown import render_code, render_source
+from sessions.programs import KernelVersion, version_diff
 
 
 @dataclass

@@ -18,8 +18,9 @@ from django.db.models.functions import Left
 
 from kernels import replay
 from kernels.engine.outcome import Status
-from kernels.models import KernelVersion, Run
+from kernels.models import Run
 from sessions.models import Session, Turn
+from sessions.programs import KernelVersion
 
 # A run that ended in one of these is a failure worth jumping to; "could not run" (no
 # adapter) is the site's failure, not the kernel's.

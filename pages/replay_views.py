@@ -22,7 +22,7 @@ from kernels.digits import EmptyDrawing, drawing_harness, preprocess
 from kernels.engine.host.check import harness_values
 from kernels.engine.outcome import Status, output_list, output_values
 from kernels.engine.run_warnings import as_stored
-from kernels.models import Kernel, KernelVersion, Run
+from kernels.models import Run
 from pages import embedding, reader_pages, story
 from pages.access import get_session_for_user
 from pages.host_context import host_context, host_diff_html
@@ -30,6 +30,7 @@ from pages.outcome_context import outcome_context
 from pages.stamps import OPENABLE, Prepared, stamp
 from sessions.markdown import render_code
 from sessions.models import Session, Turn
+from sessions.programs import Kernel, KernelVersion
 
 
 def get_reviewed_turn(request: HttpRequest, slug: str, number: int) -> Turn:

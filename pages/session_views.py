@@ -22,7 +22,6 @@ from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_GET, require_http_methods
 
 from config.context_processors import site_origin
-from kernels.models import KernelVersion
 from pages import embedding, folding, navigation
 from pages.access import get_embeddable_session, get_session_for_user
 from pages.forms import CappedUploadHandler, ImportForm, ProjectFilesForm
@@ -31,6 +30,7 @@ from sessions import images, search, uploads
 from sessions.export import export_markdown, export_session
 from sessions.importers.files import size_limit
 from sessions.models import Session, Tag, Turn, Upload
+from sessions.programs import KernelVersion
 
 # The parameters a session page reads. Its own URL keeps them: in its discovery link (so
 # that an oEmbed consumer embeds the turns the URL names) and in its cache key.

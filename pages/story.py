@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from django.db.models import Q
 
 from kernels.engine.outcome import Outcome, Status
-from kernels.models import KernelVersion
 from sessions.models import Turn
+from sessions.programs import KernelVersion
 
 # A curated note opens with what it is: "bug: rows and columns swapped", "fix: …".
 NOTE_KIND = re.compile(r"\A(bug|fix)\s*:\s*", re.I)

@@ -9,10 +9,10 @@ from typing import Any
 
 from django.urls import reverse
 
-from kernels.models import Blob, Kernel
 from sessions.importers.kernelbin import FORMAT
 from sessions.markdown import fence_for
 from sessions.models import Session, Turn
+from sessions.programs import Blob, Kernel
 
 
 def _iso(value: datetime | None) -> str | None:

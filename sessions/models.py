@@ -13,6 +13,9 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.safestring import SafeString, mark_safe
 
+# The archive's other models (kernels, program states, files) are in their own module:
+# importing it here is what makes them this app's.
+from sessions import programs  # noqa: F401
 from sessions.markdown import render_content
 
 
@@ -189,7 +192,7 @@ class Turn(models.Model):
     # Tool name, token counts, model, source uuid, kind (thinking, tool_call, …).
     meta = models.JSONField(default=dict, blank=True)
     kernel_version = models.ForeignKey(
-        "kernels.KernelVersion",
+        "KernelVersion",
         null=True,
         blank=True,
         on_delete=models.SET_NULL,
@@ -197,7 +200,7 @@ class Turn(models.Model):
         help_text="The kernel version this turn submitted or reviewed.",
     )
     state = models.ForeignKey(
-        "kernels.ProgramState",
+        "ProgramState",
         null=True,
         blank=True,
         on_delete=models.SET_NULL,

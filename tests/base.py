@@ -7,8 +7,9 @@ from django.test import Client, TestCase
 from django.utils import timezone
 
 from kernels import replay
-from kernels.models import Kernel, KernelVersion, Run
+from kernels.models import Run
 from sessions.models import Session, Turn
+from sessions.programs import Kernel, KernelVersion
 
 ADD_SOURCE = """@group(0) @binding(0) var<storage, read> a: array<f32>;
 @group(0) @binding(1) var<storage, read> b: array<f32>;

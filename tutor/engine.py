@@ -30,8 +30,8 @@ from django.utils.text import slugify
 
 from kernels import jobs, replay
 from kernels.engine.outcome import Outcome, Status
-from kernels.models import Kernel, KernelVersion, text_diff
 from sessions.models import Session, Turn
+from sessions.programs import Kernel, KernelVersion, text_diff
 from tutor import guardrail, llm, progress, prompts
 from tutor.free_form import FREE_FORM_HOST, FREE_FORM_KERNEL_STARTER, Template
 from tutor.lessons import FREE_FORM_KERNEL, Lesson, LessonError, load_lessons, parse_lesson

@@ -20,8 +20,8 @@ from django.utils import timezone
 
 from config import processes
 from kernels import replay
-from kernels.models import KernelVersion
 from sessions.models import Session, Turn
+from sessions.programs import Kernel, KernelVersion
 
 # The reply lock's lease: renewed every third of it while the reply is written, so a
 # request that died without releasing the lock (its server killed on another host) holds
@@ -53,7 +53,7 @@ class GuidedSession(models.Model):
     # The lesson plan as it was when the session started: plans are edited over time,
     # and the tutor's (cached) system prompt must not change under a running session.
     lesson = models.JSONField(default=dict, blank=True)
-    kernel = models.OneToOneField("kernels.Kernel", on_delete=models.CASCADE, related_name="guided")
+    kernel = models.OneToOneField(Kernel, on_delete=models.CASCADE, related_name="guided")
     starter = models.TextField(blank=True)
     # The host program's starter (WebGPU JavaScript) where the learner writes host code:
     # a lesson's scaffold, or the free-form one. "" where the harness is the host.

@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kernels.engine.outcome import EntryPointFacts, Outcome, Status
-from kernels.models import KernelVersion, text_diff
 from sessions.models import Turn, TurnQuerySet
+from sessions.programs import KernelVersion, text_diff
 from tutor import host_review
 from tutor.review import FINDINGS
 

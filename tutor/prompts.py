@@ -15,8 +15,8 @@ from django.conf import settings
 
 from kernels.engine.harness import HarnessError, parse_harness
 from kernels.engine.outcome import Outcome
-from kernels.models import KernelVersion, text_diff
 from sessions.models import Turn
+from sessions.programs import KernelVersion, text_diff
 from tutor import host_review, progress
 from tutor.review import outcome_for_model
 

@@ -22,8 +22,8 @@ from anthropic.types import Message, ToolUseBlock, Usage
 from django.conf import settings
 
 from kernels import replay
-from kernels.models import KernelVersion
 from sessions.models import Session, Turn
+from sessions.programs import KernelVersion
 from tutor import guardrail, llm, prompts
 from tutor.models import ApiCall, GuardrailEvent, GuidedSession
 from tutor.review import status_label

@@ -12,15 +12,6 @@ from typing import Any
 
 from django.db import connection, models, transaction
 
-from kernels.models import (
-    Blob,
-    Kernel,
-    KernelVersion,
-    ProgramState,
-    SessionFile,
-    StateFile,
-    sha256_text,
-)
 from sessions.importers.specs import (
     FileSpec,
     ImageSpec,
@@ -32,6 +23,15 @@ from sessions.importers.specs import (
     VersionSpec,
 )
 from sessions.models import Session, SessionImage, Turn
+from sessions.programs import (
+    Blob,
+    Kernel,
+    KernelVersion,
+    ProgramState,
+    SessionFile,
+    StateFile,
+    sha256_text,
+)
 
 # What a re-import rewrites of a version it keeps (its id, and so its forks, stay).
 VERSION_FIELDS = [

@@ -24,7 +24,6 @@ from django.utils.text import slugify
 
 from kernels.engine.harness import HarnessError, parse_harness
 from kernels.engine.outcome import Status
-from kernels.models import Kernel, ProgramState, check_file_name
 from sessions import images
 from sessions.importers.options import ImportOptions
 from sessions.importers.redact import Scrubber
@@ -42,6 +41,7 @@ from sessions.importers.specs import (
 )
 from sessions.importers.writer import write_session
 from sessions.models import Session, Turn
+from sessions.programs import Kernel, ProgramState, check_file_name
 
 FORMAT = "kernelbin/1"
 

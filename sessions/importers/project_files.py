@@ -25,10 +25,10 @@ from typing import IO, BinaryIO, cast
 from django.conf import settings
 from django.db import transaction
 
-from kernels.models import SessionFile, check_file_name
 from sessions.importers.claude_code.scripts import read_program
 from sessions.importers.specs import ImportProblem
 from sessions.models import Session
+from sessions.programs import SessionFile, check_file_name
 
 
 @dataclass

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from kernels.models import ProgramState
 from sessions.models import Session
+from sessions.programs import ProgramState
 
 
 class ImportProblem(Exception):
@@ -116,7 +116,7 @@ class VersionSpec:
 
 @dataclass
 class FileSpec:
-    """A file the session's host programs may fetch() (kernels.models.SessionFile)."""
+    """A file the session's host programs may fetch() (sessions.programs.SessionFile)."""
 
     name: str
     data: bytes
@@ -141,7 +141,7 @@ class ImageSpec:
 
 @dataclass
 class StateSpec:
-    """The learner's project after a turn (kernels.models.ProgramState): every file by
+    """The learner's project after a turn (sessions.programs.ProgramState): every file by
     its path in the project. It comes before the turns and versions that name it."""
 
     number: int

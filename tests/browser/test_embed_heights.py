@@ -13,7 +13,7 @@ import pytest
 from django.core.management import call_command
 
 from kernels import replay
-from kernels.models import KernelVersion
+from sessions.programs import KernelVersion
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -12,7 +12,7 @@ import pytest
 from django.core.management import call_command
 
 from kernels import forks
-from kernels.models import KernelVersion
+from sessions.programs import KernelVersion
 from tests.browser.editor import replace_code
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

@@ -46,7 +46,7 @@ class EditorPagesTestCase(BaseTestCase):
         self.charlie.is_superuser = True
         self.charlie.save()
         self.client.force_login(self.charlie)
-        r = self.client.get(f"/admin/kernels/kernel/{self.version.kernel.pk}/change/")
+        r = self.client.get(f"/admin/tutoring_sessions/kernel/{self.version.kernel.pk}/change/")
         nonce = nonce_of(r)
         self.assertIn(f"'nonce-{nonce}'", r["Content-Security-Policy"])
         for name, language in (

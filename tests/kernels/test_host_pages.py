@@ -9,7 +9,7 @@ import re
 import pytest
 from django.test import TransactionTestCase
 
-from kernels.models import Kernel, KernelVersion
+from sessions.programs import Kernel, KernelVersion
 from tests.base import make_session
 from tests.kernels.test_host_page import TEACHING_PAGE
 from tests.kernels.test_host_program import ADD_WGSL, VECTOR_ADD, line_of

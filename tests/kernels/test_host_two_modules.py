@@ -8,9 +8,9 @@ import pytest
 from kernels.engine.device import Environment, open_device
 from kernels.engine.host.program import program_outcome, run_program
 from kernels.engine.host.trace import module_sources
-from kernels.models import KernelVersion
 from kernels.trace_pictures import host_picture
 from pages.host_context import host_of
+from sessions.programs import KernelVersion
 
 # The first module writes at binding 0; the second reads a uniform there (dims1, four
 # u32) and writes y at binding 1, three invocations for its three cells.

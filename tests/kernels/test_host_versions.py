@@ -13,9 +13,9 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import TestCase, TransactionTestCase, override_settings
 
 from kernels import replay
-from kernels.models import Kernel, KernelVersion, SessionFile
 from sessions.export import export_session
 from sessions.importers.kernelbin import import_session
+from sessions.programs import Kernel, KernelVersion, SessionFile
 from tests.base import make_session
 from tests.kernels.test_host_program import ADD_WGSL, VECTOR_ADD
 from tests.kernels.test_replay_views import finished
@@ -189,7 +189,7 @@ class SessionFileAdminTests(TestCase):
     def upload(self, filename: str, data: bytes, **fields):
         upload = SimpleUploadedFile(filename, data, content_type="application/octet-stream")
         form = {"session": self.session.pk, "upload": upload, "name": "", "content_type": ""}
-        return self.client.post("/admin/kernels/sessionfile/add/", {**form, **fields})
+        return self.client.post("/admin/tutoring_sessions/sessionfile/add/", {**form, **fields})
 
     def test_staff_upload_a_file_that_is_read_only_after(self) -> None:
         r = self.upload("w1.bin", b"\x01\x02\x03\x04", name="weights/w1.bin")
@@ -201,7 +201,7 @@ class SessionFileAdminTests(TestCase):
         self.assertEqual(
             file.sha256, "9f64a747e1b97f131fabb6b447296c9b6f0201e79fb3c5356e6c77e89b6a806a"
         )
-        change = self.client.get(f"/admin/kernels/sessionfile/{file.pk}/change/")
+        change = self.client.get(f"/admin/tutoring_sessions/sessionfile/{file.pk}/change/")
         self.assertNotContains(change, 'name="upload"')
         self.assertContains(change, "9f64a747e1b97f13")
 

@@ -11,8 +11,8 @@ import pytest
 from django.core.management import CommandError
 from django.db import IntegrityError, transaction
 
-from kernels.models import Kernel
 from sessions.models import Session
+from sessions.programs import Kernel
 from tests.base import ADD_SOURCE, BaseTestCase, add_kernel, make_session
 from tests.sessions.importing import ImportingTestCase
 from tests.sessions.transcripts.build import Transcript, text, tool_use
@@ -49,7 +49,7 @@ class AdminTestCase(BaseTestCase):
         session = make_session("demo", turns=1)
         self.client.force_login(self.staff())
         return self.client.post(
-            "/admin/kernels/kernel/add/",
+            "/admin/tutoring_sessions/kernel/add/",
             {
                 "session": session.pk,
                 "name": name,

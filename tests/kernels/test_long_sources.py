@@ -10,8 +10,8 @@ from django.contrib.auth.models import User
 from django.core.cache import cache
 from django.test import TransactionTestCase
 
-from kernels.models import KernelVersion
 from sessions import markdown
+from sessions.programs import KernelVersion
 from tests.base import ADD_SOURCE, add_kernel, make_session
 
 pytestmark = pytest.mark.usefixtures("fresh_replay_backend")

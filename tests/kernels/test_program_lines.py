@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from django.test import SimpleTestCase
 
-from kernels.models import KernelVersion
 from kernels.program_lines import FileLines, file_lines, in_file
+from sessions.programs import KernelVersion
 
 
 def version(host_lines: object, pk: int | None = 1) -> KernelVersion:

@@ -15,7 +15,8 @@ from django.db import connection, transaction
 from django.test import TransactionTestCase, override_settings
 
 from kernels import replay
-from kernels.models import KernelVersion, Run
+from kernels.models import Run
+from sessions.programs import KernelVersion
 from tests.base import add_kernel, make_session
 from tests.kernels.test_replay_views import finished
 

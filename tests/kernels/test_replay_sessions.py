@@ -9,7 +9,8 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.test import TransactionTestCase
 
-from kernels.models import KernelVersion, Run
+from kernels.models import Run
+from sessions.programs import KernelVersion
 from tests.base import add_kernel, make_session
 
 pytestmark = pytest.mark.usefixtures("fresh_replay_backend")

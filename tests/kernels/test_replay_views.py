@@ -302,7 +302,7 @@ class ReplayTestCase(TransactionTestCase):
         self.assertEqual(self.client.get("/s/demo/turns/99/replay/").status_code, 404)
 
     def test_previous_and_next_versions_and_the_diff(self) -> None:
-        from kernels.models import KernelVersion
+        from sessions.programs import KernelVersion
 
         turn = self.session.turns.get(number=4)
         fixed = KernelVersion.objects.create(

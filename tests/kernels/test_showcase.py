@@ -190,9 +190,9 @@ def test_the_tutor_never_writes_the_learners_code() -> None:
 @pytest.mark.django_db
 def test_it_imports_as_a_public_fixture_session() -> None:
     from kernels.jobs import sources_for as replay_sources_for
-    from kernels.models import KernelVersion
     from sessions.importers.kernelbin import import_session
     from sessions.models import Session
+    from sessions.programs import KernelVersion
 
     report = import_session(DATA, source=Session.Source.FIXTURE)
     session = report.session

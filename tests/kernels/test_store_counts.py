@@ -8,7 +8,7 @@ import pytest
 from django.test import TransactionTestCase
 
 from kernels.engine.store_counts import instrument
-from kernels.models import Kernel, KernelVersion
+from sessions.programs import Kernel, KernelVersion
 from tests.base import make_session
 from tests.kernels.test_replay_views import finished
 

@@ -1,5 +1,5 @@
-from kernels.models import Kernel
 from sessions.models import Session
+from sessions.programs import Kernel
 from tests.base import ADD_HARNESS, BaseTestCase, add_kernel, make_session
 
 
@@ -48,7 +48,7 @@ class AdminTestCase(BaseTestCase):
         import json
 
         r = self.client.post(
-            f"/admin/kernels/kernel/{kernel.pk}/change/",
+            f"/admin/tutoring_sessions/kernel/{kernel.pk}/change/",
             {
                 "session": self.session.pk,
                 "name": "add",

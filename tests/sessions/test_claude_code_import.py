@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from unittest.mock import patch
 
-from kernels.models import Kernel, KernelVersion
 from sessions.importers.claude_code.tools import ToolCalls
 from sessions.importers.specs import SessionSpec, TurnSpec
 from sessions.importers.writer import write_session
 from sessions.models import Session, Turn
+from sessions.programs import Kernel, KernelVersion
 from tests.sessions.importing import MATMUL, SOFTMAX, ImportingTestCase, tiny
 from tests.sessions.transcripts.build import Transcript, text
 

@@ -8,9 +8,9 @@ import pytest
 from django.core.management import call_command
 from django.test import TransactionTestCase
 
-from kernels.models import Kernel, KernelVersion, sha256_text
 from sessions.importers.claude_code.kernels import KernelHistory, Outcome
 from sessions.importers.claude_code.scripts import shaders_in_script, template_strings
+from sessions.programs import Kernel, KernelVersion, sha256_text
 from tests.kernels.test_replay_views import finished
 from tests.sessions.importing import MATMUL, SOFTMAX, ImportingTestCase, tiny
 from tests.sessions.transcripts.build import (

@@ -12,10 +12,10 @@ import pytest
 from django.core.management import call_command
 from django.test import TestCase, TransactionTestCase
 
-from kernels.models import Kernel
 from kernels.program_lines import FileLines
 from sessions.importers.claude_code.scripts import html_scripts, read_program
 from sessions.models import Session
+from sessions.programs import Kernel
 from tests.kernels.test_replay_views import finished
 from tests.sessions.importing import TRANSCRIPTS, ImportingTestCase
 from tests.sessions.transcripts.build import (

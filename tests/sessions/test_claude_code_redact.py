@@ -8,9 +8,9 @@ from django.apps import apps
 from django.db import models
 from django.urls import reverse
 
-from kernels.models import KernelVersion
 from sessions.importers.redact import Scrubber
 from sessions.models import Turn
+from sessions.programs import KernelVersion
 from tests.sessions.importing import MATMUL, ImportingTestCase, tiny
 from tests.sessions.transcripts.build import ANTHROPIC_KEY, GITHUB_TOKEN, SECRETS, text, tool_use
 

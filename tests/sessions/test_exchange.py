@@ -5,8 +5,8 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management import CommandError, call_command
 
-from kernels.models import Kernel, KernelVersion
 from sessions.models import Session, Tag, Turn
+from sessions.programs import Kernel, KernelVersion
 from tests.base import ADD_SOURCE, BaseTestCase, add_kernel, make_session
 
 

@@ -16,11 +16,12 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.db import connection, connections
 from django.test import Client, TransactionTestCase
 
-from kernels.models import Fork, KernelVersion
+from kernels.models import Fork
 from sessions.importers import writer
 from sessions.importers.batches import Batches
 from sessions.importers.specs import ImportProblem
 from sessions.models import Session, Turn
+from sessions.programs import KernelVersion
 from tests.sessions.importing import MATMUL
 from tests.sessions.transcripts.build import Transcript, text
 

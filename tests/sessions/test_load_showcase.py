@@ -3,8 +3,8 @@ from io import StringIO
 from django.core.management import call_command
 from django.test import TestCase
 
-from kernels.models import KernelVersion
 from sessions.models import Session, Turn
+from sessions.programs import KernelVersion
 from tests.base import make_session
 
 

@@ -19,9 +19,10 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.management import call_command
 from django.test import TransactionTestCase
 
-from kernels.models import Blob, Fork, Kernel, ProgramState, SessionFile
+from kernels.models import Fork
 from sessions.importers.claude_code.kernels import likeness
 from sessions.models import Session, Turn
+from sessions.programs import Blob, Kernel, ProgramState, SessionFile
 from tests.kernels.test_replay_views import finished
 from tests.sessions.importing import ImportingTestCase
 from tests.sessions.test_claude_code_layout import session_with_agent
@@ -484,12 +485,14 @@ class ProgramStateAdminTestCase(ImportingTestCase):
         state = ProgramState.objects.get(number=6)
         self.client.force_login(User.objects.create_superuser("ann", password="pw"))
 
-        page = self.client.get(f"/admin/kernels/programstate/{state.pk}/change/")
+        page = self.client.get(f"/admin/tutoring_sessions/programstate/{state.pk}/change/")
 
         self.assertContains(page, "index.html")
         self.assertContains(page, f"{state.files.get().blob_id[:12]} (")
         self.assertNotContains(page, "deletelink")
-        self.assertEqual(self.client.get("/admin/kernels/programstate/add/").status_code, 403)
+        self.assertEqual(
+            self.client.get("/admin/tutoring_sessions/programstate/add/").status_code, 403
+        )
 
 
 TRIPLE = """@group(0) @binding(0) var<storage, read_write> data: array<f32>;

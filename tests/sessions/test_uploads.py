@@ -13,10 +13,10 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client, TransactionTestCase, override_settings
 
 from config import processes
-from kernels.models import SessionFile
 from sessions.importers import writer
 from sessions.importers.batches import Batches
 from sessions.models import Session, Upload
+from sessions.programs import SessionFile
 from tests.sessions.test_import_batches import long_transcript
 
 REFRESH = 'http-equiv="refresh"'

@@ -9,8 +9,8 @@ from django.conf import settings
 from django.test import override_settings
 from django.urls import reverse
 
-from kernels.models import KernelVersion
 from sessions.models import Session, Turn
+from sessions.programs import KernelVersion
 from tests.base import ADD_HARNESS, ADD_SOURCE, add_kernel, make_session
 from tests.kernels.test_host_program import VECTOR_ADD
 from tests.tutor.helpers import (

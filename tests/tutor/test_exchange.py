@@ -6,8 +6,8 @@ from __future__ import annotations
 from django.test import override_settings
 from django.urls import reverse
 
-from kernels.models import KernelVersion
 from sessions.models import Turn
+from sessions.programs import KernelVersion
 from tests.tutor.helpers import (
     FAKE_KEY,
     MODEL,

@@ -12,8 +12,8 @@ from django.test import override_settings
 from django.urls import reverse
 
 from kernels import replay
-from kernels.models import KernelVersion
 from sessions.models import Turn
+from sessions.programs import KernelVersion
 from tests.tutor.helpers import (
     FAKE_KEY,
     FakeAPI,

@@ -12,8 +12,8 @@ from django.test import override_settings
 from django.urls import reverse
 from django.utils.html import escape
 
-from kernels.models import Kernel
 from sessions.models import Session, Turn
+from sessions.programs import Kernel
 from tests.tutor.helpers import LESSONS_DIR, TutorTestCase
 from tutor.lessons import load_lessons
 from tutor.models import GuidedSession

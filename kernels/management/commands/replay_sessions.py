@@ -4,8 +4,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from kernels import replay
-from kernels.models import KernelVersion
 from sessions.models import Session
+from sessions.programs import KernelVersion
 
 
 class Command(BaseCommand):

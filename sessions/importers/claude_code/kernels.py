@@ -81,7 +81,7 @@ NAME_MAX = 60
 # signature, the index); a fix keeps most of them.
 SAME_SHADER = 0.55
 SAME_NAMED_SHADER = 0.3
-# A project path a program can fetch() (kernels.models.FILE_NAME).
+# A project path a program can fetch() (sessions.programs.FILE_NAME).
 # The characters a project file's name may hold for a program to fetch it by that name.
 _PATH_CHARACTERS = frozenset(string.ascii_letters + string.digits + "_.-")
 
