@@ -36,7 +36,7 @@ from django.utils.module_loading import import_string
 
 from config import processes
 from kernels import trace_pictures
-from kernels.engine.outcome import Outcome, Status, cacheable, failure
+from kernels.engine.outcome import Outcome, Status, cacheable, failure, run_trace
 from kernels.engine.run_warnings import as_stored
 from kernels.jobs import Job, ReplayProblem, job_for, with_files
 from kernels.models import Run
@@ -299,7 +299,7 @@ def stored_picture(run: Run, own_source: str) -> dict[str, Any] | None:
     """The picture of what a finished run's host program did: as stored with it, or, for
     a run stored before pictures were, drawn now (own_source: the WGSL of a module whose
     code the trace lacks) and stored."""
-    if run.picture is None and (run.outcome.get("program") or {}).get("trace"):
+    if run.picture is None and run_trace(run.outcome):
         run.picture = trace_pictures.program_picture(run.outcome, own_source)
         Run.objects.filter(pk=run.pk).update(picture=run.picture)
     return run.picture

@@ -25,6 +25,7 @@ from kernels.engine.host import trace as traces
 from kernels.engine.host.harness_program import trimmed, workgroup
 from kernels.engine.host.trace import NP_VIEWS, Dispatch, DispatchBinding
 from kernels.engine.layout import LayoutError, binding_type, struct_layout
+from kernels.engine.outcome import run_trace
 from kernels.engine.wgsl import parse, resource_numbers
 
 MAX_SHOWN_BUFFERS = 40
@@ -82,7 +83,7 @@ def program_picture(outcome: Mapping[str, Any], own_source: str | None = None) -
     stored before modules carried it, or past the cap on their code) and own_source, the
     version's WGSL that such a module was, is not given."""
     program = outcome.get("program") or {}
-    trace = program.get("trace")
+    trace = run_trace(outcome)
     if not trace:
         return None
     sources = traces.module_sources(trace)

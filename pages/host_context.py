@@ -3,9 +3,9 @@ of what it did (templates/kernels/_host.html).
 
 A version with a host program shows the program, its console and error, and the trace
 its run left. A version without one shows its harness written out as the WebGPU host
-code it stands for (kernels/engine/host/harness_program.py) and that code's trace, so a
-host mistake made in a harness (a dispatch rounded down, a uniform too short) shows as
-plainly as one in a program.
+code it stands for (kernels/engine/host/harness_program.py), which is what its run
+replayed, and the trace that run left, so a host mistake made in a harness (a dispatch
+rounded down, a uniform too short) shows as plainly as one in a program.
 """
 
 from __future__ import annotations
@@ -16,9 +16,8 @@ from typing import Any
 from kernels import jobs, replay, trace_pictures
 from kernels.engine.host.harness_program import harness_host
 from kernels.engine.host.trace import Trace, module_sources
-from kernels.engine.outcome import Outcome, Status, WarningCode
+from kernels.engine.outcome import Outcome, Status, run_trace
 from kernels.engine.run import SEVERITY
-from kernels.engine.run_warnings import warnings_of
 from kernels.models import Run
 from kernels.program_lines import file_lines, in_file, picture_in_file
 from sessions.markdown import render_code, render_source
@@ -40,7 +39,7 @@ def host_of(version: KernelVersion, outcome: dict | None = None) -> Host:
     """The version's host program and its run's trace, or its harness as host code (with
     the inputs of the case whose outputs the outcome shows, when it has cases)."""
     if version.host_program:
-        trace = ((outcome or {}).get("program") or {}).get("trace")
+        trace = run_trace(outcome)
         # Traces stored before modules carried their code: each module was read as the
         # version's own WGSL.
         own = {m["name"]: version.source for m in (trace or {}).get("modules", [])}
@@ -57,14 +56,13 @@ def host_of(version: KernelVersion, outcome: dict | None = None) -> Host:
     case = next((c for c in harness.cases if c.name == shown), None)
     if case is not None:
         harness = harness.for_case(case)
-    dropped = [
-        (w["data"]["pass"], w["data"]["group"], w["data"]["binding"])
-        for w in warnings_of(outcome or {})
-        if w["code"] == WarningCode.UNUSED_BINDING and "pass" in w["data"]
-    ]
-    written = harness_host(harness, sources, version.kernel.name, dropped)
-    modules = {name: sources[kernel] for name, kernel in written.modules.items()}
-    return Host(written.code, False, written.trace, modules, shown if case else "")
+    # The code that ran, and the trace the run left (a run stored before harness runs kept
+    # one has none: the code is shown without the picture).
+    written = harness_host(harness, sources, version.kernel.name)
+    trace = run_trace(outcome)
+    # The run names each module by its kernel (its label); a trace carries their code.
+    modules = dict(sources) | module_sources(trace or {})
+    return Host(written.code, False, trace, modules, shown if case else "")
 
 
 def shown_case(outcome: dict | None) -> str:
@@ -145,11 +143,10 @@ def host_context(
 def _picture(
     host: Host, version: KernelVersion, run: Run | None, error: dict | None, counted: list
 ) -> dict[str, Any] | None:
-    """What the trace draws: a program's as stored with its run, a harness's (which the
-    run did not trace: it is the harness written out) drawn now."""
+    """What the trace draws: as stored with its run, or drawn now for a run not finished."""
     if not host.trace:
         return None
-    if not host.is_program or run is None or run.state != Run.State.DONE:
+    if run is None or run.state != Run.State.DONE:
         return trace_pictures.host_picture(host.trace, host.module_sources, error, counted)
     picture = replay.stored_picture(run, version.source)
     if picture is None:

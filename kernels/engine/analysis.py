@@ -458,3 +458,26 @@ def _excerpt(lines: list[str], tokens: list[Token]) -> str:
 
 def _text(tokens: list[Token], j: int) -> str:
     return tokens[j].text if j < len(tokens) else ""
+
+
+def used_bindings(source: str, entry_point: str) -> set[tuple[int, int]] | None:
+    """The (group, binding) of each resource the entry point uses, itself or through the
+    functions it calls: what a pipeline's "auto" layout holds. None where the module or the
+    entry point cannot be read (then every binding is bound and WebGPU says what is wrong)."""
+    module = parse(source)
+    function = module.entry_point(entry_point)
+    if function is None:
+        return None
+    helpers = _helpers(module, function)
+    if len(helpers) >= MAX_ITEMS:
+        return None  # more than _helpers follows: some may be missed
+    tokens = module.tokens
+    named = {
+        tokens[j].text for f in (function, *helpers) for j in f.body if tokens[j].kind == IDENT
+    }
+    used = set()
+    for variable in module.variables:
+        group, binding = resource_numbers(module, variable)
+        if variable.name in named and group is not None and binding is not None:
+            used.add((group, binding))
+    return used

@@ -36,7 +36,7 @@ from kernels.engine.device import import_wgpu
 from kernels.engine.harness import Buffer, Harness
 from kernels.engine.inputs import Memo
 from kernels.engine.outcome import json_number
-from kernels.engine.resident import RunBuffers
+from kernels.engine.resident import DeviceBuffers
 
 # Outputs of more cells than this are checked on the device, by adapter. Measured with
 # bench/replay.py --crossover (the runner alone, y = 2x): on an H100 the check cost
@@ -175,14 +175,15 @@ def float_at_most(value: float) -> np.float32:
 @dataclass
 class DeviceCheck:
     """The outputs of one run that are checked on the device, and the table each
-    writes its figures to."""
+    writes its figures to. kept holds the expected values between runs."""
 
     device: Any
-    buffers: RunBuffers
+    kept: DeviceBuffers
     harness: Harness
     names: list[str] = field(default_factory=list)
     tables: dict[str, tuple[Any, int]] = field(default_factory=dict)
-    groups: dict[str, Any] = field(default_factory=dict)
+    bound: dict[str, tuple[Any, Any]] = field(default_factory=dict)  # (expected, uniform)
+    own: list[Any] = field(default_factory=list)  # made for this run: destroyed by release()
     pipeline: Any = None
 
     def plan(
@@ -237,7 +238,10 @@ class DeviceCheck:
                 data=pairs, usage=usage.STORAGE, label=f"{name} expected"
             )
 
-        reference = self.buffers.keep_reference((*inputs_key, name), count * 8, upload)
+        references = self.kept.references or DeviceBuffers(budget=0, references=False)
+        reference, kept = references.get(("expected", *inputs_key, name), count * 8, upload)
+        if not kept:
+            self.own.append(reference)
         blocks = -(-count // BLOCK_CELLS)
         table = self.device.create_buffer(
             size=blocks * 16, usage=usage.STORAGE | usage.COPY_SRC, label=f"{name} check"
@@ -249,24 +253,29 @@ class DeviceCheck:
         params[2] = float_at_most(tolerance.rtol)
         params[3] = np.float32(3.0e38)
         uniform = self.device.create_buffer_with_data(data=params, usage=usage.UNIFORM)
-        self.buffers.own.extend([table, uniform])
+        self.own.extend([table, uniform])
         self.tables[name] = (table, blocks)
-        entries = [
-            {"binding": i, "resource": {"buffer": b}}
-            for i, b in enumerate([self.buffers.by_name[name], reference, table, uniform])
-        ]
-        layout = self.pipeline.get_bind_group_layout(0)
-        self.groups[name] = self.device.create_bind_group(layout=layout, entries=entries)
+        self.bound[name] = (reference, uniform)
 
-    def encode(self, encoder: Any) -> None:
-        """The check's pass, after the kernel's passes in the same commands."""
+    def run(self, outputs: dict[str, Any]) -> None:
+        """The check's passes over the outputs (name -> the run's buffer), submitted after
+        the run's own commands."""
+        encoder = self.device.create_command_encoder()
+        layout = self.pipeline.get_bind_group_layout(0)
         for name in self.names:
-            _, blocks = self.tables[name]
+            table, blocks = self.tables[name]
+            reference, uniform = self.bound[name]
+            entries = [
+                {"binding": i, "resource": {"buffer": b}}
+                for i, b in enumerate([outputs[name], reference, table, uniform])
+            ]
+            group = self.device.create_bind_group(layout=layout, entries=entries)
             compute = encoder.begin_compute_pass(label=f"check {name}")
             compute.set_pipeline(self.pipeline)
-            compute.set_bind_group(0, self.groups[name])
+            compute.set_bind_group(0, group)
             compute.dispatch_workgroups(min(blocks, 65535), -(-blocks // 65535), 1)
             compute.end()
+        self.device.queue.submit([encoder.finish()])
 
     def passed(self) -> dict[str, dict[str, Any]]:
         """The verdict of each output the device passed (absent: flagged, to be read
@@ -280,6 +289,11 @@ class DeviceCheck:
                 continue
             entries[name] = _entry(self.harness.buffer(name), rows)
         return entries
+
+    def release(self) -> None:
+        for gpu in self.own:
+            gpu.destroy()
+        self.own.clear()
 
 
 def _checkable(expected: np.ndarray) -> bool:

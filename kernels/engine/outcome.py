@@ -233,6 +233,8 @@ class Outcome(TypedDict):
                  message, outputs (cell values only for the worst, which the top level
                  shows), layout and report; the top level is the worst case's
     program      for a program run: ProgramReport (console, trace, error, dispatches)
+    trace        for a harness run: the trace its program left (host/trace.py's Trace),
+                 of the case shown; a program run's is in program
     check        for a program run: what its readbacks were checked against (CheckReport)
     crash        on crashed, when the kernel itself ended its workers: Crash; such an
                  outcome is kept like a finished run (see cacheable)
@@ -258,6 +260,7 @@ class Outcome(TypedDict):
     store_counts: NotRequired[list[dict[str, Any]]]
     cases: NotRequired[list[dict[str, Any]]]
     program: NotRequired[ProgramReport]
+    trace: NotRequired[Mapping[str, Any]]
     check: NotRequired[CheckReport]
     crash: NotRequired[Crash]
     detail: NotRequired[str]
@@ -418,3 +421,10 @@ def json_number(x: float) -> float | str:
     if math.isinf(x):
         return "Infinity" if x > 0 else "-Infinity"
     return x
+
+
+def run_trace(outcome: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """The trace a run left: a harness run's, or its program's; None for a run without one
+    (compile-only, or stored before harness runs kept theirs)."""
+    outcome = outcome or {}
+    return outcome.get("trace") or (outcome.get("program") or {}).get("trace") or None

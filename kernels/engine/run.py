@@ -1,25 +1,24 @@
-"""Run WGSL compute kernels under a harness with wgpu-py and compare with a reference.
+"""Run WGSL compute kernels under a harness and compare with a reference.
 
-The device run, top to bottom: check the limits, make the inputs and the reference's
-outputs, compile, dispatch, read back, compare. It runs inside the worker processes
-(kernels/engine/worker.py), which hold one warm device each. wgpu is imported inside
-the functions that use the GPU, so importing this module for its types costs nothing.
+A harness is one more way to drive a program: each case is compiled to the WebGPU calls of
+the host program it stands for (kernels/engine/host/harness_program.py) and those calls are
+replayed by the executor every program goes through (kernels/engine/host/gpu.py's Timeline):
+its limits, browser refusals, caches, trace and llvmpipe warnings are a harness run's too.
+What is the harness's own: its inputs and reference, the cases, the comparison, the device
+check of large outputs (gpu_compare.py), the diagnostic rerun with the never-written
+sentinel, and the store counts. It runs inside the worker processes (worker.py), which
+hold one warm device each. wgpu is imported inside the functions that use the GPU.
 
 What wgpu-py 0.32 can and cannot tell us is recorded in shared/notes/wgpu-headless.md;
 the error texts parsed here are pinned by tests/kernels/test_runner.py.
 """
 
-# Kept whole: one class runs a harness, its compile, dispatches, bind groups, store counts and
-# comparison all on the run's device, memo and buffers; split, each part would reach into the rest.
-
 from __future__ import annotations
 
 import functools
 import hashlib
-import math
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,13 +37,10 @@ from kernels.engine.compare import (
 )
 from kernels.engine.device import Environment, import_wgpu
 from kernels.engine.gpu_compare import BY_ADAPTER, CHECK_FROM, DeviceCheck
-from kernels.engine.harness import (
-    Binding,
-    Harness,
-    HarnessError,
-    canonical_digest,
-    parse_harness,
-)
+from kernels.engine.harness import Harness, HarnessError, canonical_digest, parse_harness
+from kernels.engine.host.gpu import SENTINEL_WORD, VERSION_WGSL, HostError, Timeline
+from kernels.engine.host.harness_program import COUNTERS, Counting, HarnessHost, harness_host
+from kernels.engine.host.trace import Trace
 from kernels.engine.inputs import (
     NP_DTYPES,
     Memo,
@@ -53,19 +49,11 @@ from kernels.engine.inputs import (
     make_inputs,
     no_memo,
     struct_layouts,
-    uniform_bytes,
 )
 from kernels.engine.layout import StructLayout
-from kernels.engine.limits import DEFAULT_LIMITS, Limits, check_limits, readback_names
-from kernels.engine.naga import (
-    BINDING_COUNT,
-    MISSING_DECLARATION,
-    clean_wgpu_error,
-    compile_message,
-    parse_compile_error,
-)
+from kernels.engine.limits import DEFAULT_LIMITS, Limits, check_limits
+from kernels.engine.naga import BINDING_COUNT, compile_message, parse_compile_error
 from kernels.engine.outcome import (
-    SENTINEL_BITS,
     CompileError,
     Outcome,
     RunWarning,
@@ -74,9 +62,9 @@ from kernels.engine.outcome import (
     new_outcome,
     no_timings,
 )
-from kernels.engine.resident import DeviceBuffers, RunBuffers, writable_buffers
-from kernels.engine.run_warnings import Dispatched, backend_warnings, unused_binding
-from kernels.engine.webgpu import module_refusal, pipeline_refusal
+from kernels.engine.resident import DeviceBuffers, writable_buffers
+from kernels.engine.run_warnings import program_warnings, unused_binding
+from kernels.engine.webgpu import module_refusal
 from kernels.engine.wgsl import declared_bindings
 
 if TYPE_CHECKING:
@@ -107,6 +95,7 @@ class CaseResult:
     report: dict[str, Any] | None
     layout: list[dict[str, Any]]
     store_counts: list[dict[str, Any]] = field(default_factory=list)
+    trace: Trace | None = None
 
     def as_dict(self) -> dict[str, Any]:
         entry: dict[str, Any] = {
@@ -121,6 +110,16 @@ class CaseResult:
         if self.report is not None:
             entry["report"] = self.report
         return entry
+
+
+@dataclass
+class Replayed:
+    """One replay of a harness program: the bytes of each buffer read back, by harness name,
+    the outputs the device check passed, and the executor's trace."""
+
+    read: dict[str, bytes]
+    passed: dict[str, dict[str, Any]]
+    trace: Trace
 
 
 def execute(
@@ -145,17 +144,14 @@ def execute(
     the adapter's CHECK_FROM. Never raises for anything a kernel or harness can do
     wrong; a bug in the runner itself does raise.
     """
-    buffers = RunBuffers(device, kept if kept is not None else DeviceBuffers(budget=0))
     if device_check_from == BY_ADAPTER:
         device_check_from = CHECK_FROM["software" if env.software else "hardware"]
-    run = _Run(device, env, sources, Path(fixtures_dir), limits, memo, buffers)
+    run = _Run(device, env, sources, Path(fixtures_dir), limits, memo, kept)
     run.device_check_from = device_check_from
     try:
         outcome = run.execute(harness)
     except Stop as stop:
         outcome = run.outcome(stop.status, stop.message, error=stop.error, compile=stop.compile)
-    finally:
-        buffers.release()
     # Read here, under the job's deadline: the web process never parses a kernel.
     outcome["analysis"] = analyse(sources)
     return outcome
@@ -170,7 +166,7 @@ class _Run:
         fixtures_dir: Path,
         limits: Limits,
         memo: Memo,
-        buffers: RunBuffers,
+        kept: DeviceBuffers | None,
     ) -> None:
         self.device = device
         self.env = env
@@ -178,10 +174,14 @@ class _Run:
         self.fixtures_dir = fixtures_dir
         self.limits = limits
         self.memo = memo
+        self.kept = kept if kept is not None else DeviceBuffers(budget=0)
         self.timings = no_timings()
         self.warnings: list[RunWarning] = []
-        self.buffers = buffers
         self.device_check_from: int | None = None
+        self.writable: set[str] = set()
+        self.refused = False  # the llvmpipe refusal was looked at, after the first compile
+        self.compile_ms = 0.0
+        self.trace: Trace | None = None
 
     def outcome(
         self,
@@ -202,6 +202,8 @@ class _Run:
             result["compile"] = compile
         if report is not None:
             result["report"] = report
+        if self.trace is not None:
+            result["trace"] = self.trace
         return result
 
     def execute(self, spec: Harness | Mapping[str, Any] | None) -> Outcome:
@@ -219,32 +221,23 @@ class _Run:
                     f"sources has no {name!r}",
                 )
         check_limits(harness, self.sources, self.limits)
+        self.harness = harness
         layouts = struct_layouts(harness, self.sources)
         cases: list[tuple[Harness, Case | None]] = [
             (harness.for_case(case), case) for case in harness.cases
         ] or [(harness, None)]
         # Inputs before the device, so a bad fixture file stops the run before it compiles.
         first = self.inputs(cases[0][0], layouts)
-        self.warn_about_backend([h for h, _ in cases], layouts)
-
-        started = time.perf_counter()
-        try:
-            pipelines = self.compile(harness)
-        finally:
-            self.timings["compile_ms"] = _ms(started)
-        # llvmpipe would let these pass where a GPU does not: they are not run, not passed.
-        if self.env.software and (why := misleading_on_cpu(harness, self.sources)):
-            raise Stop(Status.REJECTED, why)
         self.writable = writable_buffers(harness, self.sources)
-
         started = time.perf_counter()
         try:
             results = [
-                self.run_case(case_harness, case, layouts, pipelines, first if i == 0 else None)
+                self.run_case(case_harness, case, layouts, first if i == 0 else None)
                 for i, (case_harness, case) in enumerate(cases)
             ]
         finally:
-            self.timings["run_ms"] = _ms(started)
+            self.timings["compile_ms"] = round(self.compile_ms, 2)
+            self.timings["run_ms"] = round(_ms(started) - self.compile_ms, 2)
         return self.combine(results, bool(harness.cases))
 
     def inputs(self, harness: Harness, layouts: dict[str, StructLayout]) -> Inputs:
@@ -266,36 +259,50 @@ class _Run:
         harness: Harness,
         case: Case | None,
         layouts: dict[str, StructLayout],
-        pipelines: dict[tuple[str, str], Any],
         inputs: Inputs | None,
     ) -> CaseResult:
-        """Dispatch, read back and compare; on wrong outputs, dispatch again with fresh
-        buffers holding the sentinel to tell never-written cells from wrong ones."""
+        """Replay the case's program, read back and compare; on wrong outputs, replay it
+        again with fresh buffers holding the sentinel to tell never-written cells from wrong
+        ones."""
         inputs = inputs or self.inputs(harness, layouts)
         host, expected = inputs.host, inputs.expected
-        readback = readback_names(harness)
-        check = DeviceCheck(self.device, self.buffers, harness)
-        got = self.dispatch(harness, inputs, pipelines, readback, check=check)
-        # What the device passed needs no readback; what it flagged is compared here.
-        passed = check.passed()
-        got |= {name: self.read(harness, name) for name in check.names if name not in passed}
-        result = self.compare(harness, host, got, expected, None, passed)
-        fresh = any(b.fill == "fresh" for b in harness.bound_buffers())
+        program = harness_host(harness, self.sources, host=host, writable=self.writable)
+        for u in program.unused:
+            warning = unused_binding(u.number, u.kernel, u.group, u.binding, u.buffer)
+            if warning not in self.warnings:  # once, not once per case
+                self.warnings.append(warning)
+        check = DeviceCheck(self.device, self.kept, harness)
+        check.plan(inputs.key, expected, list(program.reads), self.device_check_from, self.memo)
+        try:
+            replayed = self.replay(program, inputs, check=check)
+        finally:
+            check.release()
+        self.trace = replayed.trace
+        for warning in program_warnings(self.env.software, replayed.trace, self.memo):
+            if warning not in self.warnings:
+                self.warnings.append(warning)
+        got = self.arrays(harness, replayed.read)
+        result = self.compare(harness, host, got, expected, None, replayed.passed)
+        fresh = frozenset(b.name for b in harness.bound_buffers() if b.fill == "fresh")
         if result.status in (Status.MISMATCH, Status.NONFINITE) and fresh:
-            diagnostic = self.dispatch(harness, inputs, pipelines, readback, sentinel=True)
-            result = self.compare(harness, host, got, expected, diagnostic, passed)
-        result.store_counts = self.count_stores(harness, inputs, pipelines)
+            diagnostic = self.replay(program, inputs, sentinel=fresh)
+            result = self.compare(
+                harness, host, got, expected, self.arrays(harness, diagnostic.read), replayed.passed
+            )
+        result.store_counts = self.count_stores(harness, inputs)
         if case is not None:
             result.name, result.description = case.name, case.description
         result.layout = [
             {"buffer": name, **layout.describe(host[name].tobytes())}
             for name, layout in layouts.items()
         ]
+        result.trace = replayed.trace
         return result
 
     def combine(self, results: list[CaseResult], named: bool) -> Outcome:
         """The outcome: a lone case's own, or the worst case's with every case listed."""
         worst = max(results, key=lambda r: SEVERITY.index(r.status))
+        self.trace = worst.trace
         outcome = self.outcome(
             worst.status, worst.message, outputs=worst.outputs, report=worst.report
         )
@@ -330,273 +337,137 @@ class _Run:
                     raise Stop(
                         Status.COMPILE_ERROR, compile_message(info), info["text"], compile=info
                     ) from None
-                refuse_as_a_browser(kernel, source)
+                if (refused := module_refusal(kernel, source)) is not None:
+                    message = compile_message(refused)
+                    raise Stop(Status.COMPILE_ERROR, message, refused["text"], compile=refused)
         finally:
             self.timings["compile_ms"] = _ms(started)
         return self.outcome(Status.NO_REFERENCE, "Compiles; there is no harness to run it with.")
 
-    # -- before the device -------------------------------------------------------------
-
-    def warn_about_backend(self, cases: list[Harness], layouts: Mapping[str, StructLayout]) -> None:
-        """backend_warnings of each case's passes, read against the uniforms it fills."""
-        dispatched = [
-            Dispatched(
-                p.kernel,
-                self.sources[p.kernel],
-                p.entry_point,
-                p.dispatch,
-                {
-                    (b.group, b.binding): math.prod(shape)
-                    for b in p.bind
-                    if (shape := harness.buffer(b.buffer).shape)
-                },
-                {
-                    (b.group, b.binding): data
-                    for b in p.bind
-                    if (data := uniform_bytes(harness.buffer(b.buffer), layouts)) is not None
-                },
-            )
-            for harness in cases
-            for p in harness.passes
-        ]
-        self.warnings += backend_warnings(self.env.software, dispatched, self.memo)
-
     # -- on the device -----------------------------------------------------------------
 
-    def compile(self, harness: Harness) -> dict[tuple[str, str], Any]:
-        """A pipeline per (kernel, entry point). A worker keeps them by source, so running
-        the same source again (run again, the tutor's run_kernel) skips compiling."""
-        wgpu = import_wgpu()
-
-        modules = {}
-        for kernel in dict.fromkeys(p.kernel for p in harness.passes):
-            source = self.sources[kernel]
-            digest = hashlib.sha256(source.encode()).hexdigest()
-            try:
-                modules[kernel] = (
-                    digest,
-                    self.memo(
-                        ("module", digest),
-                        functools.partial(self.device.create_shader_module, code=source),
-                    ),
-                )
-            except wgpu.GPUValidationError as e:
-                info = parse_compile_error(kernel, str(e))
-                raise Stop(
-                    Status.COMPILE_ERROR, compile_message(info), info["text"], compile=info
-                ) from None
-            refuse_as_a_browser(kernel, source)
-        pipelines = {}
-        for p in harness.passes:
-            key = (p.kernel, p.entry_point)
-            if key in pipelines:
-                continue
-            digest, module = modules[p.kernel]
-            compute = {"module": module, "entry_point": p.entry_point}
-            try:
-                pipelines[key] = self.memo(
-                    ("pipeline", digest, p.entry_point),
-                    functools.partial(
-                        self.device.create_compute_pipeline, layout="auto", compute=compute
-                    ),
-                )
-            except wgpu.GPUValidationError as e:
-                text = clean_wgpu_error(str(e))
-            else:
-                # wgpu-native does not count workgroup storage against the limit; Dawn does.
-                text = pipeline_refusal(self.sources[p.kernel], p.entry_point, self.device.limits)
-            if text:
-                raise Stop(
-                    Status.PIPELINE_ERROR,
-                    f"Kernel {p.kernel}, entry point {p.entry_point}: {text}",
-                    text,
-                )
-        return pipelines
-
-    def dispatch(
+    def replay(
         self,
-        harness: Harness,
+        program: HarnessHost,
         inputs: Inputs,
-        pipelines: dict[tuple[str, str], Any],
-        readback: list[str],
-        sentinel: bool = False,
+        sentinel: frozenset[str] = frozenset(),
         check: DeviceCheck | None = None,
-        counting: tuple[int, Any, int, Any] | None = None,
-    ) -> dict[str, np.ndarray]:
-        """Run the passes and read back what the check does not take; sentinel=True is the
-        diagnostic run, whose fresh buffers start with the sentinel instead of zeros.
-        counting: (pass number, its counting pipeline, the counters' group and bind group): the
-        passes up to that one, it counting its stores (count_stores)."""
-        self.buffers.make(harness, inputs.host, inputs.key, self.writable, sentinel)
-        if check is not None:
-            check.plan(inputs.key, inputs.expected, readback, self.device_check_from, self.memo)
-        encoder = self.device.create_command_encoder()
-        self.buffers.clear(encoder)
-        for number, p in enumerate(harness.passes, start=1):
-            pipeline = pipelines[(p.kernel, p.entry_point)]
-            if counting is not None and number == counting[0]:
-                pipeline = counting[1]
-            groups = {
-                g: self.bind_group(number, p.kernel, pipeline, g, bindings)
-                for g, bindings in sorted(p.groups().items())
-            }
-            compute = encoder.begin_compute_pass(label=f"pass {number}")
-            compute.set_pipeline(pipeline)
-            for g, group in groups.items():
-                if group is not None:
-                    compute.set_bind_group(g, group)
-            if counting is not None and number == counting[0]:
-                compute.set_bind_group(counting[2], counting[3])
-            compute.dispatch_workgroups(*p.dispatch)
-            compute.end()
-            if counting is not None and number == counting[0]:
-                break
-        if check is not None:
-            check.encode(encoder)
-        skipped = check.names if check is not None else []
-        with _dispatch_errors():
-            self.device.queue.submit([encoder.finish()])
-        return {name: self.read(harness, name) for name in readback if name not in skipped}
+    ) -> Replayed:
+        """Replay the program's calls on the executor. sentinel: the diagnostic run's
+        buffers, which start with the never-written sentinel. check: the device check of
+        large outputs, run after the passes; an output it passes is not read back."""
+        wgpu = import_wgpu()
+        files = {VERSION_WGSL: self.sources.get("self", "").encode()}
+        files |= {f"{kernel}.wgsl": source.encode() for kernel, source in self.sources.items()}
+        if program.counting:
+            files["counting.wgsl"] = program.counting.encode()
+        resident = {made: (*inputs.key, name) for made, name in program.inputs.items()}
+        timeline = Timeline(
+            self.device,
+            self.env,
+            self.limits,
+            files,
+            sentinel,
+            program.code,
+            self.memo,
+            kept=self.kept,
+            resident=resident,
+            shadows=False,
+        )
+        passed: dict[str, dict[str, Any]] = {}
+        skipped: set[int] = set()
+        try:
+            for index, entry in enumerate(program.fresh_entries()):
+                if index in skipped:
+                    continue
+                if entry["op"] == "createBuffer" and not self.refused:
+                    # Compiled: llvmpipe would let these pass where a GPU does not.
+                    self.refused = True
+                    if self.env.software and (why := misleading_on_cpu(self.harness, self.sources)):
+                        raise Stop(Status.REJECTED, why)
+                timeline.apply(entry, program.blob)
+                if index == program.submit and check is not None and check.names:
+                    check.run({n: timeline.objects[program.buffers[n]] for n in check.names})
+                    passed = check.passed()
+                    skipped = {i for name in passed for i in program.reads[name]}
+        except HostError as e:
+            raise self.stop(e, program) from None
+        except wgpu.GPUError as e:  # not a validation error: the device could not do it
+            raise Stop(
+                Status.CRASHED, "The device could not allocate the run's buffers.", str(e)
+            ) from None
+        finally:
+            self.compile_ms += timeline.compile_ms
+            timeline.release()
+        read = {r.source: r.data for r in timeline.readbacks}
+        return Replayed(read, passed, timeline.trace)
 
-    def count_stores(
-        self, harness: Harness, inputs: Inputs, pipelines: dict[tuple[str, str], Any]
-    ) -> list[dict[str, Any]]:
+    def arrays(self, harness: Harness, read: Mapping[str, bytes]) -> dict[str, np.ndarray]:
+        """The buffers read back as the harness shapes them."""
+        arrays = {}
+        for name, data in read.items():
+            buf = harness.buffer(name)
+            dtype = NP_DTYPES[buf.dtype]
+            arrays[name] = np.frombuffer(data, dtype=dtype).reshape(buf.shape).copy()
+        return arrays
+
+    def stop(self, e: HostError, program: HarnessHost) -> Stop:
+        """The executor's error, told as the harness's: what each call stands for."""
+        what = program.what.get(e.line or 0, ())
+        if e.compile is not None:
+            text = e.compile["text"]
+            return Stop(Status.COMPILE_ERROR, compile_message(e.compile), text, compile=e.compile)
+        if e.kind == "limit":
+            return Stop(Status.REJECTED, e.message, e.message)
+        if what[:1] == ("pipeline",):
+            _, kernel, entry_point = what
+            return Stop(
+                Status.PIPELINE_ERROR,
+                f"Kernel {kernel}, entry point {entry_point}: {e.message}",
+                e.message,
+            )
+        if what[:1] == ("bind group",):
+            _, number, kernel, group, bindings = what
+            return self.bind_error(
+                f"Pass {number} ({kernel}), group {group}", kernel, group, bindings, e.message
+            )
+        if what[:1] == ("buffer",):
+            return Stop(Status.PIPELINE_ERROR, f"Buffer {what[1]}: {e.message}", e.message)
+        return Stop(Status.PIPELINE_ERROR, f"The dispatch failed: {e.message}", e.message)
+
+    def count_stores(self, harness: Harness, inputs: Inputs) -> list[dict[str, Any]]:
         """For each pass whose dispatch and output disagree in size, how many values each
         invocation stores into the output (kernels/engine/store_counts.py): the passes
-        run again up to it, its kernel counting. A copy that cannot be counted counts
+        replayed again up to it, its kernel counting. A copy that cannot be counted counts
         nothing; the run's verdict is never touched."""
-        wgpu = import_wgpu()
         counted = []
         for number, p in enumerate(harness.passes, start=1):
             source = self.sources[p.kernel]
-            counting = self.memo(
+            copy = self.memo(
                 ("store counts", inputs.key, number, hashlib.sha256(source.encode()).digest()),
                 functools.partial(store_counts.for_pass, harness, p, source),
             )
-            if counting is None:
+            if copy is None:
                 continue
+            program = harness_host(
+                harness,
+                self.sources,
+                host=inputs.host,
+                writable=self.writable,
+                counting=Counting(number, copy),
+            )
             try:
-                counts = self.dispatch_counting(harness, inputs, pipelines, number, counting)
-            except (Stop, wgpu.GPUError):
+                replayed = self.replay(program, inputs)
+            except Stop:
                 continue
+            counts = np.frombuffer(replayed.read[COUNTERS], dtype=np.uint32)
             histogram = store_counts.histogram(counts)
-            counted.append({"pass": number, "buffer": counting.buffer, **histogram})
+            counted.append({"pass": number, "buffer": copy.buffer, **histogram})
         return counted
 
-    def dispatch_counting(
-        self,
-        harness: Harness,
-        inputs: Inputs,
-        pipelines: dict[tuple[str, str], Any],
-        number: int,
-        counting: store_counts.Instrumented,
-    ) -> np.ndarray:
-        """Passes 1 to number again on fresh buffers, pass number's kernel the counting
-        copy; its counters, one per invocation."""
-        wgpu = import_wgpu()
-        p = harness.passes[number - 1]
-        digest = hashlib.sha256(counting.source.encode()).hexdigest()
-
-        def compiled() -> Any:
-            module = self.device.create_shader_module(code=counting.source)
-            compute = {"module": module, "entry_point": p.entry_point}
-            return self.device.create_compute_pipeline(layout="auto", compute=compute)
-
-        pipeline = self.memo(("counting", digest, p.entry_point), compiled)
-        counters = self.device.create_buffer(
-            size=4 * counting.invocations,
-            usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC,
-        )
-        try:
-            group = self.device.create_bind_group(
-                layout=pipeline.get_bind_group_layout(counting.group),
-                entries=[{"binding": 0, "resource": {"buffer": counters}}],
-            )
-            self.dispatch(
-                harness, inputs, pipelines, [], counting=(number, pipeline, counting.group, group)
-            )
-            with _dispatch_errors():
-                data = self.device.queue.read_buffer(counters)
-        finally:
-            counters.destroy()
-        return np.frombuffer(data, dtype=np.uint32)
-
-    def read(self, harness: Harness, name: str) -> np.ndarray:
-        buf = harness.buffer(name)
-        with _dispatch_errors():
-            data = self.device.queue.read_buffer(self.buffers.by_name[name])
-        return np.frombuffer(data, dtype=NP_DTYPES[buf.dtype]).reshape(buf.shape).copy()
-
-    def bind_group(
-        self, number: int, kernel: str, pipeline: Any, group: int, bindings: list[Binding]
-    ) -> Any:
-        """The pass's bind group for one group, or None when the kernel uses none of it.
-
-        Layouts are "auto", so they hold only the bindings the entry point uses. A
-        harness binding the kernel ignores is left out with a warning; anything else
-        that does not fit is the kernel's or the harness's error.
-        """
-        wgpu = import_wgpu()
-
-        entries = [
-            (b, {"binding": b.binding, "resource": {"buffer": self.buffers.by_name[b.buffer]}})
-            for b in bindings
-        ]
-        layout = pipeline.get_bind_group_layout(group)
-        where = f"Pass {number} ({kernel}), group {group}"
-        try:
-            return self.device.create_bind_group(layout=layout, entries=[e for _, e in entries])
-        except wgpu.GPUValidationError as e:
-            counts = BINDING_COUNT.search(str(e))
-            if counts is None or int(counts[1]) <= int(counts[2]):
-                raise self.bind_error(where, kernel, group, bindings, str(e)) from None
-            declared = int(counts[2])
-
-        used, unused = [], []
-        for i, (b, entry) in enumerate(entries):
-            others = entries[:i] + entries[i + 1 :]
-            if declared and self.in_layout(layout, entry, others, declared):
-                used.append((b, entry))
-            else:
-                unused.append(b)
-        for b in unused:
-            warning = unused_binding(number, kernel, group, b.binding, b.buffer)
-            if warning not in self.warnings:  # once, not once per case and rerun
-                self.warnings.append(warning)
-        if not used:
-            return None
-        try:
-            return self.device.create_bind_group(layout=layout, entries=[e for _, e in used])
-        except wgpu.GPUValidationError as e:
-            raise self.bind_error(where, kernel, group, bindings, str(e)) from None
-
-    def in_layout(
-        self,
-        layout: Any,
-        entry: dict[str, Any],
-        others: list[tuple[Binding, dict[str, Any]]],
-        declared: int,
-    ) -> bool:
-        """Whether the layout declares entry's binding.
-
-        wgpu checks the entry count first, then each entry in order, so with the count
-        made right and this entry first, only a missing declaration of this very
-        binding names it in the error.
-        """
-        wgpu = import_wgpu()
-
-        fillers = [e for _, e in others][: declared - 1]
-        try:
-            self.device.create_bind_group(layout=layout, entries=[entry, *fillers])
-        except wgpu.GPUValidationError as e:
-            missing = MISSING_DECLARATION.search(str(e))
-            return missing is None or int(missing[1]) != entry["binding"]
-        return True
-
     def bind_error(
-        self, where: str, kernel: str, group: int, bindings: list[Binding], text: str
+        self, where: str, kernel: str, group: int, bindings: tuple[Any, ...], text: str
     ) -> Stop:
-        text = clean_wgpu_error(text)
         message = f"{where}: {text}"
         counts = BINDING_COUNT.search(text)
         if counts is not None and int(counts[1]) < int(counts[2]):
@@ -638,8 +509,7 @@ class _Run:
             values = got[name] if name in got else host[name]
             want = expected.get(name)
             if diagnostic is not None and want is not None and name in diagnostic:
-                sentinel = SENTINEL_BITS[buf.dtype]
-                values = mark_unwritten(values, want, diagnostic[name], sentinel, atol, rtol)
+                values = mark_unwritten(values, want, diagnostic[name], SENTINEL_WORD, atol, rtol)
             outputs.append(compare_output(buf, values, want, atol, rtol))
         checked = list(outputs)
         report = None
@@ -677,25 +547,6 @@ def _case_entry(result: CaseResult, shown: bool) -> dict[str, Any]:
             for output in result.outputs
         ]
     return entry
-
-
-def refuse_as_a_browser(kernel: str, source: str) -> None:
-    """naga accepts barriers in non-uniform control flow; Chrome's Tint does not."""
-    info = module_refusal(kernel, source)
-    if info is not None:
-        raise Stop(Status.COMPILE_ERROR, compile_message(info), info["text"], compile=info)
-
-
-@contextmanager
-def _dispatch_errors() -> Iterator[None]:
-    """wgpu's validation errors of the passes, which surface at submit or readback."""
-    wgpu = import_wgpu()
-
-    try:
-        yield
-    except wgpu.GPUValidationError as e:
-        text = clean_wgpu_error(str(e))
-        raise Stop(Status.PIPELINE_ERROR, f"The dispatch failed: {text}", text) from None
 
 
 def _ms(started: float) -> float:

@@ -156,7 +156,9 @@ def _numbers(module: Module, variable: Variable) -> tuple[int, int]:
     return (-1, -1) if group is None or binding is None else (group, binding)
 
 
-def program_warnings(software: bool, trace: Mapping[str, Any]) -> list[RunWarning]:
+def program_warnings(
+    software: bool, trace: Mapping[str, Any], memo: Memo = no_memo
+) -> list[RunWarning]:
     """backend_warnings of a program's traced dispatches, each against its own module, and
     each once for every content its uniforms held (up to MAX_CONTENTS)."""
     sizes = {b["name"]: b["size"] for b in trace.get("buffers", [])}
@@ -192,7 +194,7 @@ def program_warnings(software: bool, trace: Mapping[str, Any]) -> list[RunWarnin
             )
             for choice in dict.fromkeys(choices)
         ]
-    return backend_warnings(software, found)
+    return backend_warnings(software, found, memo)
 
 
 def _uniform_contents(trace: Mapping[str, Any]) -> dict[str, list[bytes]]:

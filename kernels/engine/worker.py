@@ -111,6 +111,7 @@ def result_frame(job_id: Any, outcome: Outcome, retire: bool = False) -> bytes:
     program: dict[str, Any] = shown.get("program") or {}
     parts: list[tuple[str, dict[str, Any], str]] = [
         ("the program's trace", program, "trace"),
+        ("the program's trace", shown, "trace"),
         ("the program's console", program, "console"),
         *(
             (f"the values of output {output.get('name', '')}", output, key)

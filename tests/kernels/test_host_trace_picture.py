@@ -1,17 +1,31 @@
 """The picture of what the host did (kernels/trace_pictures.py): a dispatch against the
-elements of the buffer it writes. From a harness written out as host code; no device."""
+elements of the buffer it writes, from the trace a harness's run leaves (llvmpipe here)."""
 
 from __future__ import annotations
 
-from kernels.engine.harness import parse_harness
-from kernels.engine.host.harness_program import harness_host
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kernels.engine.host.trace import module_sources
+from kernels.engine.run import execute
 from kernels.trace_pictures import host_picture
 from tests.kernels.test_host_program import ADD_WGSL
 
 
-def dispatch_of(workgroups: int) -> tuple[dict, list[dict]]:
+@pytest.fixture
+def traced(gpu: tuple[Any, Any], tmp_path: Path):
+    def traced(harness: dict) -> dict:
+        outcome = execute(gpu[0], gpu[1], {"self": ADD_WGSL}, harness, tmp_path)
+        return outcome["trace"]
+
+    return traced
+
+
+def dispatch_of(traced, workgroups: int) -> tuple[dict, list[dict]]:
     """The one dispatch of an add over 1,000 elements with this many workgroups of 64."""
-    harness = parse_harness(
+    trace = traced(
         {
             "buffers": {
                 "a": {"usage": "read", "dtype": "f32", "shape": [1000], "zeros": True},
@@ -21,16 +35,14 @@ def dispatch_of(workgroups: int) -> tuple[dict, list[dict]]:
             "passes": [{"bind": {"0": "a", "1": "b", "2": "out"}, "dispatch": [workgroups]}],
         }
     )
-    written = harness_host(harness, {"self": ADD_WGSL}, "add")
-    sources = {name: ADD_WGSL for name in written.modules}
-    picture = host_picture(written.trace, sources)
+    picture = host_picture(trace, module_sources(trace))
     [shown_pass] = picture["passes"]
     [dispatch] = shown_pass["dispatches"]
     return dispatch, picture["findings"]
 
 
-def test_a_dispatch_rounded_down_is_short_and_a_finding():
-    dispatch, findings = dispatch_of(15)
+def test_a_dispatch_rounded_down_is_short_and_a_finding(traced):
+    dispatch, findings = dispatch_of(traced, 15)
 
     assert dispatch["invocations"] == 960
     assert dispatch["elements"]["short"] and not dispatch["elements"]["several"]
@@ -38,24 +50,26 @@ def test_a_dispatch_rounded_down_is_short_and_a_finding():
     assert "40 elements get no invocation" in finding["text"]
 
 
-def test_far_fewer_invocations_than_elements_is_not_called_short():
+def test_far_fewer_invocations_than_elements_is_not_called_short(traced):
     # 128 invocations for 1,000 elements: a kernel that handles a row each, not a rounding.
-    dispatch, findings = dispatch_of(2)
+    dispatch, findings = dispatch_of(traced, 2)
 
     assert not dispatch["elements"]["short"]
     assert dispatch["elements"]["several"]
     assert findings == []
 
 
-def test_enough_invocations_is_neither():
-    dispatch, findings = dispatch_of(16)
+def test_enough_invocations_is_neither(traced):
+    dispatch, findings = dispatch_of(traced, 16)
 
     assert not dispatch["elements"]["short"] and not dispatch["elements"]["several"]
     assert findings == []
 
 
-def test_a_bind_group_webgpu_refused_is_drawn_with_the_error_and_a_used_one_is_not_listed():
-    harness = parse_harness(
+def test_a_bind_group_webgpu_refused_is_drawn_with_the_error_and_a_used_one_is_not_listed(
+    traced,
+):
+    trace = traced(
         {
             "buffers": {
                 "a": {"usage": "read", "dtype": "f32", "shape": [8], "zeros": True},
@@ -65,7 +79,6 @@ def test_a_bind_group_webgpu_refused_is_drawn_with_the_error_and_a_used_one_is_n
             "passes": [{"bind": {"0": "a", "1": "b", "2": "out"}, "dispatch": [1]}],
         }
     )
-    trace = harness_host(harness, {"self": ADD_WGSL}, "add").trace
     assert host_picture(trace, {})["unbound"] == []
     # A program that stopped at its second createBindGroup: the trace holds it, undispatched.
     refused = {

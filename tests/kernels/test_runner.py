@@ -346,15 +346,16 @@ def test_it_drops_a_binding_the_kernel_does_not_use(run) -> None:
     assert warning["code"] == "unused_binding"
     assert (warning["data"]["binding"], warning["data"]["buffer"]) == (5, "extra")
     assert "@binding(5)" in warning["text"] and "does not use" in warning["text"]
-    # The host code the page shows for the harness leaves it out as the run did.
-    dropped = [(1, 0, 5)]
     data = warning["data"]
-    assert [(data["pass"], data["group"], data["binding"])] == dropped
-    written = harness_host(parse_harness(harness), {"self": ADD}, "add", dropped)
+    assert (data["pass"], data["group"], data["binding"]) == (1, 0, 5)
+    # The host code the page shows for the harness is the code that ran: the run's trace
+    # binds what its lines bind, and both leave the binding out.
+    written = harness_host(parse_harness(harness), {"self": ADD}, "add")
     assert "binding: 5" not in written.code
     assert "@binding(5) extra: the kernel does not use it" in written.code
-    [group] = written.trace["bind_groups"]
+    [group] = outcome["trace"]["bind_groups"]
     assert [e["buffer"] for e in group["entries"]] == ["a", "b", "c"]
+    assert written.code.splitlines()[group["line"] - 1].startswith("const bindGroup = ")
 
 
 def test_it_reports_a_pipeline_error_for_a_missing_entry_point(run) -> None:
@@ -602,9 +603,9 @@ def test_a_worker_computes_inputs_and_compiles_each_source_once(run, gpu) -> Non
 
     # On llvmpipe each source is also read once for its warnings ("facts"); and 16
     # workgroups of 64 cover 1,024 invocations for 1,000 cells, so each source is also
-    # instrumented ("store counts") and that copy compiled ("counting") once.
+    # instrumented ("store counts") and that copy compiled (a module and a pipeline) once.
     facts = ["facts"] if gpu[1].software else []
-    counts = ["store counts", "counting"]
+    counts = ["store counts", "module", "pipeline"]
     first = run(ADD, add_harness(), memo=counting)
     assert sorted(computed) == sorted(["inputs", "module", "pipeline", *counts, *facts])
     # The same source again: nothing is computed or compiled twice...
@@ -818,16 +819,16 @@ def test_it_runs_again_with_the_sentinel_only_to_diagnose_a_mismatch(
     from kernels.engine import run as runner
 
     dispatches: list[bool] = []
-    dispatch = runner._Run.dispatch
+    replay = runner._Run.replay
 
-    def counting(self, *args, **kwargs):
+    def counting(self, program, *args, **kwargs):
         # The run that counts each invocation's stores (1,024 invocations for 1,000
         # cells) is not a diagnosis.
-        if kwargs.get("counting") is None:
-            dispatches.append(kwargs.get("sentinel", False))
-        return dispatch(self, *args, **kwargs)
+        if not program.counting:
+            dispatches.append(bool(kwargs.get("sentinel")))
+        return replay(self, program, *args, **kwargs)
 
-    monkeypatch.setattr(runner._Run, "dispatch", counting)
+    monkeypatch.setattr(runner._Run, "replay", counting)
 
     passed = run(ADD, add_harness())
     assert passed["status"] == "passed" and dispatches == [False]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +32,7 @@ from kernels.engine.inputs import Memo, no_memo
 from kernels.engine.limits import Limits, over
 from kernels.engine.naga import clean_wgpu_error, parse_compile_error
 from kernels.engine.outcome import SENTINEL_BITS, CompileError
+from kernels.engine.resident import DeviceBuffers
 from kernels.engine.webgpu import module_refusal, pipeline_refusal
 from kernels.engine.wgsl import workgroup_size
 
@@ -52,6 +54,9 @@ Blob = Callable[[int], bytes | None]  # reads the bytes a call handed over, by i
 VERSION_WGSL = "kernel.wgsl"
 # The JavaScript method behind a recorded entry, where the names differ.
 METHODS: dict[str, str] = {"endPass": "end", "destroyBuffer": "destroy", "destroyDevice": "destroy"}
+
+# The calls whose time is the compile time of a run (outcome timings' compile_ms).
+COMPILING = frozenset(("createShaderModule", "createComputePipeline"))
 
 CALLS = {
     "createBuffer": "device.createBuffer",
@@ -117,7 +122,16 @@ class Readback:
 
 
 class Timeline:
-    """wgpu-py objects for the ids the shim hands out, and what happened to them."""
+    """The executor: wgpu-py objects for the ids a recorded program hands out (the shim's
+    record of a program, or a harness's calls: harness_program.py), and what happened to them.
+
+    sentinel: the diagnostic run, whose new storage buffers start with the never-written
+    sentinel instead of zeros (True: every one; a set: those of these names). kept and
+    resident: buffers a worker keeps on its device between runs (resident.py), by buffer id
+    -> key, for buffers the host fills whole and no pass writes; a kept one is not uploaded
+    again. shadows: keep what the host wrote into each buffer (Timeline.written), which a
+    program's reference is computed from.
+    """
 
     def __init__(
         self,
@@ -125,14 +139,23 @@ class Timeline:
         env: Environment,
         limits: Limits,
         files: Mapping[str, bytes],
-        sentinel: bool,
+        sentinel: bool | frozenset[str],
         source: str = "",
         memo: Memo = no_memo,
+        *,
+        kept: DeviceBuffers | None = None,
+        resident: Mapping[int, tuple[Any, ...]] | None = None,
+        shadows: bool = True,
     ) -> None:
         self.lines = source.splitlines()
         # The worker's memo: a module or "auto" pipeline made before (the same program run
-        # again, its diagnostic run) is not compiled again, as under a harness.
+        # again, its diagnostic run) is not compiled again.
         self.memo = memo
+        self.kept = kept
+        self.resident = resident or {}
+        self.prefilled: set[int] = set()  # kept buffers that hold their contents already
+        self.shadows = shadows
+        self.compile_ms = 0.0
         self.digests: dict[int, str] = {}  # shader module id -> its WGSL's sha256
         self.device = device
         self.env = env
@@ -184,6 +207,12 @@ class Timeline:
             if op in ENCODER_OPS:
                 self.encode_call(entry)
                 answer = None
+            elif op in COMPILING:
+                started = time.perf_counter()
+                try:
+                    answer = OPERATIONS[entry["op"]](self, entry, blob)
+                finally:
+                    self.compile_ms += (time.perf_counter() - started) * 1000
             else:
                 answer = OPERATIONS[entry["op"]](self, entry, blob)
         except wgpu.GPUValidationError as e:
@@ -212,7 +241,16 @@ class Timeline:
 
     def release(self) -> None:
         for key, size in self.sizes.items():
-            if size:
+            if not size:
+                continue
+            if key in self.resident and key not in self.prefilled and self.kept is not None:
+                # Made and filled in this run: kept from now on, unless it cannot be.
+                _, kept = self.kept.get(
+                    self.resident[key], size, functools.partial(self.objects.get, key)
+                )
+                if kept:
+                    continue
+            if key not in self.prefilled:
                 self.objects[key].destroy()
 
     # -- adapter, device --------------------------------------------------------------------
@@ -264,11 +302,22 @@ class Timeline:
             self.live_bytes + size,
             entry,
         )
-        fill = self.sentinel and bool(usage & STORAGE) and size % 4 == 0
-        buf = self.device.create_buffer(
-            label=name, size=size, usage=usage, mapped_at_creation=entry["mappedAtCreation"] or fill
+        wanted = self.sentinel is True or (
+            not isinstance(self.sentinel, bool) and name in self.sentinel
         )
-        if fill:
+        fill = wanted and bool(usage & STORAGE) and size % 4 == 0
+        key = self.resident.get(entry["id"])
+        if key is not None and self.kept is not None and key in self.kept.kept:
+            buf, _ = self.kept.get(key, size, lambda: None)
+            self.prefilled.add(entry["id"])
+        else:
+            buf = self.device.create_buffer(
+                label=name,
+                size=size,
+                usage=usage,
+                mapped_at_creation=entry["mappedAtCreation"] or fill,
+            )
+        if fill and entry["id"] not in self.prefilled:
             buf.write_mapped(np.full(size // 4, SENTINEL_WORD, dtype=np.uint32))
             if not entry["mappedAtCreation"]:
                 buf.unmap()
@@ -289,13 +338,16 @@ class Timeline:
 
     def op_writeBuffer(self, entry: Entry, blob: Blob) -> None:
         data = self.data(entry, entry["blob"], blob, entry["buffer"], entry["offset"])
-        self.device.queue.write_buffer(self.objects[entry["buffer"]], entry["offset"], data)
+        if entry["buffer"] not in self.prefilled:
+            self.device.queue.write_buffer(self.objects[entry["buffer"]], entry["offset"], data)
         self.remember(entry["buffer"], entry["offset"], data)
         self.trace_write(entry, entry["buffer"], entry["offset"], data, entry["dtype"])
 
     def remember(self, buffer: int, offset: int, data: bytes) -> None:
         """Keep what the host put in buffer, in a whole copy of it: up to MAX_SHADOW_BYTES a
         buffer and MAX_SHADOWS_BYTES in all (40 uniforms of 128 MiB would take 5 GiB)."""
+        if not self.shadows:
+            return
         shadow = self.written.get(buffer)
         if shadow is None:
             size = self.made_sizes[buffer]

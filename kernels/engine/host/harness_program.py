@@ -1,42 +1,48 @@
-"""A harness written out as the WebGPU host program it stands for, with that program's trace.
+"""A harness compiled to the WebGPU host program it stands for: readable JavaScript, and the
+calls that JavaScript makes, recorded as the shim records a program's (record.SCHEMA).
 
-A version without a host program replays under its harness (kernels/engine/run.py); a
-reader still wants to see the host side: the buffers with their sizes in bytes, the
-uniform bytes, the dispatch. harness_host() writes readable JavaScript that does what the
-run does (one buffer per bound harness buffer, a pipeline per entry point, a compute pass
-per harness pass, a copy into a mappable buffer and mapAsync per buffer read back) and the
-Trace that program would leave, its lines pointing into the code. Nothing here runs: the
-code is for reading, and the trace is computed from the harness alone.
+A version without a host program replays under its harness. Its run is this program's
+calls, replayed by the same executor as any program's (kernels/engine/host/gpu.py), so the
+code a page shows for a harness is the code that ran, line for line: each call's entry
+names the line of the code that makes it. One buffer per bound harness buffer (written from
+the host where the harness fills it), a shader module per kernel, an "auto" pipeline per
+entry point, a bind group per pass and group holding the bindings the entry point uses, a
+compute pass per harness pass, and a copy into a mappable buffer and mapAsync per buffer
+read back.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from kernels.engine.analysis import used_bindings
 from kernels.engine.harness import Binding, Buffer, Harness
-from kernels.engine.host import trace as traces
-from kernels.engine.host.trace import Trace
+from kernels.engine.host.gpu import VERSION_WGSL, Entry
 from kernels.engine.inputs import struct_layouts
 from kernels.engine.layout import LayoutError, StructLayout
 from kernels.engine.limits import readback_names
 from kernels.engine.outcome import Stop
+from kernels.engine.store_counts import Instrumented
 from kernels.engine.wgsl import parse, workgroup_dimensions
 
 NP_TYPES = {"f32": np.float32, "u32": np.uint32, "i32": np.int32}
 ARRAYS = {"f32": "Float32Array", "u32": "Uint32Array", "i32": "Int32Array"}
+UNIFORM, STORAGE, COPY_SRC, COPY_DST, MAP_READ = 0x40, 0x80, 0x4, 0x8, 0x1
 USAGES = {
     "uniform": ("UNIFORM", "COPY_DST"),
     "read": ("STORAGE", "COPY_SRC", "COPY_DST"),
     "read_write": ("STORAGE", "COPY_SRC", "COPY_DST"),
 }
+FLAGS = {"UNIFORM": UNIFORM, "STORAGE": STORAGE, "COPY_SRC": COPY_SRC, "COPY_DST": COPY_DST}
 # Literal values written out in full up to this many; longer data is summarised.
 SHOWN_VALUES = 16
+COUNTERS = "storeCounts"
 RESERVED = {
     "adapter", "device", "encoder", "module", "pass", "pipeline", "wgsl", "await", "break",
     "case", "catch", "class", "const", "continue", "default", "delete", "do", "else",
@@ -46,77 +52,169 @@ RESERVED = {
 }  # fmt: skip
 
 
+@dataclass(frozen=True)
+class Counting:
+    """Run the passes up to pass `number`, its kernel the counting copy (store_counts.py)."""
+
+    number: int
+    copy: Instrumented
+
+
+@dataclass
+class Unused:
+    """A binding the harness gives that its pass's entry point does not use: left out."""
+
+    number: int  # the pass, from 1
+    kernel: str
+    group: int
+    binding: int
+    buffer: str
+
+
 @dataclass
 class HarnessHost:
+    """The program: its code, and the calls that code makes (their data in blobs, by index).
+
+    reads: each buffer read back, by harness name -> the indexes of its mapAsync and view
+    entries; submit: the index of the submit entry; inputs: buffer id -> harness name for
+    the buffers the host fills and no pass may write (a worker may keep them on its device);
+    what: code line -> which part of the harness the call there stands for (messages)."""
+
     code: str
-    trace: Trace
-    modules: dict[str, str]  # shader module variable -> the kernel whose WGSL it holds
+    entries: list[Entry] = field(default_factory=list)
+    blobs: list[bytes] = field(default_factory=list)
+    reads: dict[str, list[int]] = field(default_factory=dict)
+    submit: int = -1
+    inputs: dict[int, str] = field(default_factory=dict)
+    unused: list[Unused] = field(default_factory=list)
+    what: dict[int, tuple[Any, ...]] = field(default_factory=dict)
+    buffers: dict[str, int] = field(default_factory=dict)  # harness name -> buffer id
+    counting: str = ""  # the counting copy's WGSL, fetched as counting.wgsl
+
+    def blob(self, index: int) -> bytes | None:
+        return self.blobs[index] if 0 <= index < len(self.blobs) else None
+
+    def fresh_entries(self) -> list[Entry]:
+        """The calls, copied: the executor writes into an entry as it replays it."""
+        return [dict(entry) for entry in self.entries]
 
 
 @dataclass
 class _Writer:
+    host: HarnessHost
     lines: list[str] = field(default_factory=list)
-    trace: Trace = field(default_factory=traces.new_trace)
+    ids: int = 0
+    requests: int = 0
 
     def add(self, text: str = "") -> int:
         """Append a line; its 1-based number."""
         self.lines.append(text)
         return len(self.lines)
 
+    def call(self, op: str, line: int, what: tuple[Any, ...] = (), /, **fields: Any) -> int:
+        """Record the call made at line; its new object id when it makes one."""
+        entry: Entry = {"op": op, "line": line, **fields}
+        if "id" in fields:
+            self.ids += 1
+            entry["id"] = self.ids
+        if "request" in fields:
+            self.requests += 1
+            entry["request"] = self.requests
+        if what:
+            self.host.what[line] = what
+        self.host.entries.append(entry)
+        return self.ids
+
+    def blob(self, data: bytes) -> int:
+        self.host.blobs.append(data)
+        return len(self.host.blobs) - 1
+
 
 def harness_host(
     harness: Harness,
     sources: Mapping[str, str],
     kernel: str = "kernel",
-    dropped: Collection[tuple[int, int, int]] = (),
+    host: Mapping[str, np.ndarray] | None = None,
+    writable: set[str] | None = None,
+    counting: Counting | None = None,
 ) -> HarnessHost:
-    """The host program of a harness, and its trace. sources maps kernel names to WGSL
-    ("self" is the kernel replayed, fetched as kernel.wgsl); kernel names it in comments.
-    dropped: the (pass, group, binding) the run left out of its bind groups, as its
-    kernel does not use them (its outcome's unused_binding warnings): left out here too,
-    so the code is what ran."""
-    out = _Writer()
+    """The host program of a harness (one case's: Harness.for_case). sources maps kernel
+    names to WGSL ("self" is the kernel replayed, fetched as kernel.wgsl); kernel names it in
+    comments. host: the buffers' contents (inputs.make_inputs), which the writes carry; None
+    for the code alone. writable: the buffers a pass may write (resident.writable_buffers),
+    never kept between runs. counting: the store-counting run instead of the harness's."""
+    out = _Writer(HarnessHost(""))
     out.add(f"// The harness of {kernel}, written out as the WebGPU host code it stands for.")
-    out.add("const adapter = await navigator.gpu.requestAdapter();")
-    out.add("const device = await adapter.requestDevice();")
-    modules = _modules(out, harness, sources)
-    variables = _buffers(out, harness, sources)
-    pipelines = _pipelines(out, harness, modules)
-    _passes(out, harness, sources, variables, pipelines, set(dropped))
-    code = "\n".join(out.lines) + "\n"
-    return HarnessHost(code, out.trace, {name: kernel for kernel, name in modules.items()})
+    out.call(
+        "requestAdapter",
+        out.add("const adapter = await navigator.gpu.requestAdapter();"),
+        request=0,
+    )
+    out.call("requestDevice", out.add("const device = await adapter.requestDevice();"), request=0)
+    passes = list(harness.passes)
+    if counting is not None:
+        passes = passes[: counting.number]
+    modules = _modules(out, passes, sources, counting)
+    variables = _buffers(out, harness, sources, host, writable)
+    if counting is not None:
+        _counters(out, counting, variables)
+        out.host.counting = counting.copy.source
+    pipelines = _pipelines(out, passes, modules, counting)
+    _passes(out, harness, passes, sources, variables, pipelines, counting)
+    out.host.code = "\n".join(out.lines) + "\n"
+    return out.host
 
 
-def _modules(out: _Writer, harness: Harness, sources: Mapping[str, str]) -> dict[str, str]:
-    """A shader module per kernel the passes run; kernel -> variable name."""
-    names = {}
-    for kernel in dict.fromkeys(p.kernel for p in harness.passes):
-        file = "kernel.wgsl" if kernel == "self" else f"{kernel}.wgsl"
-        name = "module" if kernel == "self" else _identifier(kernel, "Module", suffix=True)
+def _modules(
+    out: _Writer, passes: list[Any], sources: Mapping[str, str], counting: Counting | None
+) -> dict[tuple[str, bool], tuple[str, int]]:
+    """A shader module per kernel the passes run (and the counting copy); (kernel, counting)
+    -> its variable and id."""
+    names: dict[tuple[str, bool], tuple[str, int]] = {}
+    for number, p in enumerate(passes, start=1):
+        counts = counting is not None and number == counting.number
+        if (p.kernel, counts) in names:
+            continue
+        file = VERSION_WGSL if p.kernel == "self" else f"{p.kernel}.wgsl"
+        name = "module" if p.kernel == "self" else _identifier(p.kernel, "Module", suffix=True)
+        label = p.kernel
+        if counts:
+            file, name, label = "counting.wgsl", "countingModule", f"{p.kernel} (counting)"
         line = out.add(
-            f"const {name} = device.createShaderModule({{ code: "
+            f'const {name} = device.createShaderModule({{ label: "{label}", code: '
             f'await (await fetch("{file}")).text() }});'
         )
-        size = len(sources.get(kernel, "").encode())
-        traces.append(out.trace, "modules", {"name": name, "bytes": size, "line": line})
-        names[kernel] = name
+        out.call("fetch", line, request=0, url=file)
+        code = counting.copy.source if counts and counting else sources.get(p.kernel, "")
+        made = out.call(
+            "createShaderModule", line, ("module", p.kernel), id=0, label=label, code=code
+        )
+        names[(p.kernel, counts)] = (name, made)
     return names
 
 
-def _buffers(out: _Writer, harness: Harness, sources: Mapping[str, str]) -> dict[str, str]:
-    """createBuffer and writeBuffer for every bound buffer; harness name -> variable."""
+def _buffers(
+    out: _Writer,
+    harness: Harness,
+    sources: Mapping[str, str],
+    host: Mapping[str, np.ndarray] | None,
+    writable: set[str] | None,
+) -> dict[str, tuple[str, int, int]]:
+    """createBuffer and writeBuffer for every bound buffer; harness name -> (variable, id)."""
     layouts, problem = {}, ""
     try:
         layouts = struct_layouts(harness, sources)
-    except Stop as stop:  # the run says so too; here the struct's bytes are left out
+    except Stop as stop:  # the run stops on it before this; here the struct is left out
         layouts, problem = {}, stop.message
     variables = {}
     for buf in harness.bound_buffers():
         variable = _identifier(buf.name, "Buffer")
-        data, what = _contents(buf, layouts.get(buf.name))
-        if buf.fill == "fields" and buf.name not in layouts:
+        layout = layouts.get(buf.name)
+        shown, what = _contents(buf, layout)
+        if buf.fill == "fields" and layout is None:
             what = f"a struct ({problem})"
-        size = len(data) if data is not None else buf.nbytes
+        data = host[buf.name].tobytes() if host is not None and buf.fill not in FRESH else None
+        size = len(data) if data is not None else len(shown) if shown is not None else buf.nbytes
         usage = USAGES[buf.usage]
         out.add()
         out.add(f"// {buf.name}: {what}, {size:,} bytes")
@@ -124,26 +222,33 @@ def _buffers(out: _Writer, harness: Harness, sources: Mapping[str, str]) -> dict
             f'const {variable} = device.createBuffer({{ label: "{buf.name}", size: {size}, '
             f"usage: {' | '.join('GPUBufferUsage.' + u for u in usage)} }});"
         )
-        traces.append(
-            out.trace,
-            "buffers",
-            {
-                "name": buf.name,
-                "size": size,
-                "usage": list(usage),
-                "mapped_at_creation": False,
-                "line": line,
-            },
+        made = out.call(
+            "createBuffer",
+            line,
+            ("buffer", buf.name),
+            id=0,
+            label=buf.name,
+            size=size,
+            usage=sum(FLAGS[u] for u in usage),
+            mappedAtCreation=False,
+            caller=None,
         )
-        if data is not None:
-            _write(out, buf, variable, data, layouts.get(buf.name))
-        variables[buf.name] = variable
+        if buf.fill not in FRESH:
+            _write(out, buf, variable, made, shown, data, layout)
+            if writable is not None and buf.name not in writable:
+                out.host.inputs[made] = buf.name
+        variables[buf.name] = (variable, made, size)
+        out.host.buffers[buf.name] = made
     return variables
 
 
+# Fills that write nothing: WebGPU starts a new buffer zeroed.
+FRESH = ("zeros", "fresh")
+
+
 def _contents(buf: Buffer, layout: StructLayout | None) -> tuple[bytes | None, str]:
-    """The bytes a host writes (None: it writes nothing, WebGPU zeroes the buffer), and
-    what the buffer holds, in words."""
+    """The bytes the code spells out (None: too many, or not known without the inputs),
+    and what the buffer holds, in words."""
     count = f"{buf.count:,} {buf.dtype}"
     if buf.fill == "data" and buf.data is not None:
         return np.array(buf.data, dtype=NP_TYPES[buf.dtype]).tobytes(), count
@@ -163,28 +268,28 @@ def _contents(buf: Buffer, layout: StructLayout | None) -> tuple[bytes | None, s
 
 
 def _write(
-    out: _Writer, buf: Buffer, variable: str, data: bytes, layout: StructLayout | None
+    out: _Writer,
+    buf: Buffer,
+    variable: str,
+    made: int,
+    shown: bytes | None,
+    data: bytes | None,
+    layout: StructLayout | None,
 ) -> None:
     dtype = buf.dtype
-    if layout is not None:
-        array, dtype = _struct_views(out, variable, layout, data), "bytes"
-    elif (values := np.frombuffer(data, dtype=NP_TYPES[dtype])).size <= SHOWN_VALUES:
+    if layout is not None and shown is not None:
+        array, dtype = _struct_views(out, variable, layout, shown), "bytes"
+    elif (
+        shown is not None and (values := np.frombuffer(shown, NP_TYPES[dtype])).size <= SHOWN_VALUES
+    ):
         array = f"new {ARRAYS[dtype]}([{', '.join(_number(v, dtype) for v in values)}])"
     else:
         array = f"{variable}Data"
-        out.add(f"const {array} = new {ARRAYS[dtype]}({values.size}); // the harness's values")
+        out.add(f"const {array} = new {ARRAYS[dtype]}({buf.count}); // the harness's values")
     line = out.add(f"device.queue.writeBuffer({variable}, 0, {array});")
-    traces.append(
-        out.trace,
-        "writes",
-        {
-            "buffer": buf.name,
-            "offset": 0,
-            "size": len(data),
-            "dtype": dtype,
-            "values": traces.values_of(data, "u8" if dtype == "bytes" else dtype),
-            "line": line,
-        },
+    blob = out.blob(data if data is not None else shown or b"")
+    out.call(
+        "writeBuffer", line, ("buffer", buf.name), buffer=made, offset=0, blob=blob, dtype=dtype
     )
 
 
@@ -206,173 +311,245 @@ def _struct_views(out: _Writer, variable: str, layout: StructLayout, data: bytes
     return name
 
 
-def _pipelines(
-    out: _Writer, harness: Harness, modules: dict[str, str]
-) -> dict[tuple[str, str], str]:
-    """A compute pipeline per (kernel, entry point), its layout "auto"."""
-    names: dict[tuple[str, str], str] = {}
-    single = len({(p.kernel, p.entry_point) for p in harness.passes}) == 1
+def _counters(out: _Writer, counting: Counting, variables: dict[str, tuple[str, int, int]]) -> None:
+    size = 4 * counting.copy.invocations
     out.add()
-    for p in harness.passes:
-        key = (p.kernel, p.entry_point)
+    out.add("// One counter per invocation: how many values it stores into the output.")
+    line = out.add(
+        f'const {COUNTERS} = device.createBuffer({{ label: "{COUNTERS}", size: {size}, '
+        "usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC });"
+    )
+    made = out.call(
+        "createBuffer",
+        line,
+        id=0,
+        label=COUNTERS,
+        size=size,
+        usage=STORAGE | COPY_SRC,
+        mappedAtCreation=False,
+        caller=None,
+    )
+    variables[COUNTERS] = (COUNTERS, made, size)
+
+
+def _pipelines(
+    out: _Writer,
+    passes: list[Any],
+    modules: dict[tuple[str, bool], tuple[str, int]],
+    counting: Counting | None,
+) -> dict[tuple[str, str, bool], tuple[str, int]]:
+    """A compute pipeline per (kernel, entry point), its layout "auto"."""
+    names: dict[tuple[str, str, bool], tuple[str, int]] = {}
+    single = len({(p.kernel, p.entry_point) for p in passes}) == 1 and counting is None
+    out.add()
+    for number, p in enumerate(passes, start=1):
+        counts = counting is not None and number == counting.number
+        key = (p.kernel, p.entry_point, counts)
         if key in names:
             continue
         words = p.entry_point if p.kernel == "self" else f"{p.kernel}_{p.entry_point}"
         name = "pipeline" if single else _identifier(words, "Pipeline", suffix=True)
+        name = "countingPipeline" if counts else name
+        module, module_id = modules[(p.kernel, counts)]
         line = out.add(
-            f'const {name} = device.createComputePipeline({{ layout: "auto", compute: '
-            f'{{ module: {modules[p.kernel]}, entryPoint: "{p.entry_point}" }} }});'
+            f'const {name} = device.createComputePipeline({{ label: "{name}", layout: "auto", '
+            f'compute: {{ module: {module}, entryPoint: "{p.entry_point}" }} }});'
         )
-        traces.append(
-            out.trace,
-            "pipelines",
-            {
-                "name": name,
-                "module": modules[p.kernel],
-                "entry_point": p.entry_point,
-                "layout": "auto",
-                "line": line,
-            },
+        made = out.call(
+            "createComputePipeline",
+            line,
+            ("pipeline", p.kernel, p.entry_point),
+            id=0,
+            label=name,
+            layout="auto",
+            compute={"module": module_id, "entryPoint": p.entry_point, "constants": {}},
         )
-        names[key] = name
+        names[key] = (name, made)
     return names
 
 
 def _passes(
     out: _Writer,
     harness: Harness,
+    passes: list[Any],
     sources: Mapping[str, str],
-    variables: dict[str, str],
-    pipelines: dict[tuple[str, str], str],
-    dropped: set[tuple[int, int, int]],
+    variables: dict[str, tuple[str, int, int]],
+    pipelines: dict[tuple[str, str, bool], tuple[str, int]],
+    counting: Counting | None,
 ) -> None:
     """Bind groups, one compute pass per harness pass, the copies and the readbacks."""
-    several = len(harness.passes) > 1
-    groups = {}
-    for number, p in enumerate(harness.passes, start=1):
-        for group, bindings in sorted(p.groups().items()):
+    several = len(passes) > 1
+    groups: dict[tuple[int, int], tuple[str, int]] = {}
+    for number, p in enumerate(passes, start=1):
+        counts = counting is not None and number == counting.number
+        pipeline = pipelines[(p.kernel, p.entry_point, counts)]
+        source = counting.copy.source if counts and counting else sources.get(p.kernel, "")
+        used = used_bindings(source, p.entry_point)
+        bind = dict(p.groups())
+        if counts and counting:
+            bind[counting.copy.group] = [Binding(counting.copy.group, 0, COUNTERS)]
+        for group, bindings in sorted(bind.items()):
             name = f"bindGroup{number}" if several else "bindGroup"
-            name += f"_{group}" if len(p.groups()) > 1 else ""
-            used = [b for b in bindings if (number, group, b.binding) not in dropped]
+            name += f"_{group}" if len(bind) > 1 else ""
+            kept = [b for b in bindings if used is None or (group, b.binding) in used]
             for b in bindings:
-                if b not in used:
+                if b not in kept:
+                    out.host.unused.append(Unused(number, p.kernel, group, b.binding, b.buffer))
                     out.add(
                         f"// @group({group}) @binding({b.binding}) {b.buffer}: the kernel does "
-                        "not use it, so the run leaves it out"
+                        "not use it, so it is left out"
                     )
-            if used:
-                groups[(number, group)] = name
-                pipeline = pipelines[(p.kernel, p.entry_point)]
-                _bind_group(out, name, pipeline, group, used, variables)
+            if kept:
+                groups[(number, group)] = _bind_group(
+                    out, name, pipeline, group, kept, variables, (number, p.kernel)
+                )
     out.add()
-    out.add("const encoder = device.createCommandEncoder();")
-    for number, p in enumerate(harness.passes, start=1):
+    encoder = out.call(
+        "createCommandEncoder",
+        out.add("const encoder = device.createCommandEncoder();"),
+        id=0,
+        label="",
+    )
+    for number, p in enumerate(passes, start=1):
+        counts = counting is not None and number == counting.number
         name = f"pass{number}" if several else "pass"
         line = out.add(f"const {name} = encoder.beginComputePass();")
-        traced: traces.TracedPass = {"name": f"pass {number}", "dispatches": [], "line": line}
-        traces.append(out.trace, "passes", traced)
-        pipeline = pipelines[(p.kernel, p.entry_point)]
-        out.add(f"{name}.setPipeline({pipeline});")
-        bound = {}
-        for group in sorted(p.groups()):
-            if (number, group) in groups:
-                out.add(f"{name}.setBindGroup({group}, {groups[(number, group)]});")
-                bound[str(group)] = groups[(number, group)]
-        size = workgroup(sources.get(p.kernel, ""), p.entry_point)
-        counts = trimmed(p.dispatch)
+        out.call("beginComputePass", line, encoder=encoder, label="", **{"pass": number})
+        variable, made = pipelines[(p.kernel, p.entry_point, counts)]
+        out.call(
+            "setPipeline",
+            out.add(f"{name}.setPipeline({variable});"),
+            encoder=encoder,
+            pipeline=made,
+        )
+        for (at, group), (variable, group_id) in groups.items():
+            if at == number:
+                line = out.add(f"{name}.setBindGroup({group}, {variable});")
+                out.call(
+                    "setBindGroup", line, encoder=encoder, index=group, group=group_id, offsets=[]
+                )
+        source = counting.copy.source if counts and counting else sources.get(p.kernel, "")
+        size = workgroup(source, p.entry_point)
+        shown = trimmed(p.dispatch)
         threads = math.prod(p.dispatch) * math.prod(size)
         line = out.add(
-            f"{name}.dispatchWorkgroups({', '.join(counts)}); // {' × '.join(counts)} "
+            f"{name}.dispatchWorkgroups({', '.join(shown)}); // {' × '.join(shown)} "
             f"workgroups of {' × '.join(trimmed(size))}: {threads:,} invocations"
         )
-        traced["dispatches"].append(
-            {
-                "pipeline": pipeline,
-                "bind_groups": bound,
-                "workgroups": list(p.dispatch),
-                "line": line,
-            }
+        out.call(
+            "dispatchWorkgroups",
+            line,
+            ("dispatch", number, p.kernel),
+            encoder=encoder,
+            workgroups=list(p.dispatch),
+            **{"pass": number},
         )
-        out.add(f"{name}.end();")
-    _read_back(out, harness, variables)
+        out.call("endPass", out.add(f"{name}.end();"), encoder=encoder, **{"pass": number})
+    names = [COUNTERS] if counting is not None else readback_names(harness)
+    _read_back(out, harness, names, variables, encoder)
 
 
 def _bind_group(
     out: _Writer,
     name: str,
-    pipeline: str,
+    pipeline: tuple[str, int],
     group: int,
     bindings: list[Binding],
-    variables: dict[str, str],
-) -> None:
+    variables: dict[str, tuple[str, int, int]],
+    where: tuple[int, str],
+) -> tuple[str, int]:
     line = out.add(f"const {name} = device.createBindGroup({{")
-    out.add(f"  layout: {pipeline}.getBindGroupLayout({group}),")
+    layout_line = out.add(f"  layout: {pipeline[0]}.getBindGroupLayout({group}),")
+    layout = out.call(
+        "getBindGroupLayout",
+        layout_line,
+        ("bind group", *where, group, tuple(bindings)),
+        id=0,
+        pipeline=pipeline[1],
+        index=group,
+    )
     out.add("  entries: [")
     for b in bindings:
-        out.add(f"    {{ binding: {b.binding}, resource: {{ buffer: {variables[b.buffer]} }} }},")
+        out.add(
+            f"    {{ binding: {b.binding}, resource: {{ buffer: {variables[b.buffer][0]} }} }},"
+        )
     out.add("  ],")
     out.add("});")
-    entries: list[traces.TracedBinding] = [
-        {"binding": b.binding, "buffer": b.buffer, "offset": 0, "size": None} for b in bindings
-    ]
-    traces.append(out.trace, "bind_groups", {"name": name, "entries": entries, "line": line})
+    made = out.call(
+        "createBindGroup",
+        line,
+        ("bind group", *where, group, tuple(bindings)),
+        id=0,
+        label=name,
+        layout=layout,
+        entries=[
+            {"binding": b.binding, "buffer": variables[b.buffer][1], "offset": 0, "size": None}
+            for b in bindings
+        ],
+    )
+    return name, made
 
 
-def _read_back(out: _Writer, harness: Harness, variables: dict[str, str]) -> None:
-    names = readback_names(harness)
-    readers = {}
+def _read_back(
+    out: _Writer,
+    harness: Harness,
+    names: list[str],
+    variables: dict[str, tuple[str, int, int]],
+    encoder: int,
+) -> None:
+    readers: dict[str, tuple[str, int, int, str]] = {}
     for name in names:
-        buf, reader = harness.buffer(name), f"{variables[name]}Read"
+        variable, made, size = variables[name]
+        buf = harness.buffer(name) if name != COUNTERS else None
+        dtype = buf.dtype if buf is not None else "u32"
+        reader = f"{variable}Read"
         line = out.add(
-            f'const {reader} = device.createBuffer({{ label: "{name} (read)", size: {buf.nbytes}, '
+            f'const {reader} = device.createBuffer({{ label: "{name} (read)", size: {size}, '
             "usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });"
         )
-        traces.append(
-            out.trace,
-            "buffers",
-            {
-                "name": f"{name} (read)",
-                "size": buf.nbytes,
-                "usage": ["MAP_READ", "COPY_DST"],
-                "mapped_at_creation": False,
-                "line": line,
-            },
+        read_id = out.call(
+            "createBuffer",
+            line,
+            id=0,
+            label=f"{name} (read)",
+            size=size,
+            usage=MAP_READ | COPY_DST,
+            mappedAtCreation=False,
+            caller=None,
         )
-        line = out.add(
-            f"encoder.copyBufferToBuffer({variables[name]}, 0, {reader}, 0, {buf.nbytes});"
+        line = out.add(f"encoder.copyBufferToBuffer({variable}, 0, {reader}, 0, {size});")
+        out.call(
+            "copyBufferToBuffer",
+            line,
+            encoder=encoder,
+            source=made,
+            sourceOffset=0,
+            destination=read_id,
+            destinationOffset=0,
+            size=size,
         )
-        traces.append(
-            out.trace,
-            "copies",
-            {
-                "source": name,
-                "source_offset": 0,
-                "destination": f"{name} (read)",
-                "destination_offset": 0,
-                "size": buf.nbytes,
-                "line": line,
-            },
-        )
-        readers[name] = reader
-    out.add("device.queue.submit([encoder.finish()]);")
-    out.trace["submits"] = 1
-    for name, reader in readers.items():
-        buf = harness.buffer(name)
+        readers[name] = (reader, read_id, size, dtype)
+    line = out.add("device.queue.submit([encoder.finish()]);")
+    commands = out.call("finish", line, encoder=encoder, id=0)
+    out.host.submit = len(out.host.entries)
+    out.call("submit", line, ("submit",), commandBuffers=[commands])
+    for name, (reader, read_id, size, dtype) in readers.items():
+        variable = variables[name][0]
         out.add()
         line = out.add(f"await {reader}.mapAsync(GPUMapMode.READ);")
-        out.add(
-            f"const {variables[name]}Values = new {ARRAYS[buf.dtype]}({reader}.getMappedRange());"
+        out.host.reads[name] = [len(out.host.entries), len(out.host.entries) + 1]
+        out.call(
+            "mapAsync",
+            line,
+            ("read", name),
+            request=0,
+            buffer=read_id,
+            mode=MAP_READ,
+            offset=0,
+            size=size,
         )
-        traced: traces.TracedReadback = {
-            "buffer": f"{name} (read)",
-            "source": name,
-            "offset": 0,
-            "size": buf.nbytes,
-            "dtype": buf.dtype,
-            "values": [],
-            "line": line,
-        }
-        traces.append(out.trace, "readbacks", traced)
+        line = out.add(f"const {variable}Values = new {ARRAYS[dtype]}({reader}.getMappedRange());")
+        out.call("view", line, buffer=read_id, dtype=dtype)
 
 
 def workgroup(source: str, entry_point: str) -> tuple[int, int, int]:
