@@ -160,22 +160,45 @@ def _kind(usage: list[str]) -> str:
 def _uniform_layout(reading: _Reading, traced: Mapping[str, Any]) -> dict[str, Any] | None:
     """The uniform's bytes against the struct of the first variable it is bound to."""
     name, size = traced["name"], traced["size"]
-    for dispatch in reading.dispatches:
-        for b in dispatch.bindings:
-            if b.buffer != name or not dispatch.source:
-                continue
-            struct = binding_type(dispatch.source, b.group, b.binding)
-            try:
-                layout = struct_layout(dispatch.source, struct or "")
-            except LayoutError:
-                return _words(reading, name, size)
-            # Only the bytes the struct reads: a buffer's own size may be 128 MiB.
-            described = layout.describe(_written_bytes(reading, name, min(size, layout.size)))
-            segments = _segments(described)
-            if described["given"] < described["size"]:
-                reading.findings.append(_short_uniform(traced, described, b, dispatch))
-            return _laid_out(described["struct"], described["size"], segments)
+    readers = [
+        (f"pass {dispatch.number}", dispatch.source, b)
+        for dispatch in reading.dispatches
+        for b in dispatch.bindings
+        if b.buffer == name and dispatch.source
+    ]
+    for reader, source, b in [*readers, *_group_readers(reading, name)]:
+        struct = binding_type(source, b.group, b.binding)
+        try:
+            layout = struct_layout(source, struct or "")
+        except LayoutError:
+            return _words(reading, name, size)
+        # Only the bytes the struct reads: a buffer's own size may be 128 MiB.
+        described = layout.describe(_written_bytes(reading, name, min(size, layout.size)))
+        segments = _segments(described)
+        if described["given"] < described["size"]:
+            reading.findings.append(_short_uniform(traced, described, b, reader))
+        return _laid_out(described["struct"], described["size"], segments)
     return _words(reading, name, size)
+
+
+def _group_readers(reading: _Reading, name: str) -> list[tuple[str, str, DispatchBinding]]:
+    """Where bind groups no dispatch used bind the buffer, read against their pipeline's
+    module: a program that stopped at createBindGroup (a uniform too short for its
+    struct) dispatched nothing, and its picture still says why."""
+    pipelines = {p["name"]: p for p in reading.trace.get("pipelines", [])}
+    found = []
+    for group in reading.trace.get("bind_groups", []):
+        # A pipeline's own layout is named "<pipeline>.getBindGroupLayout(<index>)".
+        owner, _, index = str(group.get("layout", "")).rpartition(".getBindGroupLayout(")
+        pipeline = pipelines.get(owner)
+        source = reading.sources.get(pipeline["module"], "") if pipeline else ""
+        if not source or not index[:-1].isdigit() or len(index) > 4:
+            continue
+        for e in group["entries"]:
+            if e["buffer"] == name:
+                binding = DispatchBinding(int(index[:-1]), e["binding"], name, e.get("size"))
+                found.append((f"bind group {group['name']}", source, binding))
+    return found
 
 
 def _words(reading: _Reading, name: str, size: int) -> dict[str, Any]:
@@ -220,7 +243,7 @@ def _segments(described: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def _short_uniform(
-    traced: Mapping[str, Any], described: Mapping[str, Any], b: DispatchBinding, dispatch: Dispatch
+    traced: Mapping[str, Any], described: Mapping[str, Any], b: DispatchBinding, reader: str
 ) -> dict[str, Any]:
     fields = described["fields"]
     end = max((f["offset"] + f["size"] for f in fields), default=0)
@@ -234,7 +257,7 @@ def _short_uniform(
         "line": traced.get("line"),
         "text": (
             f"Buffer {traced['name']} is {traced['size']:,} bytes, but struct "
-            f"{described['struct']}, which pass {dispatch.number} reads at @group({b.group}) "
+            f"{described['struct']}, which {reader} reads at @group({b.group}) "
             f"@binding({b.binding}), is {described['size']:,} bytes{why}."
         ),
     }

@@ -19,7 +19,7 @@ from kernels.engine.fills import resolve_fixture
 from kernels.engine.harness import Buffer, Harness
 from kernels.engine.layout import LayoutError, StructLayout, binding_type, struct_layout
 from kernels.engine.limits import Limits, MiB
-from kernels.engine.outcome import SENTINEL_BITS, Status, Stop
+from kernels.engine.outcome import Status, Stop
 from kernels.engine.references import REFERENCES
 
 INT_DTYPES = {"u32": np.uint32, "i32": np.int32}
@@ -134,26 +134,6 @@ def host_array(buf: Buffer, layouts: Mapping[str, StructLayout], files: _Files) 
         return np.frombuffer(packed, dtype=np.uint32).copy()
     # "zeros", and "fresh": a new WebGPU buffer is zeroed.
     return np.zeros(buf.shape, dtype=dtype)
-
-
-def uniform_bytes(buf: Buffer, layouts: Mapping[str, StructLayout]) -> bytes | None:
-    """A uniform buffer's bytes as the harness fills it: its fields or its data (a file or
-    random fill is not read for this, so its loops are warned of)."""
-    if buf.usage != "uniform":
-        return None
-    if buf.fill == "fields" and buf.name in layouts:
-        try:
-            return layouts[buf.name].pack(buf.fields or {})
-        except LayoutError:
-            return None
-    if buf.fill == "data" and buf.data is not None:
-        return np.array(buf.data, dtype=NP_DTYPES[buf.dtype]).tobytes()
-    return None
-
-
-def sentinel_array(buf: Buffer) -> np.ndarray:
-    """A fresh buffer as the diagnostic run fills it: every cell the never-written sentinel."""
-    return np.full(buf.shape, SENTINEL_BITS[buf.dtype], dtype=np.uint32).view(NP_DTYPES[buf.dtype])
 
 
 def reference_outputs(harness: Harness, host: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -391,6 +391,8 @@ class _Run:
                     passed = check.passed()
                     skipped = {i for name in passed for i in program.reads[name]}
         except HostError as e:
+            # The trace up to the call that failed shows where it went wrong.
+            self.trace = timeline.trace
             raise self.stop(e, program) from None
         except wgpu.GPUError as e:  # not a validation error: the device could not do it
             raise Stop(

@@ -583,7 +583,14 @@ class Timeline:
             traces.drop(self.trace, "bind group entries", len(entry["entries"]) - len(traced))
         # Traced before it is made: one WebGPU refuses is the last, drawn with the error.
         traces.append(
-            self.trace, "bind_groups", {"name": name, "entries": traced, "line": entry["line"]}
+            self.trace,
+            "bind_groups",
+            {
+                "name": name,
+                "entries": traced,
+                "line": entry["line"],
+                "layout": self.names.get(entry["layout"], ""),
+            },
         )
         entries = []
         for e in entry["entries"]:

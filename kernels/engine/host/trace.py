@@ -100,6 +100,9 @@ class TracedBindGroup(TypedDict):
     name: str
     entries: list[TracedBinding]
     line: int | None
+    # The layout's name: "pipeline.getBindGroupLayout(0)" for a pipeline's own (absent from
+    # traces stored before it was kept).
+    layout: NotRequired[str]
 
 
 class TracedDispatch(TypedDict):
