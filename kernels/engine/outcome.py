@@ -171,6 +171,18 @@ class RunWarning(TypedDict):
     data: dict[str, Any]
 
 
+class PassRecord(TypedDict):
+    """One compute pass a run encoded, in the order the GPU ran them (across encoders and
+    submits): its number (1-based), name (the pass's label, else "pass N"), the line of
+    beginComputePass, and how many dispatches it made. What the GPU did in it is added
+    here: the storage buffers after it, its GPU time."""
+
+    number: int
+    name: str
+    line: int | None
+    dispatches: int
+
+
 class CheckReport(TypedDict):
     """outcome["check"] of a program run.
 
@@ -232,6 +244,8 @@ class Outcome(TypedDict):
     cases        for a harness with cases: each case's name, description, status,
                  message, outputs (cell values only for the worst, which the top level
                  shows), layout and report; the top level is the worst case's
+    passes       every compute pass the run encoded, in order, as PassRecord (at most
+                 MAX_PASSES; the program's or, for a harness, its shown case's)
     program      for a program run: ProgramReport (console, trace, error, dispatches)
     trace        for a harness run: the trace its program left (host/trace.py's Trace),
                  of the case shown; a program run's is in program
@@ -259,6 +273,7 @@ class Outcome(TypedDict):
     layout: NotRequired[list[dict[str, Any]]]
     store_counts: NotRequired[list[dict[str, Any]]]
     cases: NotRequired[list[dict[str, Any]]]
+    passes: NotRequired[list[PassRecord]]
     program: NotRequired[ProgramReport]
     trace: NotRequired[Mapping[str, Any]]
     check: NotRequired[CheckReport]

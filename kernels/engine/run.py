@@ -56,6 +56,7 @@ from kernels.engine.naga import BINDING_COUNT, compile_message, parse_compile_er
 from kernels.engine.outcome import (
     CompileError,
     Outcome,
+    PassRecord,
     RunWarning,
     Status,
     Stop,
@@ -96,6 +97,7 @@ class CaseResult:
     layout: list[dict[str, Any]]
     store_counts: list[dict[str, Any]] = field(default_factory=list)
     trace: Trace | None = None
+    passes: list[PassRecord] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         entry: dict[str, Any] = {
@@ -120,6 +122,7 @@ class Replayed:
     read: dict[str, bytes]
     passed: dict[str, dict[str, Any]]
     trace: Trace
+    passes: list[PassRecord]
 
 
 def execute(
@@ -296,7 +299,7 @@ class _Run:
             {"buffer": name, **layout.describe(host[name].tobytes())}
             for name, layout in layouts.items()
         ]
-        result.trace = replayed.trace
+        result.trace, result.passes = replayed.trace, replayed.passes
         return result
 
     def combine(self, results: list[CaseResult], named: bool) -> Outcome:
@@ -310,6 +313,7 @@ class _Run:
             outcome["layout"] = worst.layout
         if worst.store_counts:
             outcome["store_counts"] = worst.store_counts
+        outcome["passes"] = worst.passes
         if not named:
             return outcome
         passed = sum(r.status == Status.PASSED for r in results)
@@ -402,7 +406,7 @@ class _Run:
             self.compile_ms += timeline.compile_ms
             timeline.release()
         read = {r.source: r.data for r in timeline.readbacks}
-        return Replayed(read, passed, timeline.trace)
+        return Replayed(read, passed, timeline.trace, timeline.passes)
 
     def arrays(self, harness: Harness, read: Mapping[str, bytes]) -> dict[str, np.ndarray]:
         """The buffers read back as the harness shapes them."""

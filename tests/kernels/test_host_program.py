@@ -698,3 +698,22 @@ def test_a_program_run_again_reuses_its_compiled_module_and_pipeline(gpu):
     assert [r.error for r in runs] == [None, None]
     assert made == ["module", "pipeline"]
     assert runs[0].readbacks[0].data == runs[1].readbacks[0].data
+
+
+def test_every_compute_pass_is_recorded_in_order_beyond_the_traces_cap(run, gpu):
+    # The vector add's pass, encoded 300 times: the trace keeps its first MAX_ENTRIES, the
+    # run's list of passes keeps each, numbered in the order the GPU ran them.
+    repeated = VECTOR_ADD.replace(
+        "const pass = encoder.beginComputePass();",
+        "for (let i = 0; i < 300; i++) {\nconst pass = encoder.beginComputePass();",
+    ).replace("pass.end();", "pass.end();\n}")
+    result = run(repeated)
+
+    assert result.error is None, result.error
+    assert [p["number"] for p in result.passes] == list(range(1, 301))
+    assert {p["dispatches"] for p in result.passes} == {1}
+    assert result.passes[0]["name"] == "pass 1"
+    assert result.passes[0]["line"] == line_of(repeated, "beginComputePass")
+    assert len(result.trace["passes"]) < 300
+    outcome = program_outcome(result, gpu[1], vector_add_expected())
+    assert len(outcome["passes"]) == 300

@@ -878,3 +878,20 @@ def test_it_shows_an_intermediate_buffer_the_report_asks_for(run) -> None:
     assert hidden["name"] == "hidden" and hidden["intermediate"] is True
     assert hidden["bad"] is None and "expected" not in hidden
     assert min(output_list(hidden, "got")) < 0  # before the ReLU
+
+
+def test_a_harness_run_lists_its_passes_at_the_lines_of_its_written_out_code(run) -> None:
+    harness = add_harness()
+    harness["passes"].append(dict(harness["passes"][0]))
+
+    outcome = run(ADD, harness)
+
+    code = harness_host(parse_harness(harness), {"self": ADD}, "add").code.splitlines()
+    assert [(p["number"], p["name"], p["dispatches"]) for p in outcome["passes"]] == [
+        (1, "pass 1", 1),
+        (2, "pass 2", 1),
+    ]
+    assert [code[p["line"] - 1] for p in outcome["passes"]] == [
+        "const pass1 = encoder.beginComputePass();",
+        "const pass2 = encoder.beginComputePass();",
+    ]

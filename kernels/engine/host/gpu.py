@@ -31,7 +31,7 @@ from kernels.engine.host.trace import Trace
 from kernels.engine.inputs import Memo, no_memo
 from kernels.engine.limits import Limits, over
 from kernels.engine.naga import clean_wgpu_error, parse_compile_error
-from kernels.engine.outcome import SENTINEL_BITS, CompileError
+from kernels.engine.outcome import SENTINEL_BITS, CompileError, PassRecord
 from kernels.engine.resident import DeviceBuffers
 from kernels.engine.webgpu import module_refusal, pipeline_refusal
 from kernels.engine.wgsl import workgroup_size
@@ -42,6 +42,8 @@ SENTINEL_WORD = SENTINEL_BITS["f32"]
 STORAGE = 0x80
 MAP_READ, MAP_WRITE = 0x1, 0x2
 MAX_CALLS = 100_000
+# Compute passes an outcome lists (outcome["passes"]); a run may encode more.
+MAX_PASSES = 1000
 # What the host wrote into a buffer is kept whole (Timeline.written, a reference's inputs) for
 # buffers up to this size, and up to MAX_SHADOWS_BYTES in all.
 MAX_SHADOW_BYTES = 64 * 1024 * 1024
@@ -185,6 +187,7 @@ class Timeline:
         self.counts: dict[str, int] = {}
         self.readbacks: list[Readback] = []
         self.code_left = traces.MAX_TRACE_CODE  # WGSL the trace may still carry
+        self.passes: list[PassRecord] = []  # every compute pass, uncapped up to MAX_PASSES
         self.trace: Trace = traces.new_trace()
 
     def apply(self, entry: Entry, blob: Blob) -> Any:
@@ -647,6 +650,14 @@ class Timeline:
 
     def trace_call(self, encoder: Encoder, entry: dict[str, Any]) -> None:
         op = entry["op"]
+        if op == "beginComputePass" and len(self.passes) < MAX_PASSES:
+            number = len(self.passes) + 1
+            name = entry["label"] or f"pass {number}"
+            self.passes.append(
+                {"number": number, "name": name, "line": entry["line"], "dispatches": 0}
+            )
+        if op == "dispatchWorkgroups" and self.passes:
+            self.passes[-1]["dispatches"] += 1
         if op == "beginComputePass":
             encoder.traced_pass = {
                 "name": entry["label"] or f"pass {len(self.trace['passes']) + 1}",

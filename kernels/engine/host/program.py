@@ -34,6 +34,7 @@ from kernels.engine.outcome import (
     CheckReport,
     CompileError,
     Outcome,
+    PassRecord,
     ProgramReport,
     Status,
     new_outcome,
@@ -79,6 +80,7 @@ class ProgramResult:
     trace: Trace | None = None
     error: ProgramError | None = None
     dispatches: int = 0
+    passes: list[PassRecord] = field(default_factory=list)
     run_ms: float = 0.0
     # The bytes the program put in each buffer from the host, whole, by buffer name.
     written: dict[str, bytes] = field(default_factory=dict)
@@ -128,6 +130,7 @@ def run_program(
         pass
     result.readbacks = timeline.readbacks
     result.dispatches = timeline.dispatches
+    result.passes = timeline.passes
     result.written = {timeline.names[key]: bytes(data) for key, data in timeline.written.items()}
     result.run_ms = round((time.perf_counter() - started) * 1000, 2)
     return result
@@ -345,6 +348,7 @@ def program_outcome(
         program_warnings(env.software, result.trace or new_trace()),
     )
     outcome["program"] = result.report()
+    outcome["passes"] = result.passes
     if result.error is not None:
         error = result.error
         outcome["status"], outcome["message"] = (
