@@ -175,12 +175,72 @@ class PassRecord(TypedDict):
     """One compute pass a run encoded, in the order the GPU ran them (across encoders and
     submits): its number (1-based), name (the pass's label, else "pass N"), the line of
     beginComputePass, and how many dispatches it made. What the GPU did in it is added
-    here: the storage buffers after it, its GPU time."""
+    here: the storage buffers after it, its GPU time.
+
+    gpu_ms   the pass's time on the device in milliseconds: the difference of the
+             timestamps the device wrote at its beginning and end (timestamp queries),
+             the median of outcome["speed"]["repeats"] runs; None where the device
+             cannot time passes (outcome["speed"]["clock"] says why). On a software
+             adapter (environment "software") it is the CPU emulating the GPU.
+    bytes    the bytes the pass must move at least: each storage or uniform buffer its
+             dispatches bind, counted once as read (read-only bindings), once as written
+             (write-only ones) or both (read_write), over the bound range
+    flops    the arithmetic it must do, in floating-point operations (a multiply-add is
+             two), where it can be counted (a harness pass with the declared shapes of a
+             known operation); else absent
+    Other runners (CUDA, Triton) fill the same keys the same way, in the same units.
+    """
 
     number: int
     name: str
     line: int | None
     dispatches: int
+    gpu_ms: NotRequired[float | None]
+    bytes: NotRequired[int]
+    flops: NotRequired[int]
+
+
+class Peaks(TypedDict):
+    """What the device can do at most, measured once per worker (kernels/engine/peaks.py):
+    bandwidth_gbs (GB/s, 10^9 bytes, of a copy pass: read + written bytes over its time)
+    and fma_gflops (10^9 floating-point operations a second of a pass of multiply-adds,
+    counting one as two), with the clock that timed them."""
+
+    bandwidth_gbs: float
+    fma_gflops: float
+    clock: str
+
+
+class SpeedReport(TypedDict):
+    """outcome["speed"]: how long the run took on the device, and against what.
+
+    clock        "timestamp-query" (the device timed each pass), "none" (it cannot:
+                 no figure is given, problem says so)
+    adapter      the adapter the figures are of (environment's label)
+    emulated     True on a software adapter (llvmpipe): the figures are the CPU's time
+                 emulating a GPU and say nothing about a GPU's speed
+    repeats      how many runs each pass's gpu_ms is the median of (1: the run itself;
+                 a cheap harness run is repeated after it, its outputs already read)
+    gpu_ms       the passes' total on the device (sum of their gpu_ms); None without a clock
+    upload_ms    host-to-device writes (writeBuffer, mapped writes), wall clock
+    readback_ms  device-to-host reads (mapAsync of a read), wall clock, waiting included
+    peaks        the worker's Peaks, where measured
+    reference    the reference implementation's time on the same machine, where there is
+                 one: name (e.g. "numpy"), ms (median of the same repeats), and speedup
+                 (reference ms / gpu_ms; above 1 the kernel is faster)
+    problem      why a figure is missing ("" when none is)
+    """
+
+    clock: str
+    adapter: str
+    emulated: bool
+    repeats: int
+    gpu_ms: float | None
+    upload_ms: float
+    readback_ms: float
+    peaks: NotRequired[Peaks]
+    reference: NotRequired[dict[str, Any]]
+    problem: str
 
 
 class CheckReport(TypedDict):
@@ -245,7 +305,11 @@ class Outcome(TypedDict):
                  message, outputs (cell values only for the worst, which the top level
                  shows), layout and report; the top level is the worst case's
     passes       every compute pass the run encoded, in order, as PassRecord (at most
-                 MAX_PASSES; the program's or, for a harness, its shown case's)
+                 MAX_PASSES; the program's or, for a harness, its shown case's), with
+                 each pass's GPU time, bytes and flops
+    speed        SpeedReport: the run's GPU total, uploads and readbacks, the clock and
+                 adapter, the peaks and the reference's time (absent from runs stored
+                 before runs were timed)
     program      for a program run: ProgramReport (console, trace, error, dispatches)
     trace        for a harness run: the trace its program left (host/trace.py's Trace),
                  of the case shown; a program run's is in program
@@ -274,6 +338,7 @@ class Outcome(TypedDict):
     store_counts: NotRequired[list[dict[str, Any]]]
     cases: NotRequired[list[dict[str, Any]]]
     passes: NotRequired[list[PassRecord]]
+    speed: NotRequired[SpeedReport]
     program: NotRequired[ProgramReport]
     trace: NotRequired[Mapping[str, Any]]
     check: NotRequired[CheckReport]
