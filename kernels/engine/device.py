@@ -24,7 +24,10 @@ if TYPE_CHECKING:
 # 5: the analysis says how each entry point uses workgroup memory and where its barriers are.
 # 6: a program's record is checked, its exceptions are `threw`, what it controls is capped.
 # 7: a pass whose dispatch and output differ in size counts the stores of each invocation.
-RUNNER_VERSION = 7
+# 8: each pass is timed on the device (timestamp queries) and the run's speed reported.
+RUNNER_VERSION = 8
+# The feature a device is opened with, where the adapter has it, to time each pass.
+TIMESTAMPS = "timestamp-query"
 
 BACKEND_ORDER = ("vulkan", "metal", "d3d12", "opengl")
 ADAPTER_TYPE_ORDER = ("discretegpu", "integratedgpu", "virtualgpu", "unknown", "cpu")
@@ -42,6 +45,7 @@ class Environment:
     software: bool
     wgpu: str
     wgpu_native: str
+    timestamps: bool = False  # the device can time passes (opened with TIMESTAMPS)
 
     @property
     def label(self) -> str:
@@ -120,8 +124,13 @@ def open_device(backend: str = "") -> tuple[wgpu.GPUDevice, Environment]:
         # Without required_limits wgpu-py asks for the adapter's own maxima (llvmpipe: 32 KiB
         # of workgroup storage, 1,024 invocations per workgroup); a page gets WebGPU's
         # defaults, so a kernel that only runs on more must fail here as it does there.
+        # Timestamp queries are the replay's own (a program's device answers without
+        # them: the shim has no query sets), so asking for them changes nothing it sees.
+        features = [TIMESTAMPS] if TIMESTAMPS in adapter.features else []
         device = adapter.request_device_sync(
-            label="kernelbin", required_limits=device_limits(adapter.limits)
+            label="kernelbin",
+            required_features=features,
+            required_limits=device_limits(adapter.limits),
         )
     except Exception as e:
         raise NoAdapter(f"Could not open a device on {adapter.summary}: {e}") from e
@@ -133,5 +142,6 @@ def open_device(backend: str = "") -> tuple[wgpu.GPUDevice, Environment]:
         software=info["adapter_type"] == "CPU",
         wgpu=wgpu.__version__,
         wgpu_native=native.__version__,
+        timestamps=TIMESTAMPS in device.features,
     )
     return device, env

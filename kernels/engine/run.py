@@ -58,6 +58,7 @@ from kernels.engine.outcome import (
     Outcome,
     PassRecord,
     RunWarning,
+    SpeedReport,
     Status,
     Stop,
     new_outcome,
@@ -65,6 +66,7 @@ from kernels.engine.outcome import (
 )
 from kernels.engine.resident import DeviceBuffers, writable_buffers
 from kernels.engine.run_warnings import program_warnings, unused_binding
+from kernels.engine.speed import speed_report
 from kernels.engine.webgpu import module_refusal
 from kernels.engine.wgsl import declared_bindings
 
@@ -98,6 +100,7 @@ class CaseResult:
     store_counts: list[dict[str, Any]] = field(default_factory=list)
     trace: Trace | None = None
     passes: list[PassRecord] = field(default_factory=list)
+    speed: SpeedReport | None = None
 
     def as_dict(self) -> dict[str, Any]:
         entry: dict[str, Any] = {
@@ -123,6 +126,7 @@ class Replayed:
     passed: dict[str, dict[str, Any]]
     trace: Trace
     passes: list[PassRecord]
+    speed: SpeedReport
 
 
 def execute(
@@ -300,6 +304,7 @@ class _Run:
             for name, layout in layouts.items()
         ]
         result.trace, result.passes = replayed.trace, replayed.passes
+        result.speed = replayed.speed
         return result
 
     def combine(self, results: list[CaseResult], named: bool) -> Outcome:
@@ -314,6 +319,8 @@ class _Run:
         if worst.store_counts:
             outcome["store_counts"] = worst.store_counts
         outcome["passes"] = worst.passes
+        if worst.speed is not None:
+            outcome["speed"] = worst.speed
         if not named:
             return outcome
         passed = sum(r.status == Status.PASSED for r in results)
@@ -394,6 +401,8 @@ class _Run:
                     check.run({n: timeline.objects[program.buffers[n]] for n in check.names})
                     passed = check.passed()
                     skipped = {i for name in passed for i in program.reads[name]}
+            # The diagnostic run's times are not shown: it is not timed again.
+            repeats = timeline.time_passes(repeat=not sentinel)
         except HostError as e:
             # The trace up to the call that failed shows where it went wrong.
             self.trace = timeline.trace
@@ -406,7 +415,10 @@ class _Run:
             self.compile_ms += timeline.compile_ms
             timeline.release()
         read = {r.source: r.data for r in timeline.readbacks}
-        return Replayed(read, passed, timeline.trace, timeline.passes)
+        speed = speed_report(
+            self.env, timeline.passes, repeats, timeline.upload_ms, timeline.readback_ms
+        )
+        return Replayed(read, passed, timeline.trace, timeline.passes, speed)
 
     def arrays(self, harness: Harness, read: Mapping[str, bytes]) -> dict[str, np.ndarray]:
         """The buffers read back as the harness shapes them."""

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kernels.engine.device import import_wgpu
+from kernels.engine.host.clock import EncoderClock
 
 MAX_PREFIXES = 2000
 
@@ -36,13 +37,22 @@ class Encoder:
     pipeline: str = ""
     pipeline_id: int | None = None  # the pipeline set last, by id
     bind_groups: dict[str, str] = field(default_factory=dict[str, Any])
+    clock: EncoderClock = field(default_factory=EncoderClock)
 
 
-def encode(encoder: Encoder, entry: dict[str, Any], objects: Mapping[int, Any]) -> Any:
-    """One recorded encoder call on a wgpu-py encoder; finish returns the command buffer."""
+def encode(
+    encoder: Encoder,
+    entry: dict[str, Any],
+    objects: Mapping[int, Any],
+    timestamp_writes: dict[str, Any] | None = None,
+) -> Any:
+    """One recorded encoder call on a wgpu-py encoder; finish returns the command buffer.
+    timestamp_writes: where a beginComputePass has the device write its timestamps."""
     op = entry["op"]
     if op == "beginComputePass":
-        encoder.compute_pass = encoder.gpu.begin_compute_pass(label=entry["label"])
+        encoder.compute_pass = encoder.gpu.begin_compute_pass(
+            label=entry["label"], timestamp_writes=timestamp_writes
+        )
     elif op == "setPipeline":
         encoder.compute_pass.set_pipeline(objects[entry["pipeline"]])
     elif op == "setBindGroup":

@@ -22,8 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from kernels.engine.device import Environment, import_wgpu
+from kernels.engine.device import TIMESTAMPS, Environment, import_wgpu
 from kernels.engine.host import trace as traces
+from kernels.engine.host.clock import PassClock
 from kernels.engine.host.encoder import ENCODER_OPS, Encoder, encode, first_failing
 from kernels.engine.host.js import assigned_variables, call_start
 from kernels.engine.host.record import MAKES, check_entry
@@ -59,6 +60,14 @@ METHODS: dict[str, str] = {"endPass": "end", "destroyBuffer": "destroy", "destro
 
 # The calls whose time is the compile time of a run (outcome timings' compile_ms).
 COMPILING = frozenset(("createShaderModule", "createComputePipeline"))
+# The calls that move data between host and device, timed apart (wall clock): a read's
+# wait for the work before it is not its own, and is waited out before it is timed.
+UPLOADING = frozenset(("writeBuffer", "unmap"))
+# A run whose passes took under CHEAP_MS on the device is run REPEATS times in all, and each
+# pass's time is the median: one sample of a short pass is mostly noise (a clock's ramp-up,
+# another process's work), and four more cost under 4 * CHEAP_MS.
+REPEATS = 5
+CHEAP_MS = 20.0
 
 CALLS = {
     "createBuffer": "device.createBuffer",
@@ -189,6 +198,11 @@ class Timeline:
         self.code_left = traces.MAX_TRACE_CODE  # WGSL the trace may still carry
         self.passes: list[PassRecord] = []  # every compute pass, uncapped up to MAX_PASSES
         self.trace: Trace = traces.new_trace()
+        self.clock = PassClock(device)
+        self.finished: dict[int, Encoder] = {}  # command buffer id -> the encoder it came from
+        self.ran: list[Encoder] = []  # the encoders of the command buffers submitted, in order
+        self.upload_ms = 0.0
+        self.readback_ms = 0.0
 
     def apply(self, entry: Entry, blob: Blob) -> Any:
         """Replay one entry; for a request, the answer: a dict, or a dict and bytes."""
@@ -216,6 +230,19 @@ class Timeline:
                     answer = OPERATIONS[entry["op"]](self, entry, blob)
                 finally:
                     self.compile_ms += (time.perf_counter() - started) * 1000
+            elif op in UPLOADING or op == "mapAsync":
+                reading = op == "mapAsync" and entry["mode"] & MAP_READ
+                if reading:
+                    self.wait_idle()
+                started = time.perf_counter()
+                try:
+                    answer = OPERATIONS[entry["op"]](self, entry, blob)
+                finally:
+                    ms = (time.perf_counter() - started) * 1000
+                    if reading:
+                        self.readback_ms += ms
+                    else:
+                        self.upload_ms += ms
             else:
                 answer = OPERATIONS[entry["op"]](self, entry, blob)
         except wgpu.GPUValidationError as e:
@@ -272,7 +299,9 @@ class Timeline:
             "device": self.env.adapter,
             "description": self.env.description,
         }
-        return {"features": sorted(self.device.features), "limits": limits, "info": info}
+        # Without the replay's own timestamp queries: the shim has no query sets.
+        features = sorted(self.device.features - {TIMESTAMPS})
+        return {"features": features, "limits": limits, "info": info}
 
     def op_popErrorScope(self, entry: Entry, blob: Blob) -> dict[str, Any]:
         return {}
@@ -620,14 +649,21 @@ class Timeline:
             encoder.pipeline_id = entry["pipeline"]
         if entry["op"] == "dispatchWorkgroups":
             self.check_dispatch(encoder, entry)
+        writes = None
+        if entry["op"] == "beginComputePass":
+            index = len(self.passes) if len(self.passes) < MAX_PASSES else None
+            writes = self.clock.writes(encoder.clock, index)
+        elif entry["op"] == "finish":
+            self.clock.resolve(encoder.clock, encoder.gpu)
         try:
-            done = encode(encoder, entry, self.objects)
+            done = encode(encoder, entry, self.objects, writes)
         except wgpu.GPUValidationError as e:
             culprit = first_failing(self.device, encoder.entries, self.objects) or entry
             text = clean_wgpu_error(str(e))
             raise HostError("validation", text, culprit, str(e)) from None
         if entry["op"] == "finish":
             self.objects[entry["id"]] = done
+            self.finished[entry["id"]] = encoder
         self.trace_call(encoder, entry)
 
     def check_dispatch(self, encoder: Encoder, entry: dict[str, Any]) -> None:
@@ -706,6 +742,42 @@ class Timeline:
     def op_submit(self, entry: Entry, blob: Blob) -> None:
         self.device.queue.submit([self.objects[i] for i in entry["commandBuffers"]])
         self.trace["submits"] += 1
+        for i in entry["commandBuffers"]:
+            self.clock.submit(self.finished[i].clock)
+            self.ran.append(self.finished[i])
+
+    # -- timing -------------------------------------------------------------------------------
+
+    def time_passes(self, repeat: bool = False) -> int:
+        """Read the passes' timestamps and set each pass's gpu_ms; return how many runs
+        each is the median of. repeat: a run whose passes took under CHEAP_MS is run
+        REPEATS - 1 times more (each submitted encoder's passes encoded again as recorded,
+        in the same order). Call it once the outputs are read (a repeat changes what a pass
+        writes in place) and before release()."""
+        self.clock.collect()
+        repeats = 1
+        total = sum(self.clock.median(i) or 0.0 for i in range(len(self.passes)))
+        if repeat and self.clock.available and self.ran and total < CHEAP_MS:
+            repeats = REPEATS
+            for _ in range(repeats - 1):
+                for recorded in self.ran:
+                    again = Encoder(self.device.create_command_encoder(label="repeat"))
+                    for entry in recorded.entries:
+                        if entry["op"] in ("copyBufferToBuffer", "clearBuffer"):
+                            continue  # only passes are timed; a copy's target may be mapped
+                        writes = None
+                        if entry["op"] == "beginComputePass":
+                            index = recorded.clock.begins[len(again.clock.begins)]
+                            writes = self.clock.writes(again.clock, index)
+                        elif entry["op"] == "finish":
+                            self.clock.resolve(again.clock, again.gpu)
+                        done = encode(again, entry, self.objects, writes)
+                    self.device.queue.submit([done])
+                    self.clock.submit(again.clock)
+                self.clock.collect()
+        for index, record in enumerate(self.passes):
+            record["gpu_ms"] = self.clock.median(index)
+        return repeats
 
     # -- files --------------------------------------------------------------------------------
 

@@ -36,10 +36,12 @@ from kernels.engine.outcome import (
     Outcome,
     PassRecord,
     ProgramReport,
+    SpeedReport,
     Status,
     new_outcome,
 )
 from kernels.engine.run_warnings import program_warnings
+from kernels.engine.speed import speed_report
 
 JS_HEAP_BYTES = 256 * MiB
 COMPARABLE = ("f32", "u32", "i32")
@@ -82,6 +84,7 @@ class ProgramResult:
     dispatches: int = 0
     passes: list[PassRecord] = field(default_factory=list)
     run_ms: float = 0.0
+    speed: SpeedReport | None = None
     # The bytes the program put in each buffer from the host, whole, by buffer name.
     written: dict[str, bytes] = field(default_factory=dict)
 
@@ -119,8 +122,11 @@ def run_program(
     timeline = Timeline(device, env, limits, files or {}, sentinel, source, memo)
     script = Script(source, deadline, heap_bytes)
     result = ProgramResult(trace=timeline.trace)
+    repeats = 1
     try:
         result.error = _drive(script, timeline)
+        if not sentinel:  # the diagnostic run's times are not shown
+            repeats = timeline.time_passes()
     finally:
         timeline.release()
     try:
@@ -131,6 +137,9 @@ def run_program(
     result.readbacks = timeline.readbacks
     result.dispatches = timeline.dispatches
     result.passes = timeline.passes
+    result.speed = speed_report(
+        env, timeline.passes, repeats, timeline.upload_ms, timeline.readback_ms
+    )
     result.written = {timeline.names[key]: bytes(data) for key, data in timeline.written.items()}
     result.run_ms = round((time.perf_counter() - started) * 1000, 2)
     return result
@@ -349,6 +358,8 @@ def program_outcome(
     )
     outcome["program"] = result.report()
     outcome["passes"] = result.passes
+    if result.speed is not None:
+        outcome["speed"] = result.speed
     if result.error is not None:
         error = result.error
         outcome["status"], outcome["message"] = (

@@ -1,0 +1,114 @@
+"""Each pass's GPU time, measured by the device's timestamps, and the run's speed report.
+
+Real wgpu on llvmpipe (which has timestamp queries): the figures are there, labelled as
+the CPU's emulation, and a device without timestamp queries gives none and says so. No
+test asserts a time's size, only that it was measured and what it is labelled.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from kernels.engine.device import TIMESTAMPS, open_device
+from kernels.engine.host.gpu import REPEATS
+from kernels.engine.host.program import run_program_job
+from kernels.engine.run import execute
+from tests.kernels.test_showcase import DATA, FIXTURES, KERNELS, harness_of, sources_for
+
+
+@pytest.fixture(scope="module")
+def gpu():
+    return open_device()
+
+
+def version(kernel: str, number: int) -> dict:
+    return next(v for v in KERNELS[kernel]["versions"] if v["number"] == number)
+
+
+def run_harness(device, env, kernel: str, number: int) -> dict:
+    k = KERNELS[kernel]
+    v = version(kernel, number)
+    outcome = execute(device, env, sources_for(k, v), harness_of(k, v), FIXTURES)
+    json.dumps(outcome, allow_nan=False)  # it crosses the worker's pipe as strict JSON
+    return outcome
+
+
+def test_the_device_is_opened_with_timestamps_where_the_adapter_has_them(gpu) -> None:
+    device, env = gpu
+    assert TIMESTAMPS in device.features
+    assert env.timestamps
+    assert env.as_dict()["timestamps"] is True
+
+
+def test_each_pass_of_a_harness_run_has_its_gpu_time(gpu) -> None:
+    device, env = gpu
+    outcome = run_harness(device, env, "forward", 2)
+
+    assert outcome["status"] == "passed"
+    passes = outcome["passes"]
+    assert len(passes) == 3
+    assert all(isinstance(p["gpu_ms"], float) and p["gpu_ms"] >= 0 for p in passes)
+    speed = outcome["speed"]
+    assert speed["clock"] == "timestamp-query"
+    assert speed["adapter"] == env.label
+    assert speed["emulated"] is True  # llvmpipe: the CPU's time, not a GPU's
+    assert speed["gpu_ms"] == pytest.approx(sum(p["gpu_ms"] for p in passes), abs=1e-3)
+    # A cheap run is repeated and each time is the median of the runs.
+    assert speed["repeats"] == REPEATS
+    assert speed["upload_ms"] >= 0 and speed["readback_ms"] >= 0
+    assert speed["problem"] == ""
+
+
+def test_a_failed_run_that_dispatched_keeps_its_times(gpu) -> None:
+    device, env = gpu
+    outcome = run_harness(device, env, "matmul", 3)
+
+    assert outcome["status"] == "mismatch"
+    assert outcome["passes"][0]["gpu_ms"] is not None
+
+
+def test_a_run_that_never_ran_has_no_speed(gpu) -> None:
+    device, env = gpu
+    outcome = run_harness(device, env, "matmul", 1)
+
+    assert outcome["status"] == "compile_error"
+    assert "speed" not in outcome
+
+
+def test_a_host_program_run_is_timed_once(gpu) -> None:
+    device, env = gpu
+    kernel, v = KERNELS["scale"], version("scale", 2)
+    job = {
+        "kind": "program",
+        "source": v["host_program"],
+        "files": {file["name"]: file["data"] for file in DATA["files"]},
+        "wgsl": {"kernel.wgsl": v["source"], "scale.wgsl": v["source"]},
+        "harness": harness_of(kernel, v),
+    }
+    outcome = run_program_job(device, env, job)
+
+    assert outcome["status"] == "passed"
+    assert outcome["passes"] and all(p["gpu_ms"] is not None for p in outcome["passes"])
+    assert outcome["speed"]["repeats"] == 1  # a program's passes are not run again
+    assert outcome["speed"]["clock"] == "timestamp-query"
+
+
+def test_a_device_without_timestamps_gives_no_figure_and_says_so(gpu) -> None:
+    _, env = gpu
+    import wgpu
+
+    adapter = wgpu.gpu.request_adapter_sync()
+    device = adapter.request_device_sync(label="untimed")
+    untimed = dataclasses.replace(env, timestamps=False)
+    outcome = run_harness(device, untimed, "forward", 2)
+
+    assert outcome["status"] == "passed"
+    assert [p["gpu_ms"] for p in outcome["passes"]] == [None, None, None]
+    speed = outcome["speed"]
+    assert speed["clock"] == "none"
+    assert speed["gpu_ms"] is None
+    assert "no timestamp queries" in speed["problem"]
+    assert env.label in speed["problem"]
