@@ -432,6 +432,8 @@ class Result:
     statuses: Counter[str] = field(default_factory=Counter)
     notes: list[str] = field(default_factory=list)
     kernels: int = 0
+    # Later parts of the attack, each reported on a row of its own (Watch.mark).
+    parts: list[str] = field(default_factory=list)
 
 
 ATTACKS: list[tuple[str, Callable[[Context], Result]]] = []
@@ -641,6 +643,9 @@ def hostile_fork(context: Context, name: str, program: str) -> Result:
         result.notes.append(
             f"page cost: {alone.seconds:.2f} s, {len(alone.body) / 1e6:.2f} MB ({alone.status})"
         )
+        # The views apart from the run (whose own cost, a program's, is the row above).
+        result.parts.append(f"{name} views")
+        context.watch.mark(result.parts[-1])
         answers = at_once(views, lambda: request(context.port, "GET", page))
         result.statuses.update(f"view {answer.status}" for answer in answers)
         slowest = max(answer.seconds for answer in answers)
@@ -1244,22 +1249,23 @@ def report(watch: Watch, results: list[Result]) -> None:
 
     quiet = during("idle")
     print(
-        f"{'attack':15} {'probes':>6} {'p95':>7} {'x idle':>6} {'max':>7} {'>200ms':>6} "
+        f"{'attack':21} {'probes':>6} {'p95':>7} {'x idle':>6} {'max':>7} {'>200ms':>6} "
         f"{'replay died':>11} {'web died':>8}  statuses"
     )
     for result in results:
-        times = during(result.attack)
-        stalled = sum(seconds > STALL_S for seconds in times)
-        died = Counter(kind for at, kind in watch.deaths if watch.phase_at(at) == result.attack)
-        ratio = f"{p95(times) / p95(quiet):.1f}" if quiet and times and p95(quiet) else "-"
-        statuses = ", ".join(f"{key}: {count}" for key, count in sorted(result.statuses.items()))
-        print(
-            f"{result.attack:15} {len(times):>6} {1000 * p95(times):>5.0f}ms {ratio:>6} "
-            f"{1000 * max(times, default=0):>5.0f}ms {stalled:>6} {died['replay']:>11} "
-            f"{died['web']:>8}  {statuses}"
-        )
+        for part in (result.attack, *result.parts):
+            times = during(part)
+            stalled = sum(seconds > STALL_S for seconds in times)
+            died = Counter(kind for at, kind in watch.deaths if watch.phase_at(at) == part)
+            ratio = f"{p95(times) / p95(quiet):.1f}" if quiet and times and p95(quiet) else "-"
+            statuses = ", ".join(f"{k}: {n}" for k, n in sorted(result.statuses.items()))
+            print(
+                f"{part:21} {len(times):>6} {1000 * p95(times):>5.0f}ms {ratio:>6} "
+                f"{1000 * max(times, default=0):>5.0f}ms {stalled:>6} {died['replay']:>11} "
+                f"{died['web']:>8}  {statuses if part == result.attack else ''}"
+            )
         for note in result.notes:
-            print(f"{'':17}{note}")
+            print(f"{'':23}{note}")
     probe_statuses = Counter(status for _, _, status in watch.probes)
     print(f"/healthz answers: {dict(sorted(probe_statuses.items()))}")
 

@@ -107,8 +107,8 @@ STORED_FORK_PAGE = Prepared(
 
 
 @require_GET
-def fork_page(request: HttpRequest, fork_id: str) -> HttpResponse:
-    key = reader_pages.page_key(request, "fork", fork_id)
+@reader_pages.one_render_at_a_time("fork")
+def fork_page(request: HttpRequest, fork_id: str, key: str | None) -> HttpResponse:
     kept = reader_pages.stored(key, STORED_FORK_PAGE, fork=fork_id)
     if kept is not None:
         return reader_pages.serve_page(request, kept)

@@ -9,10 +9,17 @@ the page's forms and the nonce of its stylesheet, which are put back per reader.
 precompiled query (pages/stamps.py) checks the stamp and the newest run; the answer is
 then served without finding the turn, the version, its job or its run, and without
 drawing anything. Only a finished, cacheable run's answer is kept, and only where a
-reader who is not signed in may open the session.
+reader who is not signed in may open the session. Readers who come at once for a page
+not kept yet wait, in each web process, for the first of them to render it (at most
+RENDER_WAIT_S), rather than each rendering it.
 """
 
 from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from functools import wraps
 
 from django.conf import settings
 from django.core.cache import cache
@@ -24,6 +31,45 @@ from config.context_processors import site_origin
 from kernels import replay
 from kernels.models import Run
 from pages.stamps import Prepared, stamp_of
+
+RENDER_WAIT_S = 5.0
+# Per key of a page being rendered: its lock, and how many requests hold or wait for it.
+_rendering: dict[str, list] = {}
+_rendering_guard = threading.Lock()
+
+
+def one_render_at_a_time(kind: str) -> Callable:
+    """A view of a page kept for readers (kind: its key's first part; the URL's values
+    follow), called with the page's key (None: not kept for this request); a request
+    for a page another thread of this process is rendering waits for it first."""
+
+    def wrap(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+        @wraps(view)
+        def guarded(request: HttpRequest, **values: object) -> HttpResponse:
+            key = page_key(request, kind, *values.values())
+            with _alone(key) if key is not None else nullcontext():
+                return view(request, key=key, **values)
+
+        return guarded
+
+    return wrap
+
+
+@contextmanager
+def _alone(key: str) -> Iterator[None]:
+    with _rendering_guard:
+        held = _rendering.setdefault(key, [threading.Lock(), 0])
+        held[1] += 1
+    acquired = held[0].acquire(timeout=RENDER_WAIT_S)
+    try:
+        yield
+    finally:
+        if acquired:
+            held[0].release()
+        with _rendering_guard:
+            held[1] -= 1
+            if not held[1]:
+                del _rendering[key]
 
 
 def page_key(request: HttpRequest, *parts: object) -> str | None:

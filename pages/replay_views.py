@@ -92,8 +92,8 @@ def _run_payload(shown: replay.Replay, outcome: object = None) -> dict:
 
 
 @require_http_methods(["GET", "POST"])
-def replay_page(request: HttpRequest, slug: str, number: int) -> HttpResponse:
-    key = reader_pages.page_key(request, "replay", slug, number)
+@reader_pages.one_render_at_a_time("replay")
+def replay_page(request: HttpRequest, slug: str, number: int, key: str | None) -> HttpResponse:
     kept = reader_pages.stored(key, STORED_ANSWER, slug=slug)
     if kept is not None:
         return reader_pages.serve_page(request, kept)

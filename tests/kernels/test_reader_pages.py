@@ -1,18 +1,24 @@
 """A replay page and a fork's page are kept whole for readers who are not signed in and
 served again with one query, for as long as they show what a new render would (the
 session unchanged and visible to them, no newer run), each with the reader's own CSRF
-token and stylesheet nonce; never for a signed-in reader or a private session."""
+token and stylesheet nonce; never for a signed-in reader or a private session. Readers
+who come at once for a page not kept yet are answered by one render."""
 
 from __future__ import annotations
 
 import re
+import threading
+import time
+from unittest import mock
 
-from django.db import connection
-from django.test import Client, override_settings
+from django.core.cache import cache
+from django.db import connection, connections
+from django.test import Client, TransactionTestCase, override_settings
 from django.test.utils import CaptureQueriesContext
 
 from kernels import replay
 from kernels.models import Fork
+from pages import replay_views
 from tests.base import BaseTestCase, add_kernel, make_session, store_run
 
 PAGE = "/s/demo/turns/2/replay/"
@@ -98,3 +104,37 @@ class ReaderPagesTestCase(BaseTestCase):
         self.client.login(username="alice", password="password")
         for url in (PAGE, FORK):
             self.assertContains(self.client.get(url), "Sign out")
+
+
+class ReadersAtOnceTestCase(TransactionTestCase):
+    def test_readers_who_come_at_once_wait_for_one_render(self) -> None:
+        cache.clear()
+        version = add_kernel(make_session("demo", turns=3), turn=2)
+        store_run(version, "passed", "All 6 cells match the reference.")
+        renders: list[int] = []
+        real = replay_views.outcome_context
+
+        def slow(shown):
+            renders.append(1)
+            time.sleep(0.3)  # long enough for every reader to have come
+            return real(shown)
+
+        answers: list[int] = []
+        start = threading.Barrier(4)
+
+        def read() -> None:
+            try:
+                start.wait()
+                answers.append(Client().get(PAGE).status_code)
+            finally:
+                connections.close_all()
+
+        with mock.patch.object(replay_views, "outcome_context", slow):
+            readers = [threading.Thread(target=read) for _ in range(4)]
+            for reader in readers:
+                reader.start()
+            for reader in readers:
+                reader.join()
+
+        self.assertEqual(answers, [200] * 4)
+        self.assertEqual(len(renders), 1)
