@@ -19,6 +19,14 @@ order and reports each new version of each kernel:
   shader or the host code changes, and each replays as a program.
 - Fenced ```wgsl blocks in the learner's messages that hold a `@compute` entry point
   ("fenced").
+- Python and CUDA files (gpu_sources.py reads them): each `@triton.jit` function and each
+  `__global__` function (in a `.cu`/`.cuh` file or a Python string that load_inline or
+  cupy compiles) is a kernel of its own, followed across versions of its file as a
+  page's shaders are; a change of the rest of the script (its launcher, test or
+  benchmark) alone is a version of its first kernel, since the program runs differently.
+  A script that is a Triton or CUDA program becomes the state's entry, and the state's
+  kind is its ("triton", "cuda"); such versions replay by running the state's program on
+  a GPU worker, not by a host program of their own.
 
 Program states: every successful Write or Edit of a file under the project's folder (the
 transcript's cwd), and a full Read that shows the learner changed one, makes a new state of
@@ -62,6 +70,7 @@ from django.utils.text import slugify
 # The engine's tokenizer: one linear pass, block comments nested as WGSL says.
 from kernels.engine.wgsl import entry_points
 from sessions.importers.claude_code.edits import apply_edits, edits_made
+from sessions.importers.claude_code.gpu_sources import GPU_SUFFIXES, read_gpu_program
 from sessions.importers.claude_code.scripts import (
     HTML_SUFFIXES,
     RUNNABLE_SUFFIXES,
@@ -72,7 +81,7 @@ from sessions.importers.claude_code.scripts import (
 )
 
 WGSL_SUFFIXES = (".wgsl",)
-TRACKED_SUFFIXES = WGSL_SUFFIXES + SCRIPT_SUFFIXES + HTML_SUFFIXES
+TRACKED_SUFFIXES = WGSL_SUFFIXES + SCRIPT_SUFFIXES + HTML_SUFFIXES + GPU_SUFFIXES
 NAME_MAX = 60
 # How alike two shaders must be to be one shader's versions: the share of their lines
 # in common (Dice's coefficient over the stripped lines that hold a word: not blank, not
@@ -152,6 +161,7 @@ class NewState:
     changed: str  # the path this call wrote
     # The shader modules its files hold, as (kernel name, version number).
     modules: list[tuple[str, int]] = field(default_factory=list)
+    kind: str = "webgpu"  # the entry's: "webgpu", "triton" or "cuda"
 
 
 @dataclass
@@ -185,6 +195,7 @@ class KernelHistory:
     project: dict[str, str] = field(default_factory=dict)
     states: int = 0
     entry: str = ""
+    kind: str = "webgpu"  # the kind of program the entry is
     # The state the last tool call made, until the caller takes it (take_state).
     new_state: NewState | None = None
     # Each program file's kernels, in the order they first appeared, and its host code.
@@ -317,6 +328,8 @@ class KernelHistory:
         self.files[path] = content
         state = self._project_changed(path, content)
         meta = {"file_path": path, **meta}
+        if path.lower().endswith(GPU_SUFFIXES):
+            return self._gpu_file_changed(path, content, meta, note, state)
         if path.lower().endswith(WGSL_SUFFIXES):
             if relative := self.project_path(path):
                 meta["project_path"] = relative
@@ -354,6 +367,43 @@ class KernelHistory:
                 versions.append(version)
         if program.host and not program.shaders and host_changed:
             versions += self._fetched_shaders(program.host, meta, note)
+        self._modules_of(path, names, state)
+        return self._in_state(versions, state, path)
+
+    def _gpu_file_changed(
+        self, path: str, content: str, meta: dict[str, Any], note: str, state: NewState | None
+    ) -> list[NewVersion]:
+        """The versions of a Python or CUDA file's Triton and CUDA kernels. As for a page's
+        shaders, a change of the rest of the file alone (the launcher, the test, the
+        benchmark) is a version of its first kernel: it runs differently."""
+        program = read_gpu_program(path, content)
+        names = self._lineage(path, program.kernels)
+        rest = content
+        for kernel in program.kernels:
+            rest = rest.replace(kernel.source.rstrip("\n"), "", 1)
+        rest_changed = self.file_hosts.get(path) != rest
+        self.file_hosts[path] = rest
+        versions = []
+        for number, (name, kernel) in enumerate(zip(names, program.kernels, strict=True)):
+            changed = self.kernels[name].source != kernel.source
+            if not changed and not (number == 0 and rest_changed):
+                continue
+            triton = kernel.container == "triton_jit"
+            kernel_meta = {
+                **meta,
+                "container": kernel.container,
+                "entry_point": kernel.entry,
+                "language": "triton" if triton else "cuda",
+            }
+            if state is not None and state.entry == self.project_path(path):
+                kernel_meta["program"] = True
+            marker = "@triton.jit" if triton else "__global__"
+            title = f"{self.title_for(path)} · {marker} {kernel.entry}"
+            version = self._record(
+                name, kernel.source, kernel_meta, title, note, not changed, host="", shader=kernel
+            )
+            if version:
+                versions.append(version)
         self._modules_of(path, names, state)
         return self._in_state(versions, state, path)
 
@@ -432,10 +482,14 @@ class KernelHistory:
             return None
         self.project[relative] = content
         if relative.lower().endswith(RUNNABLE_SUFFIXES) and self._program(relative, content).host:
-            self.entry = relative
+            self.entry, self.kind = relative, "webgpu"
+        elif relative.lower().endswith(GPU_SUFFIXES) and (
+            kind := read_gpu_program(relative, content).kind
+        ):
+            self.entry, self.kind = relative, kind
         self.states += 1
         self.new_state = NewState(
-            self.states, self.entry, dict(self.project), relative, self._modules()
+            self.states, self.entry, dict(self.project), relative, self._modules(), self.kind
         )
         return self.new_state
 

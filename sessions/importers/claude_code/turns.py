@@ -128,6 +128,7 @@ class TurnMaker:
                 number=state.number,
                 files=dict(state.files),
                 entry=state.entry,
+                kind=state.kind,
                 modules=state.modules,
             )
             turn.state = self.review_state = state.number

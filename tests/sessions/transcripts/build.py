@@ -936,8 +936,165 @@ def matmul_html() -> Transcript:
     return t
 
 
+# The second showcase's programs (fixtures/triton_cuda/programs/): a Triton add + ReLU and
+# a CUDA matmul in cupy.RawKernel strings, as a session writes and edits them.
+PROGRAMS = HERE.parent.parent.parent / "fixtures" / "triton_cuda" / "programs"
+SCALE_CU = """#include <cuda_runtime.h>
+
+// Scales a vector in place; loaded by a script with cupy.RawModule.
+__global__ void scale(float* x, float factor, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        x[i] *= factor;
+    }
+}
+"""
+
+
+def program(name: str) -> str:
+    return (PROGRAMS / f"{name}.py").read_text()
+
+
+def changed_lines(old: str, new: str) -> tuple[str, str]:
+    """The lines an Edit replaces to make new from old: what lies between the lines they
+    begin and end with in common (one line more where new only adds lines)."""
+    a, b = old.splitlines(keepends=True), new.splitlines(keepends=True)
+    start = 0
+    while start < min(len(a), len(b)) and a[start] == b[start]:
+        start += 1
+    end = 0
+    while end < min(len(a), len(b)) - start and a[-1 - end] == b[-1 - end]:
+        end += 1
+    if start == len(a) - end:  # nothing replaced: take the line before as the anchor
+        start -= 1
+    return "".join(a[start : len(a) - end]), "".join(b[start : len(b) - end])
+
+
+def triton_cuda() -> Transcript:
+    """A learner writes a fused add + ReLU in Triton (unmasked, masked, benchmarked) and a
+    CUDA matmul (naive, guarded, tiled in shared memory), then a .cu file."""
+    t = Transcript("triton-cuda")
+    add_relu, matmul = f"{CWD}/add_relu.py", f"{CWD}/matmul.py"
+    t.user(
+        "Write a fused add + ReLU in Triton for float32 vectors, with a test against "
+        "torch.relu(x + y).",
+        parent=None,
+    )
+    v1 = program("add_relu_v1")
+    t.assistant(
+        "msg_41Write",
+        [
+            text("One program per 1,024 elements: load x and y, add, clamp at 0, store."),
+            tool_use("toolu_41Write", "Write", file_path=add_relu, content=v1),
+        ],
+        stop_reason="tool_use",
+    )
+    t.result(
+        "toolu_41Write",
+        f"File created successfully at: {add_relu}",
+        {"type": "create", "filePath": add_relu, "content": v1, "structuredPatch": []},
+    )
+    t.user(
+        "The test passes, but compute-sanitizer says: Invalid __global__ read of size 4 "
+        "in add_relu_kernel. 98,432 is not a multiple of 1,024."
+    )
+    v2 = program("add_relu_v2")
+    old, new = changed_lines(v1, v2)
+    t.assistant(
+        "msg_42Mask",
+        [
+            text("The last program reads and writes past the end: mask its lanes."),
+            tool_use("toolu_42Edit", "Edit", file_path=add_relu, old_string=old, new_string=new),
+        ],
+        stop_reason="tool_use",
+    )
+    t.result(
+        "toolu_42Edit",
+        f"The file {add_relu} has been updated.",
+        {
+            "filePath": add_relu,
+            "oldString": old,
+            "newString": new,
+            "originalFile": v1,
+            "structuredPatch": [],
+            "userModified": False,
+            "replaceAll": False,
+        },
+    )
+    t.user("Clean now. Is it faster than PyTorch?")
+    old, new = changed_lines(v2, program("add_relu_v3"))
+    t.assistant(
+        "msg_43Bench",
+        [
+            text("Time both with triton.testing.do_bench on 16M elements:"),
+            tool_use("toolu_43Edit", "Edit", file_path=add_relu, old_string=old, new_string=new),
+        ],
+        stop_reason="tool_use",
+    )
+    t.result("toolu_43Edit", f"The file {add_relu} has been updated.")
+    t.user("Now a CUDA matmul, naive first, through cupy.")
+    m1 = program("matmul_v1")
+    t.assistant(
+        "msg_44Write",
+        [
+            text("One thread per output cell, 16 x 16 blocks:"),
+            tool_use("toolu_44Write", "Write", file_path=matmul, content=m1),
+        ],
+        stop_reason="tool_use",
+    )
+    t.result(
+        "toolu_44Write",
+        f"File created successfully at: {matmul}",
+        {"type": "create", "filePath": matmul, "content": m1, "structuredPatch": []},
+    )
+    t.user("Wrong results for n = 1000, and memcheck shows writes out of bounds.")
+    m2 = program("matmul_v2")
+    old, new = changed_lines(m1, m2)
+    t.assistant(
+        "msg_45Guard",
+        [
+            text("63 blocks of 16 cover 1,008 rows and columns: the last threads must stop."),
+            tool_use("toolu_45Edit", "Edit", file_path=matmul, old_string=old, new_string=new),
+        ],
+        stop_reason="tool_use",
+    )
+    t.result("toolu_45Edit", f"The file {matmul} has been updated.")
+    t.user("Correct, but ncu says it is memory bound: every thread reads its row and column.")
+    m3 = program("matmul_v3")
+    kernel_old, kernel_new = changed_lines(m2.split("kernel = ")[0], m3.split("kernel = ")[0])
+    edits = [
+        {"old_string": kernel_old, "new_string": kernel_new, "replace_all": False},
+        {
+            "old_string": 'cupy.RawKernel(SOURCE, "matmul_naive")',
+            "new_string": 'cupy.RawKernel(SOURCE, "matmul_tiled")',
+            "replace_all": False,
+        },
+    ]
+    t.assistant(
+        "msg_46Tile",
+        [
+            text("Stage 16 x 16 tiles of a and b in shared memory: each value is read once."),
+            tool_use("toolu_46Multi", "MultiEdit", file_path=matmul, edits=edits),
+        ],
+        stop_reason="tool_use",
+    )
+    t.result("toolu_46Multi", f"Applied 2 edits to {matmul}.")
+    path = f"{CWD}/kernels/scale.cu"
+    t.assistant(
+        "msg_47Scale",
+        [
+            text("And the scaling kernel you asked about, as a .cu file:"),
+            tool_use("toolu_47Write", "Write", file_path=path, content=SCALE_CU),
+        ],
+        stop_reason="tool_use",
+    )
+    t.result("toolu_47Write", f"File created successfully at: {path}")
+    t.assistant("msg_48Done", [text("The tiled kernel reads each input value once per tile.")])
+    return t
+
+
 def main() -> None:
-    for build in (matmul_review, softmax_js, matmul_html):
+    for build in (matmul_review, softmax_js, matmul_html, triton_cuda):
         path = build().write()
         print(f"wrote {path.relative_to(HERE.parent.parent.parent)}")
 
