@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +47,9 @@ class Environment:
     wgpu: str
     wgpu_native: str
     timestamps: bool = False  # the device can time passes (opened with TIMESTAMPS)
+    # Its measured peaks (outcome.Peaks, kernels/engine/peaks.py), once the worker has them;
+    # not part of the id: a new measurement is not a new environment.
+    peaks: Mapping[str, Any] | None = None
 
     @property
     def label(self) -> str:
@@ -81,11 +85,14 @@ def import_wgpu() -> Any:
     return wgpu
 
 
-def open_device(backend: str = "") -> tuple[wgpu.GPUDevice, Environment]:
+def open_device(
+    backend: str = "", *, timestamps: bool = True
+) -> tuple[wgpu.GPUDevice, Environment]:
     """Open a device on the best adapter for the backend.
 
     "" prefers Vulkan (then Metal, D3D12, OpenGL) and, within a backend, a real GPU over
-    llvmpipe; "vulkan", "opengl", "metal" or "d3d12" insist on one backend.
+    llvmpipe; "vulkan", "opengl", "metal" or "d3d12" insist on one backend. timestamps:
+    ask for timestamp queries where the adapter has them (False: what timing costs).
     """
     wgpu = import_wgpu()
     import wgpu.backends.wgpu_native as native
@@ -126,7 +133,7 @@ def open_device(backend: str = "") -> tuple[wgpu.GPUDevice, Environment]:
         # defaults, so a kernel that only runs on more must fail here as it does there.
         # Timestamp queries are the replay's own (a program's device answers without
         # them: the shim has no query sets), so asking for them changes nothing it sees.
-        features = [TIMESTAMPS] if TIMESTAMPS in adapter.features else []
+        features = [TIMESTAMPS] if timestamps and TIMESTAMPS in adapter.features else []
         device = adapter.request_device_sync(
             label="kernelbin",
             required_features=features,

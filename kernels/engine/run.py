@@ -66,7 +66,7 @@ from kernels.engine.outcome import (
 )
 from kernels.engine.resident import DeviceBuffers, writable_buffers
 from kernels.engine.run_warnings import program_warnings, unused_binding
-from kernels.engine.speed import speed_report
+from kernels.engine.speed import reference_entry, reference_flops, speed_report, time_reference
 from kernels.engine.webgpu import module_refusal
 from kernels.engine.wgsl import declared_bindings
 
@@ -305,7 +305,22 @@ class _Run:
         ]
         result.trace, result.passes = replayed.trace, replayed.passes
         result.speed = replayed.speed
+        self.against_reference(harness, host, result)
         return result
+
+    def against_reference(
+        self, harness: Harness, host: Mapping[str, np.ndarray], result: CaseResult
+    ) -> None:
+        """The reference's time on the same machine beside the passes', and the arithmetic
+        of a lone pass doing a known operation."""
+        ref = harness.reference
+        if ref is None or result.speed is None or result.speed["gpu_ms"] is None:
+            return
+        args = [host[name] for name in ref.args]
+        if len(result.passes) == 1 and (flops := reference_flops(ref.name, args)):
+            result.passes[0]["flops"] = flops
+        ms = time_reference(ref.name, args, result.speed["repeats"])
+        result.speed["reference"] = reference_entry(ref.name, ms, result.speed["gpu_ms"])
 
     def combine(self, results: list[CaseResult], named: bool) -> Outcome:
         """The outcome: a lone case's own, or the worst case's with every case listed."""

@@ -1,11 +1,20 @@
-"""How fast a run was: the SpeedReport of an outcome (outcome.py says what each field means)."""
+"""How fast a run was: the SpeedReport of an outcome (outcome.py says what each field means),
+the arithmetic a known operation must do, the reference's time, and a pass's fraction of
+the device's peaks."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
 
 from kernels.engine.device import Environment
 from kernels.engine.outcome import PassRecord, SpeedReport
+from kernels.engine.references import REFERENCES
 
 
 def speed_report(
@@ -23,7 +32,7 @@ def speed_report(
         problem = f"{env.label} cannot time passes (it has no timestamp queries)."
     elif passes and total is None:
         problem = "No pass was timed: the run stopped before its work was submitted."
-    return {
+    report: SpeedReport = {
         "clock": "timestamp-query" if env.timestamps else "none",
         "adapter": env.label,
         "emulated": env.software,
@@ -33,3 +42,69 @@ def speed_report(
         "readback_ms": round(readback_ms, 3),
         "problem": problem,
     }
+    if env.peaks:
+        report["peaks"] = {
+            "bandwidth_gbs": env.peaks["bandwidth_gbs"],
+            "fma_gflops": env.peaks["fma_gflops"],
+            "clock": env.peaks["clock"],
+        }
+    return report
+
+
+def _matmul_flops(a: tuple[int, ...], b: tuple[int, ...], *bias: tuple[int, ...]) -> int:
+    rows, inner = math.prod(a[:-1]), a[-1]
+    columns = b[-1]
+    return 2 * rows * inner * columns + (rows * columns if bias else 0)
+
+
+def _elementwise(*shapes: tuple[int, ...]) -> int:
+    return math.prod(shapes[0])
+
+
+# Floating-point operations a reference's operation does, from its arguments' shapes (a
+# multiply-add is two): the arithmetic a kernel doing the same work must do at least.
+FLOPS: dict[str, Callable[..., int]] = {
+    "matmul": _matmul_flops,
+    "matmul_bias": _matmul_flops,
+    "add": _elementwise,
+    "double": _elementwise,
+    "relu": _elementwise,
+}
+
+
+def reference_flops(name: str, args: Sequence[np.ndarray]) -> int | None:
+    count = FLOPS.get(name)
+    return count(*(tuple(a.shape) for a in args)) if count else None
+
+
+def time_reference(name: str, args: Sequence[np.ndarray], repeats: int) -> float:
+    """The reference's median time over repeats runs, in ms, on float32 copies of its
+    arguments: numpy doing the kernel's work at the kernel's precision on this machine."""
+    inputs = [np.asarray(a, dtype=np.float32) for a in args]
+    samples = []
+    for _ in range(max(repeats, 1)):
+        started = time.perf_counter()
+        REFERENCES[name](*inputs)
+        samples.append((time.perf_counter() - started) * 1000)
+    return round(statistics.median(samples), 4)
+
+
+def reference_entry(name: str, ms: float, gpu_ms: float | None) -> dict[str, Any]:
+    """SpeedReport's reference: above 1, the kernel's passes beat the reference."""
+    speedup = float(f"{ms / gpu_ms:.3g}") if gpu_ms else None
+    return {"name": f"numpy {name}", "ms": ms, "speedup": speedup}
+
+
+def fractions(record: Mapping[str, Any], peaks: Mapping[str, Any] | None) -> dict[str, float]:
+    """A timed pass's bandwidth and arithmetic as fractions of the device's peaks (each
+    where it can be said): what the roofline draws."""
+    ms = record.get("gpu_ms")
+    if not ms or not peaks:
+        return {}
+    seconds = ms / 1000
+    found = {}
+    if record.get("bytes"):
+        found["bandwidth"] = record["bytes"] / seconds / 1e9 / peaks["bandwidth_gbs"]
+    if record.get("flops"):
+        found["arithmetic"] = record["flops"] / seconds / 1e9 / peaks["fma_gflops"]
+    return found

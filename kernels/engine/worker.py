@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import ctypes
+import dataclasses
 import faulthandler
 import json
 import logging
@@ -443,11 +444,14 @@ def main() -> int:
         os.environ["XDG_RUNTIME_DIR"] = private_runtime_dir()
 
     from kernels.engine.device import NoAdapter, open_device
+    from kernels.engine.peaks import measure_peaks
     from kernels.engine.resident import DeviceBuffers
 
     device = env = None
     try:
         device, env = open_device(os.environ.get("KERNELBIN_WGPU_BACKEND", ""))
+        # Once per worker: what its device can do at most, which each run's times are read against.
+        env = dataclasses.replace(env, peaks=measure_peaks(device, env))
         hello: dict[str, Any] = {
             "type": "hello",
             "environment": env.as_dict(),

@@ -15,7 +15,9 @@ import pytest
 from kernels.engine.device import TIMESTAMPS, open_device
 from kernels.engine.host.gpu import REPEATS
 from kernels.engine.host.program import run_program_job
+from kernels.engine.peaks import measure_peaks
 from kernels.engine.run import execute
+from kernels.engine.speed import fractions
 from tests.kernels.test_showcase import DATA, FIXTURES, KERNELS, harness_of, sources_for
 
 
@@ -112,3 +114,54 @@ def test_a_device_without_timestamps_gives_no_figure_and_says_so(gpu) -> None:
     assert speed["gpu_ms"] is None
     assert "no timestamp queries" in speed["problem"]
     assert env.label in speed["problem"]
+
+
+def test_a_pass_counts_its_bytes_and_a_known_operation_its_arithmetic(gpu) -> None:
+    device, env = gpu
+    outcome = run_harness(device, env, "matmul", 4)
+
+    (record,) = outcome["passes"]
+    # dims (16 bytes), a (24 x 20), b (20 x 16) and c (24 x 16) f32s, each bound once.
+    assert record["bytes"] == 16 + 4 * (24 * 20 + 20 * 16 + 24 * 16)
+    assert record["flops"] == 2 * 24 * 20 * 16
+    reference = outcome["speed"]["reference"]
+    assert reference["name"] == "numpy matmul"
+    assert reference["ms"] >= 0
+    assert reference["speedup"] == pytest.approx(
+        reference["ms"] / outcome["speed"]["gpu_ms"], rel=0.01
+    )
+
+
+def test_a_pass_of_several_operations_has_no_flops(gpu) -> None:
+    device, env = gpu
+    outcome = run_harness(device, env, "forward", 2)
+
+    assert all("flops" not in p and p["bytes"] > 0 for p in outcome["passes"])
+    assert outcome["speed"]["reference"]["name"] == "numpy mlp_forward"
+
+
+def test_peaks_are_measured_where_the_device_has_timestamps(gpu) -> None:
+    device, env = gpu
+    peaks = measure_peaks(device, env)
+
+    assert peaks is not None
+    assert peaks["bandwidth_gbs"] > 0 and peaks["fma_gflops"] > 0
+    assert peaks["clock"] == TIMESTAMPS
+    untimed_device, untimed_env = open_device(timestamps=False)
+    assert measure_peaks(untimed_device, untimed_env) is None
+    # A worker's environment carries them into each run's speed report.
+    measured = dataclasses.replace(env, peaks=peaks)
+    outcome = run_harness(device, measured, "matmul", 4)
+    assert outcome["speed"]["peaks"] == peaks
+    assert outcome["environment"]["peaks"] == peaks
+    assert outcome["environment"]["id"] == env.id  # a measurement is not a new environment
+
+
+def test_fractions_of_peak_from_injected_figures() -> None:
+    peaks = {"bandwidth_gbs": 1000.0, "fma_gflops": 50_000.0, "clock": TIMESTAMPS}
+    # 1 GB in 2 ms is 500 GB/s: half the peak; 10 GFLOP in 2 ms is 5 TFLOP/s: a tenth.
+    record = {"gpu_ms": 2.0, "bytes": 1_000_000_000, "flops": 10_000_000_000}
+    assert fractions(record, peaks) == pytest.approx({"bandwidth": 0.5, "arithmetic": 0.1})
+    assert fractions({"gpu_ms": None, "bytes": 10}, peaks) == {}
+    assert fractions(record, None) == {}
+    assert "arithmetic" not in fractions({"gpu_ms": 1.0, "bytes": 10}, peaks)

@@ -38,6 +38,7 @@ class Encoder:
     pipeline_id: int | None = None  # the pipeline set last, by id
     bind_groups: dict[str, str] = field(default_factory=dict[str, Any])
     clock: EncoderClock = field(default_factory=EncoderClock)
+    group_bytes: dict[int, int] = field(default_factory=dict[int, int])  # index -> bytes bound
 
 
 def encode(

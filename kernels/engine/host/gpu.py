@@ -197,6 +197,7 @@ class Timeline:
         self.readbacks: list[Readback] = []
         self.code_left = traces.MAX_TRACE_CODE  # WGSL the trace may still carry
         self.passes: list[PassRecord] = []  # every compute pass, uncapped up to MAX_PASSES
+        self.group_bytes: dict[int, int] = {}  # bind group id -> the bytes of its bound ranges
         self.trace: Trace = traces.new_trace()
         self.clock = PassClock(device)
         self.finished: dict[int, Encoder] = {}  # command buffer id -> the encoder it came from
@@ -634,6 +635,10 @@ class Timeline:
             label=name, layout=self.objects[entry["layout"]], entries=entries
         )
         self.names[entry["id"]] = name
+        self.group_bytes[entry["id"]] = sum(
+            e["size"] if e["size"] is not None else self.made_sizes[e["buffer"]] - e["offset"]
+            for e in entry["entries"]
+        )
 
     # -- command encoders -------------------------------------------------------------------
 
@@ -690,10 +695,21 @@ class Timeline:
             number = len(self.passes) + 1
             name = entry["label"] or f"pass {number}"
             self.passes.append(
-                {"number": number, "name": name, "line": entry["line"], "dispatches": 0}
+                {"number": number, "name": name, "line": entry["line"], "dispatches": 0, "bytes": 0}
             )
+        if op == "beginComputePass":
+            encoder.group_bytes = {}  # a pass starts with nothing bound
+        elif op == "setBindGroup":
+            if entry["group"] is None:
+                encoder.group_bytes.pop(entry["index"], None)
+            else:
+                encoder.group_bytes[entry["index"]] = self.group_bytes[entry["group"]]
         if op == "dispatchWorkgroups" and self.passes:
             self.passes[-1]["dispatches"] += 1
+            # What the dispatch must move at least: each range it binds, once.
+            self.passes[-1]["bytes"] = self.passes[-1].get("bytes", 0) + sum(
+                encoder.group_bytes.values()
+            )
         if op == "beginComputePass":
             encoder.traced_pass = {
                 "name": entry["label"] or f"pass {len(self.trace['passes']) + 1}",
@@ -751,30 +767,32 @@ class Timeline:
     def time_passes(self, repeat: bool = False) -> int:
         """Read the passes' timestamps and set each pass's gpu_ms; return how many runs
         each is the median of. repeat: a run whose passes took under CHEAP_MS is run
-        REPEATS - 1 times more (each submitted encoder's passes encoded again as recorded,
-        in the same order). Call it once the outputs are read (a repeat changes what a pass
-        writes in place) and before release()."""
+        REPEATS - 1 times more (the passes of the submitted encoders encoded again as
+        recorded, in the same order, into one encoder submitted once). Call it once the
+        outputs are read (a repeat changes what a pass writes in place) and before
+        release()."""
         self.clock.collect()
         repeats = 1
         total = sum(self.clock.median(i) or 0.0 for i in range(len(self.passes)))
         if repeat and self.clock.available and self.ran and total < CHEAP_MS:
             repeats = REPEATS
+            # One encoder and one wait for all the repeats: each would cost a wait of its own.
+            again = Encoder(self.device.create_command_encoder(label="repeats"))
             for _ in range(repeats - 1):
                 for recorded in self.ran:
-                    again = Encoder(self.device.create_command_encoder(label="repeat"))
+                    begun = 0
                     for entry in recorded.entries:
-                        if entry["op"] in ("copyBufferToBuffer", "clearBuffer"):
+                        if entry["op"] in ("copyBufferToBuffer", "clearBuffer", "finish"):
                             continue  # only passes are timed; a copy's target may be mapped
                         writes = None
                         if entry["op"] == "beginComputePass":
-                            index = recorded.clock.begins[len(again.clock.begins)]
-                            writes = self.clock.writes(again.clock, index)
-                        elif entry["op"] == "finish":
-                            self.clock.resolve(again.clock, again.gpu)
-                        done = encode(again, entry, self.objects, writes)
-                    self.device.queue.submit([done])
-                    self.clock.submit(again.clock)
-                self.clock.collect()
+                            index = recorded.clock.begins[begun]
+                            writes, begun = self.clock.writes(again.clock, index), begun + 1
+                        encode(again, entry, self.objects, writes)
+            self.clock.resolve(again.clock, again.gpu)
+            self.device.queue.submit([again.gpu.finish()])
+            self.clock.submit(again.clock)
+            self.clock.collect()
         for index, record in enumerate(self.passes):
             record["gpu_ms"] = self.clock.median(index)
         return repeats

@@ -1,0 +1,130 @@
+"""How fast the showcase's kernels run on this machine's device, and what timing them costs.
+
+Prints the device's measured peaks; for the showcase's matmul and forward-pass versions
+(and the naive matmul at 1024 x 1024 x 1024, big enough for a GPU to show its speed) each
+pass's GPU time, bytes, fraction of peak bandwidth and arithmetic, and the numpy reference's
+time as a speed-up; then a replay with timestamps against one on a device opened without
+them, interleaved in one run, as a ratio.
+
+    python bench/speed.py [--runs 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from kernels.engine.device import open_device  # noqa: E402
+from kernels.engine.peaks import measure_peaks  # noqa: E402
+from kernels.engine.run import execute  # noqa: E402
+from kernels.engine.speed import fractions  # noqa: E402
+
+FIXTURES = ROOT / "fixtures"
+SHOWCASE = json.loads(
+    (FIXTURES / "showcase" / "gpu-inference-from-scratch.json").read_text(encoding="utf-8")
+)
+KERNELS = {kernel["name"]: kernel for kernel in SHOWCASE["kernels"]}
+SHOWN = [("matmul", 3), ("matmul", 4), ("forward", 1), ("forward", 2), ("mnist", 3)]
+
+
+def job(name: str, number: int) -> tuple[dict[str, str], dict[str, Any]]:
+    """A version's sources and harness as the site runs them: another kernel a pass
+    names runs as its latest version at or before this version's turn."""
+    kernel = KERNELS[name]
+    version = next(v for v in kernel["versions"] if v["number"] == number)
+    harness = version["harness_override"] or kernel["harness"]
+    sources = {"self": version["source"]}
+    for other in sorted({p.get("kernel", "self") for p in harness["passes"]} - {"self"}):
+        versions = sorted(KERNELS[other]["versions"], key=lambda v: -v["number"])
+        earlier = [v for v in versions if v["turn"] is not None and v["turn"] <= version["turn"]]
+        sources[other] = (earlier or versions)[0]["source"]
+    return sources, harness
+
+
+def big_matmul(size: int) -> tuple[dict[str, str], dict[str, Any]]:
+    """matmul v4 (one invocation a cell) under its harness scaled to size^3."""
+    sources, harness = job("matmul", 4)
+    harness = copy.deepcopy(harness)
+    buffers = harness["buffers"]
+    buffers["dims"]["data"] = [size, size, size, 0]
+    for name in ("a", "b", "c"):
+        buffers[name]["shape"] = [size, size]
+    harness["passes"][0]["dispatch"] = [size // 8, size // 8]
+    harness["tolerance"] = {"atol": 1e-3, "rtol": 1e-3}
+    harness["description"] = f"matmul {size}^3"
+    return sources, harness
+
+
+def show(label: str, outcome: dict[str, Any]) -> None:
+    speed = outcome.get("speed") or {}
+    reference = speed.get("reference") or {}
+    print(
+        f"{label}: {outcome['status']}, GPU {speed.get('gpu_ms')} ms over {speed.get('repeats')}"
+        f" run(s) (median), upload {speed.get('upload_ms')} ms, readback"
+        f" {speed.get('readback_ms')} ms; {reference.get('name', 'no reference')}"
+        f" {reference.get('ms', '-')} ms, speed-up {reference.get('speedup', '-')}x"
+    )
+    for record in outcome.get("passes", []):
+        share = fractions(record, speed.get("peaks"))
+        bandwidth = f"{100 * share['bandwidth']:.3f}%" if "bandwidth" in share else "-"
+        arithmetic = f"{100 * share['arithmetic']:.3f}%" if "arithmetic" in share else "-"
+        print(
+            f"    {record['name']}: {record.get('gpu_ms')} ms, {record.get('bytes', 0):,} bytes,"
+            f" {record.get('flops', '-')} flops; {bandwidth} of peak bandwidth,"
+            f" {arithmetic} of peak multiply-adds"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--size", type=int, default=1024)
+    args = parser.parse_args()
+
+    device, env = open_device()
+    started = time.perf_counter()
+    env = dataclasses.replace(env, peaks=measure_peaks(device, env))
+    print(f"{env.label} ({'CPU emulation' if env.software else 'GPU'}); {env.description}")
+    print(f"peaks: {env.peaks} (measured in {1000 * (time.perf_counter() - started):.0f} ms)")
+    for name, number in SHOWN:
+        sources, harness = job(name, number)
+        execute(device, env, sources, harness, FIXTURES)  # warm: compiled, inputs kept
+        show(f"{name} v{number}", execute(device, env, sources, harness, FIXTURES))
+    sources, harness = big_matmul(args.size)
+    execute(device, env, sources, harness, FIXTURES)
+    show(f"matmul v4 at {args.size}^3", execute(device, env, sources, harness, FIXTURES))
+
+    # What timing costs: the same replays on a device with and without timestamp queries,
+    # interleaved so that both see the same machine.
+    untimed_device, untimed_env = open_device(timestamps=False)
+    for name, number in (("forward", 2), ("mnist", 3)):
+        sources, harness = job(name, number)
+        walls: dict[str, list[float]] = {"timed": [], "untimed": []}
+        for run in range(args.runs + 1):
+            for which, (dev, en) in (
+                ("timed", (device, env)),
+                ("untimed", (untimed_device, untimed_env)),
+            ):
+                t = time.perf_counter()
+                execute(dev, en, sources, harness, FIXTURES)
+                if run:  # the first round compiles
+                    walls[which].append(1000 * (time.perf_counter() - t))
+        timed, untimed = statistics.median(walls["timed"]), statistics.median(walls["untimed"])
+        print(
+            f"replay of {name} v{number}, median of {args.runs}: timed {timed:.2f} ms,"
+            f" untimed {untimed:.2f} ms, ratio {timed / untimed:.2f}x"
+        )
+
+
+if __name__ == "__main__":
+    main()
