@@ -23,6 +23,7 @@ from kernels.engine.host.check import harness_values
 from kernels.engine.outcome import Status, output_list, output_values
 from kernels.engine.run_warnings import as_stored
 from kernels.models import Run
+from kernels.program_lines import file_lines, in_file
 from pages import embedding, reader_pages, story
 from pages.access import get_session_for_user
 from pages.host_context import host_context, host_diff_html
@@ -275,6 +276,14 @@ def _run_json(shown: replay.Replay, extra: dict) -> str:
     """replay.json's body. A stored outcome goes in as the text stored: a cached run's
     outcome is neither parsed nor encoded again on the way out."""
     text = replay.stored_outcome_text(shown.run)
+    lines = file_lines(shown.version)
+    if lines is not None and shown.outcome is not None:
+        # A program from a page: its error and console name the page's lines, as the
+        # replay page does (index.html:193), and "lines" maps any other line of the run.
+        outcome = in_file(as_stored(shown.outcome), lines)
+        body = {**_run_payload(shown, outcome=outcome), **extra}
+        body["lines"] = {"file": lines.file, "starts": [list(s) for s in lines.starts]}
+        return json.dumps(body, cls=DjangoJSONEncoder)
     # A run stored before warning_items (its warnings coded items, or sentences) is
     # read and served in today's shape.
     if text is None or '"warning_items":' not in text:

@@ -20,6 +20,7 @@ from django.core.management import call_command
 from django.test import TransactionTestCase
 
 from kernels.models import Fork
+from kernels.program_lines import FileLines
 from sessions.importers.claude_code.kernels import likeness
 from sessions.models import Session, Turn
 from sessions.programs import Blob, Kernel, ProgramState, SessionFile
@@ -658,6 +659,14 @@ class PageLinesTestCase(TransactionTestCase):
         thrown, logged = page_line("throw new Error"), page_line('console.log("helper')
         joined = program["error"]["line"]
         self.assertNotEqual(joined, thrown)  # the engine's line is of the scripts joined
+        # replay.json names the page's line as the page does, and maps any other.
+        answer = finished(self.client, url.replace("/replay/", "/replay.json"))
+        self.assertEqual(answer["outcome"]["program"]["error"]["where"], f"index.html:{thrown}")
+        self.assertIn(f"index.html:{thrown}: Uncaught", answer["outcome"]["message"])
+        self.assertEqual(answer["lines"]["file"], "index.html")
+        logged_at = next(c["line"] for c in program["console"] if "helper" in c["text"])
+        lines = FileLines("index.html", tuple(map(tuple, answer["lines"]["starts"])))
+        self.assertEqual(lines.line(logged_at), logged)
         page = self.client.get(url)
         self.assertContains(
             page, f"index.html:{thrown}: Uncaught (in promise) Error: broken on purpose"
