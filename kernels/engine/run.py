@@ -273,7 +273,7 @@ class _Run:
         ones."""
         inputs = inputs or self.inputs(harness, layouts)
         host, expected = inputs.host, inputs.expected
-        program = harness_host(harness, self.sources, host=host, writable=self.writable)
+        program = self.program(harness, inputs)
         for u in program.unused:
             warning = unused_binding(u.number, u.kernel, u.group, u.binding, u.buffer)
             if warning not in self.warnings:  # once, not once per case
@@ -371,6 +371,29 @@ class _Run:
         return self.outcome(Status.NO_REFERENCE, "Compiles; there is no harness to run it with.")
 
     # -- on the device -----------------------------------------------------------------
+
+    def program(
+        self, harness: Harness, inputs: Inputs, counting: Counting | None = None
+    ) -> HarnessHost:
+        """The case's program, compiled once per worker for the same harness, sources and
+        inputs (its data is the inputs' own memory, not a copy)."""
+        sources = hashlib.sha256(repr(sorted(self.sources.items())).encode()).hexdigest()
+        counts = None
+        if counting is not None:
+            counts = (counting.number, hashlib.sha256(counting.copy.source.encode()).hexdigest())
+        key = ("harness program", canonical_digest(harness), sources, inputs.key, counts)
+        program: HarnessHost = self.memo(
+            key,
+            functools.partial(
+                harness_host,
+                harness,
+                self.sources,
+                host=inputs.host,
+                writable=self.writable,
+                counting=counting,
+            ),
+        )
+        return program
 
     def replay(
         self,
@@ -475,28 +498,33 @@ class _Run:
         nothing; the run's verdict is never touched."""
         counted = []
         for number, p in enumerate(harness.passes, start=1):
-            source = self.sources[p.kernel]
-            copy = self.memo(
-                ("store counts", inputs.key, number, hashlib.sha256(source.encode()).digest()),
-                functools.partial(store_counts.for_pass, harness, p, source),
+            digest = hashlib.sha256(self.sources[p.kernel].encode()).digest()
+            # What a version's invocations store does not change from run to run: counted
+            # once per worker (the same version run again counts nothing).
+            found = self.memo(
+                ("stores counted", inputs.key, number, digest),
+                functools.partial(self.count_pass, harness, inputs, number),
             )
-            if copy is None:
-                continue
-            program = harness_host(
-                harness,
-                self.sources,
-                host=inputs.host,
-                writable=self.writable,
-                counting=Counting(number, copy),
-            )
-            try:
-                replayed = self.replay(program, inputs)
-            except Stop:
-                continue
-            counts = np.frombuffer(replayed.read[COUNTERS], dtype=np.uint32)
-            histogram = store_counts.histogram(counts)
-            counted.append({"pass": number, "buffer": copy.buffer, **histogram})
+            if found is not None:
+                counted.append(found)
         return counted
+
+    def count_pass(self, harness: Harness, inputs: Inputs, number: int) -> dict[str, Any] | None:
+        p = harness.passes[number - 1]
+        source = self.sources[p.kernel]
+        copy = self.memo(
+            ("store counts", inputs.key, number, hashlib.sha256(source.encode()).digest()),
+            functools.partial(store_counts.for_pass, harness, p, source),
+        )
+        if copy is None:
+            return None
+        program = self.program(harness, inputs, Counting(number, copy))
+        try:
+            replayed = self.replay(program, inputs)
+        except Stop:
+            return None
+        counts = np.frombuffer(replayed.read[COUNTERS], dtype=np.uint32)
+        return {"pass": number, "buffer": copy.buffer, **store_counts.histogram(counts)}
 
     def bind_error(
         self, where: str, kernel: str, group: int, bindings: tuple[Any, ...], text: str

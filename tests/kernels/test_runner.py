@@ -601,26 +601,30 @@ def test_a_worker_computes_inputs_and_compiles_each_source_once(run, gpu) -> Non
     def counting(key: tuple, compute):
         return memo(key, lambda: computed.append(key[0]) or compute())
 
-    # On llvmpipe each source is also read once for its warnings ("facts"); and 16
-    # workgroups of 64 cover 1,024 invocations for 1,000 cells, so each source is also
-    # instrumented ("store counts") and that copy compiled (a module and a pipeline) once.
+    # Each source is compiled (a module, whether a browser refuses it, a pipeline) and its
+    # harness program written once; on llvmpipe it is also read once for its warnings
+    # ("facts"); and 16 workgroups of 64 cover 1,024 invocations for 1,000 cells, so each
+    # source's stores are counted once ("stores counted"): instrumented ("store counts"),
+    # and that copy written as a program and compiled once.
     facts = ["facts"] if gpu[1].software else []
-    counts = ["store counts", "module", "pipeline"]
+    compiled = ["harness program", "module", "refusal", "pipeline"]
+    counts = ["stores counted", "store counts", *compiled]
     first = run(ADD, add_harness(), memo=counting)
-    assert sorted(computed) == sorted(["inputs", "module", "pipeline", *counts, *facts])
+    expected = ["device answer", "inputs", *compiled, *counts, *facts]
+    assert sorted(computed) == sorted(expected)
     # The same source again: nothing is computed or compiled twice...
     done = len(computed)
     again = run(ADD, add_harness(), memo=counting)
     assert len(computed) == done
     # ...another version under the same harness shares the inputs only...
     other = run(ADD.replace("a[i] + b[i]", "b[i] + a[i]"), add_harness(), memo=counting)
-    assert sorted(computed[done:]) == sorted(["module", "pipeline", *counts, *facts])
+    assert sorted(computed[done:]) == sorted([*compiled, *counts, *facts])
     assert first["status"] == again["status"] == other["status"] == "passed"
     # ...and a different harness gets its own inputs.
     done = len(computed)
     run(ADD, add_harness(n=512, dispatch=8), memo=counting)
     # (whether a pass needs its stores counted is decided once per harness: here not)
-    assert computed[done:] == ["inputs", "store counts"]
+    assert computed[done:] == ["inputs", "harness program", "stores counted", "store counts"]
     host, expected = next(v for k, v in memo.values.items() if k[0] == "inputs")
     assert not host["a"].flags.writeable and not expected["c"].flags.writeable
 

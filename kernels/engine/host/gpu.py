@@ -18,7 +18,7 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -52,7 +52,7 @@ MAX_SHADOWS_BYTES = 256 * 1024 * 1024
 # A destroyed buffer this big is freed at once (Timeline.op_destroyBuffer).
 FREED_AT_ONCE = 16 * 1024 * 1024
 Entry = dict[str, Any]  # one recorded call, as the shim wrote it
-Blob = Callable[[int], bytes | None]  # reads the bytes a call handed over, by index
+Blob = Callable[[int], bytes | memoryview | None]  # the bytes a call handed over, by index
 # The name a program fetch()es its version's WGSL by (run_program_job's "wgsl").
 VERSION_WGSL = "kernel.wgsl"
 # The JavaScript method behind a recorded entry, where the names differ.
@@ -255,7 +255,9 @@ class Timeline:
             self.kinds[entry["id"]] = MAKES[op]
         return answer
 
-    def data(self, entry: Entry, index: int, blob: Blob, buffer: int, offset: int) -> bytes:
+    def data(
+        self, entry: Entry, index: int, blob: Blob, buffer: int, offset: int
+    ) -> bytes | memoryview:
         """The bytes a call handed over, checked to fit the buffer they go into."""
         data = blob(index)
         if data is None:
@@ -287,10 +289,10 @@ class Timeline:
     # -- adapter, device --------------------------------------------------------------------
 
     def op_requestAdapter(self, entry: Entry, blob: Blob) -> dict[str, Any]:
-        return self.device_answer()
+        return dict(self.memo(("device answer",), self.device_answer))
 
     def op_requestDevice(self, entry: Entry, blob: Blob) -> dict[str, Any]:
-        return self.device_answer()
+        return dict(self.memo(("device answer",), self.device_answer))
 
     def device_answer(self) -> dict[str, Any]:
         limits = {_camel(k): v for k, v in self.device.limits.items()}
@@ -376,7 +378,7 @@ class Timeline:
         self.remember(entry["buffer"], entry["offset"], data)
         self.trace_write(entry, entry["buffer"], entry["offset"], data, entry["dtype"])
 
-    def remember(self, buffer: int, offset: int, data: bytes) -> None:
+    def remember(self, buffer: int, offset: int, data: bytes | memoryview) -> None:
         """Keep what the host put in buffer, in a whole copy of it: up to MAX_SHADOW_BYTES a
         buffer and MAX_SHADOWS_BYTES in all (40 uniforms of 128 MiB would take 5 GiB)."""
         if not self.shadows:
@@ -392,7 +394,9 @@ class Timeline:
         data = data[: max(0, len(shadow) - offset)]
         shadow[offset : offset + len(data)] = data
 
-    def trace_write(self, entry: Entry, buffer: int, offset: int, data: bytes, dtype: str) -> None:
+    def trace_write(
+        self, entry: Entry, buffer: int, offset: int, data: bytes | memoryview, dtype: str
+    ) -> None:
         traces.append(
             self.trace,
             "writes",
@@ -497,8 +501,12 @@ class Timeline:
             module = self.memo(("module", digest, name), make)
         except wgpu.GPUValidationError as e:
             raise self.compile_error(entry, parse_compile_error(name, str(e))) from None
-        if refused := module_refusal(name, entry["code"]):  # what Chrome refuses, naga not
-            raise self.compile_error(entry, refused)
+        # What Chrome refuses and naga does not; read once per source.
+        refused = self.memo(
+            ("refusal", digest, name), functools.partial(module_refusal, name, entry["code"])
+        )
+        if refused:
+            raise self.compile_error(entry, cast(CompileError, dict(refused)))
         self.objects[entry["id"]], self.names[entry["id"]] = module, name
         self.sources[entry["id"]], self.digests[entry["id"]] = entry["code"], digest
         traced: traces.TracedModule = {

@@ -82,7 +82,7 @@ class HarnessHost:
 
     code: str
     entries: list[Entry] = field(default_factory=list)
-    blobs: list[bytes] = field(default_factory=list)
+    blobs: list[bytes | memoryview] = field(default_factory=list)
     reads: dict[str, list[int]] = field(default_factory=dict)
     submit: int = -1
     inputs: dict[int, str] = field(default_factory=dict)
@@ -91,7 +91,7 @@ class HarnessHost:
     buffers: dict[str, int] = field(default_factory=dict)  # harness name -> buffer id
     counting: str = ""  # the counting copy's WGSL, fetched as counting.wgsl
 
-    def blob(self, index: int) -> bytes | None:
+    def blob(self, index: int) -> bytes | memoryview | None:
         return self.blobs[index] if 0 <= index < len(self.blobs) else None
 
     def fresh_entries(self) -> list[Entry]:
@@ -125,7 +125,7 @@ class _Writer:
         self.host.entries.append(entry)
         return self.ids
 
-    def blob(self, data: bytes) -> int:
+    def blob(self, data: bytes | memoryview) -> int:
         self.host.blobs.append(data)
         return len(self.host.blobs) - 1
 
@@ -213,7 +213,8 @@ def _buffers(
         shown, what = _contents(buf, layout)
         if buf.fill == "fields" and layout is None:
             what = f"a struct ({problem})"
-        data = host[buf.name].tobytes() if host is not None and buf.fill not in FRESH else None
+        # The inputs' own memory, not a copy of it: a worker keeps both for the next run.
+        data = _bytes(host[buf.name]) if host is not None and buf.fill not in FRESH else None
         size = len(data) if data is not None else len(shown) if shown is not None else buf.nbytes
         usage = USAGES[buf.usage]
         out.add()
@@ -246,6 +247,10 @@ def _buffers(
 FRESH = ("zeros", "fresh")
 
 
+def _bytes(array: np.ndarray) -> memoryview:
+    return np.ascontiguousarray(array).view(np.uint8).reshape(-1).data
+
+
 def _contents(buf: Buffer, layout: StructLayout | None) -> tuple[bytes | None, str]:
     """The bytes the code spells out (None: too many, or not known without the inputs),
     and what the buffer holds, in words."""
@@ -273,7 +278,7 @@ def _write(
     variable: str,
     made: int,
     shown: bytes | None,
-    data: bytes | None,
+    data: memoryview | None,
     layout: StructLayout | None,
 ) -> None:
     dtype = buf.dtype

@@ -191,7 +191,7 @@ def usage_names(usage: int) -> list[str]:
     return [name for bit, name in enumerate(USAGE_NAMES) if usage & (1 << bit)]
 
 
-def values_of(data: bytes, dtype: str) -> list[Any]:
+def values_of(data: bytes | memoryview, dtype: str) -> list[Any]:
     """The first MAX_VALUES values of data read as dtype, as JSON numbers."""
     np_type = NP_VIEWS.get(dtype, np.uint8)
     itemsize = np.dtype(np_type).itemsize
