@@ -222,7 +222,7 @@ class ProgramStateReplayTestCase(TransactionTestCase):
         drawing = next(t for t in writers if t.state.number == 9)
         self.assertRegex(
             json.dumps(self.outcomes[drawing.number]),
-            r"Line \d+: Uncaught \(in promise\).*getContext",
+            r"index\.html:\d+: Uncaught \(in promise\).*getContext",
         )
         # Its replay page names the line as a browser's console does: the line of
         # index.html where the call sits, not of the page's scripts joined.
