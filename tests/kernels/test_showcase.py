@@ -566,3 +566,35 @@ def test_the_showcase_solves_its_lesson(run, path: Path) -> None:
     outcome = run({"self": final["source"]}, plan["kernel"]["harness"])
 
     assert outcome["status"] == "passed", outcome["message"]
+
+
+def test_a_program_run_again_on_the_same_inputs_computes_its_reference_once(gpu) -> None:
+    from kernels.engine.worker import Memo
+
+    device, env = gpu
+    kernel = KERNELS["add"]
+    _, ceil = kernel["versions"]
+    files = {file["name"]: file["data"] for file in DATA["files"]}
+    job = {
+        "kind": "program",
+        "source": ceil["host_program"],
+        "files": files,
+        "wgsl": {"kernel.wgsl": ceil["source"], "add.wgsl": ceil["source"]},
+        "harness": harness_of(kernel, ceil),
+    }
+    memo, computed = Memo(), []
+
+    def counting(key: tuple, compute):
+        return memo(key, lambda: computed.append(key[0]) or compute())
+
+    first = run_program_job(device, env, job, counting)
+    again = run_program_job(device, env, job, counting)
+
+    assert first["status"] == again["status"] == "passed"
+    assert first["outputs"] == again["outputs"]
+    assert computed.count("program reference") == 1
+    # Other inputs are another reference.
+    job["source"] = ceil["host_program"].replace("b[i] = 2 * i;", "b[i] = 5 * i;", 1)
+    other = run_program_job(device, env, job, counting)
+    assert other["status"] == "passed"
+    assert computed.count("program reference") == 2

@@ -10,6 +10,7 @@ against the session's final one). Or nothing: the outputs are shown without a ve
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ import numpy as np
 from kernels.engine.compare import classification_report
 from kernels.engine.harness import Harness, Pass
 from kernels.engine.host.trace import NP_VIEWS, Trace, TracedDispatch
-from kernels.engine.inputs import make_inputs, no_memo
+from kernels.engine.inputs import Memo, make_inputs, no_memo
 from kernels.engine.limits import DEFAULT_LIMITS
 from kernels.engine.outcome import CheckReport, Stop
 from kernels.engine.references import REFERENCES
@@ -41,10 +42,16 @@ class _Dispatch:
 
 
 def reference_expected(
-    harness: Harness, trace: Trace, written: dict[str, bytes], readbacks: list[Any]
+    harness: Harness,
+    trace: Trace,
+    written: dict[str, bytes],
+    readbacks: list[Any],
+    memo: Memo = no_memo,
 ) -> list[np.ndarray | None]:
     """The harness reference's outputs, lined up with the program's readbacks, each in
     the shape of its harness buffer (so a readback is drawn as the harness run draws it).
+    memo keeps them by the inputs' bytes, as a harness run keeps its reference's: a program
+    run again on the same inputs computes nothing twice.
 
     Raises Unchecked when a reference argument or output has no counterpart in the
     program (an input it never wrote from the host, an output it never read back).
@@ -53,13 +60,18 @@ def reference_expected(
     if reference is None:
         raise Unchecked("the harness names no reference")
     buffers = program_buffers(harness, trace)
-    args = [_argument(harness, name, buffers, written) for name in reference.args]
-    try:
-        result = REFERENCES[reference.name](*args)
-    except Exception as e:  # a reference fed with the program's own sizes may not fit
-        message = f"the reference {reference.name} failed on the program's inputs: {e}"
-        raise Unchecked(message) from None
-    results = result if isinstance(result, tuple) else (result,)
+    # Keyed by the bytes the program wrote where the harness's arguments are, as written:
+    # hashing them costs a fraction of converting them.
+    key = [
+        reference.name,
+        *(_argument_key(harness, name, buffers, written) for name in reference.args),
+    ]
+
+    def compute() -> tuple[np.ndarray, ...]:
+        args = [_argument(harness, name, buffers, written) for name in reference.args]
+        return _reference(reference.name, args)
+
+    results = memo(("program reference", *key), compute)
     expected: list[np.ndarray | None] = [None] * len(readbacks)
     for name, value in zip(reference.outputs, results, strict=False):
         index = _readback_of(buffers.get(name), readbacks)
@@ -166,6 +178,28 @@ def _matching_dispatch(
         used.add(index)
         return candidate
     return None
+
+
+def _argument_key(
+    harness: Harness, name: str, buffers: dict[str, str], written: dict[str, bytes]
+) -> tuple[Any, ...]:
+    spec = harness.buffer(name)
+    data = written.get(buffers.get(name, ""), b"")
+    return (name, spec.dtype, spec.shape, hashlib.blake2b(data).hexdigest())
+
+
+def _reference(name: str, args: list[np.ndarray]) -> tuple[np.ndarray, ...]:
+    try:
+        result = REFERENCES[name](*args)
+    except Exception as e:  # a reference fed with the program's own sizes may not fit
+        raise Unchecked(f"the reference {name} failed on the program's inputs: {e}") from None
+    results = tuple(
+        np.asarray(r, dtype=np.float64)
+        for r in (result if isinstance(result, tuple) else (result,))
+    )
+    for array in results:  # kept for the next run: nothing may change them
+        array.setflags(write=False)
+    return results
 
 
 def _argument(

@@ -552,7 +552,9 @@ def _expectation(
                 made = program_report(harness, trace, result.written, result.readbacks, fixtures)
                 report.update(made or {})
                 try:
-                    return reference_expected(harness, trace, result.written, result.readbacks)
+                    return reference_expected(
+                        harness, trace, result.written, result.readbacks, memo
+                    )
                 except Unchecked as e:
                     check["problem"] = str(e)
                     return None
