@@ -8,8 +8,9 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-# Vulkan on Mesa's llvmpipe for kernel replays on CPU (the OpenGL fallback uses EGL).
-RUN_PACKAGES := mesa-vulkan-drivers libvulkan1 libegl1 libgl1-mesa-dri
+# Vulkan on Mesa's llvmpipe for kernel replays on CPU (the OpenGL fallback uses EGL);
+# bubblewrap, the sandbox Triton and CUDA programs run in (and its escape tests).
+RUN_PACKAGES := mesa-vulkan-drivers libvulkan1 libegl1 libgl1-mesa-dri bubblewrap
 # Real-browser tests drive Debian's Chromium.
 TEST_PACKAGES := $(RUN_PACKAGES) chromium
 # The code editor is built from the npm registry (package-lock.json) by Node's npm.
