@@ -224,6 +224,12 @@ REPLAY_QUEUE_TIMEOUT = envint("REPLAY_QUEUE_TIMEOUT", 600)
 REPLAY_MAX_ATTEMPTS = envint("REPLAY_MAX_ATTEMPTS", 2)
 # "" prefers Vulkan and falls back to OpenGL; "vulkan" or "opengl" forces one.
 REPLAY_WGPU_BACKEND = os.getenv("REPLAY_WGPU_BACKEND", "")
+# The local pool's workers read a program's files from here (kernels/jobs.py with_files),
+# each written once by its sha256; a cache, safe to delete, kept under this many bytes.
+REPLAY_FILES_DIR = Path(
+    os.getenv("REPLAY_FILES_DIR", "") or Path(tempfile.gettempdir()) / "kernelbin-replay-files"
+)
+REPLAY_FILES_BYTES = envint("REPLAY_FILES_BYTES", 1024**3)
 # A run that ended without a reusable result (a timeout) is shown this long before a
 # visit runs the kernel again.
 REPLAY_RETRY_AFTER = envint("REPLAY_RETRY_AFTER", 60)

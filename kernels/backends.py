@@ -34,6 +34,10 @@ class Backend(Protocol):
     # when its job starts.
     claims_on_start: bool
 
+    # Whether its workers read a program's files from this machine's disk (by sha256), or
+    # need them in the job.
+    files_on_disk: bool
+
     def start_workers(self) -> None: ...
     def environment_id(self, wait: bool) -> str | None: ...
     def start(self, run: Run, job: Job, wanted_for: float | None) -> None: ...
@@ -58,6 +62,8 @@ class InFlight:
 class LocalBackend:
     # Waiting costs a thread only, so replay.json may hold a request until the run ends.
     long_poll = True
+    # The pool's workers share this machine's disk: a program's files go by their sha256.
+    files_on_disk = True
     # Runs are taken by this process as they are created (replay._new_run).
     claims_on_start = True
 
@@ -159,6 +165,8 @@ class LocalBackend:
 class CeleryBackend:
     # Web workers never wait on the queue; readers' pages ask again instead.
     long_poll = False
+    # Its workers are elsewhere: a program's files travel in the job.
+    files_on_disk = False
     # A Celery worker takes a run when its task starts (kernels.tasks).
     claims_on_start = False
 

@@ -7,12 +7,15 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
+import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 from django.conf import settings
 
 from kernels.engine.harness import Harness, HarnessError, canonical_digest, parse_harness
-from sessions.programs import KernelVersion, SessionFile, StateFile
+from sessions.programs import Blob, KernelVersion, SessionFile, StateFile
 
 
 class ReplayProblem(Exception):
@@ -167,19 +170,64 @@ def program_files(version: KernelVersion) -> dict[str, str]:
     return files
 
 
-def with_files(job: Job) -> Job:
-    """The job with its files in it (the session's, then its state's over them), read
-    from the database when it is sent."""
+def with_files(job: Job, on_disk: bool = False) -> Job:
+    """The job with its files (the session's, then its state's over them), read from the
+    database when it is sent: in it, in base64, for a worker elsewhere; on_disk, named by
+    their sha256 in REPLAY_FILES_DIR, for a worker on this machine, which reads each once
+    (3 MB of weights crossed the pool's pipe as 4 MB of JSON on every replay)."""
     session_id = job.payload.get("session_files")
     if session_id is None:
         return job
-    rows = list(SessionFile.objects.filter(session=session_id).values_list("name", "data"))
-    if (state_id := job.payload.get("state_files")) is not None:
-        rows += StateFile.objects.filter(state=state_id).values_list("path", "blob__data")
-    files = {name: base64.b64encode(bytes(data)).decode() for name, data in rows}
     payload = {
         key: value
         for key, value in job.payload.items()
         if key not in ("session_files", "state_files")
     }
-    return Job(job.source_sha256, job.harness_digest, {**payload, "files": files})
+    sessions = SessionFile.objects.filter(session=session_id)
+    states = StateFile.objects.filter(state=job.payload.get("state_files"))
+    if not on_disk:
+        rows = list(sessions.values_list("name", "data"))
+        rows += states.values_list("path", "blob__data")
+        files = {name: base64.b64encode(bytes(data)).decode() for name, data in rows}
+        return Job(job.source_sha256, job.harness_digest, {**payload, "files": files})
+    refs = dict(sessions.values_list("name", "sha256")) | dict(
+        states.values_list("path", "blob_id")
+    )
+    folder = Path(settings.REPLAY_FILES_DIR)
+    folder.mkdir(parents=True, exist_ok=True)
+    missing = {sha for sha in refs.values() if not (folder / sha).exists()}
+    if missing:
+        rows = list(sessions.filter(sha256__in=missing).values_list("sha256", "data"))
+        rows += Blob.objects.filter(sha256__in=missing).values_list("sha256", "data")
+        for sha, data in dict(rows).items():
+            _write_file(folder, sha, bytes(data))
+        _prune(folder, keep=set(refs.values()))
+    return Job(
+        job.source_sha256,
+        job.harness_digest,
+        {**payload, "files": None, "file_refs": refs, "files_dir": str(folder)},
+    )
+
+
+def _write_file(folder: Path, sha: str, data: bytes) -> None:
+    """Written whole or not at all: a worker never reads half a file."""
+    partial = folder / f".{sha}.{os.getpid()}.{threading.get_ident()}"
+    partial.write_bytes(data)
+    os.replace(partial, folder / sha)
+
+
+def _prune(folder: Path, keep: set[str]) -> None:
+    """The oldest files out while the folder holds more than REPLAY_FILES_BYTES."""
+    files = sorted(
+        (entry.stat().st_mtime, entry.stat().st_size, entry)
+        for entry in folder.iterdir()
+        if entry.is_file() and entry.name not in keep
+    )
+    total = sum(size for _, size, _ in files) + sum(
+        (folder / sha).stat().st_size for sha in keep if (folder / sha).exists()
+    )
+    for _, size, entry in files:
+        if total <= settings.REPLAY_FILES_BYTES:
+            break
+        entry.unlink(missing_ok=True)
+        total -= size

@@ -163,7 +163,8 @@ def start_run(job: Job, fresh: bool = False, wanted_for: float | None = None) ->
             return joined
         return start_run(job, fresh=False, wanted_for=wanted_for)
     try:
-        backend().start(run, with_files(job), wanted_for)
+        chosen = backend()
+        chosen.start(run, with_files(job, on_disk=chosen.files_on_disk), wanted_for)
     except ReplayUnavailable:
         run.delete()
         raise

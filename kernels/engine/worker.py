@@ -172,6 +172,8 @@ class Memo:
 def _nbytes(value: Any) -> int:
     if isinstance(value, np.ndarray):
         return value.nbytes
+    if isinstance(value, bytes):
+        return len(value)
     if isinstance(value, dict):
         return sum(_nbytes(item) for item in value.values())
     if isinstance(value, tuple | list):

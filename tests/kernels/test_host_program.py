@@ -4,10 +4,12 @@ wgpu device (llvmpipe here). No database."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import time
 
 import numpy as np
+import pytest
 
 from kernels.engine.host.program import (
     expected_from,
@@ -600,6 +602,34 @@ def test_a_worker_job_of_kind_program_round_trips_through_json(gpu):
 
     assert outcome["status"] == "passed", outcome["message"]
     json.dumps(outcome, allow_nan=False)
+
+
+def test_a_job_may_name_its_files_by_sha256_in_a_folder_read_once_and_checked(gpu, tmp_path):
+    from kernels.engine.worker import Memo
+
+    device, env = gpu
+    data = np.float32([1]).tobytes()
+    sha = hashlib.sha256(data).hexdigest()
+    (tmp_path / sha).write_bytes(data)
+    job = {
+        "kind": "program",
+        "source": 'const w = new Float32Array(await (await fetch("w.bin")).arrayBuffer());\n'
+        + VECTOR_ADD.replace("(_, i) => i)", "(_, i) => i * w[0])"),
+        "file_refs": {"w.bin": sha},
+        "files_dir": str(tmp_path),
+        "expected": [list(range(0, 3000, 3))],
+    }
+    memo = Memo()
+
+    assert run_program_job(device, env, job, memo)["status"] == "passed"
+    (tmp_path / sha).unlink()  # the worker kept what it read
+    assert run_program_job(device, env, job, memo)["status"] == "passed"
+    # A file that is not the one its name says is refused, as is a name that is no sha256.
+    (tmp_path / sha).write_bytes(np.float32([2]).tobytes())
+    with pytest.raises(ValueError, match="is not the file of that sha256"):
+        run_program_job(device, env, job)
+    with pytest.raises(ValueError, match="not a sha256"):
+        run_program_job(device, env, {**job, "file_refs": {"w.bin": "../../etc/passwd"}})
 
 
 def test_an_error_in_an_async_main_called_without_await_names_its_line(run):

@@ -4,8 +4,12 @@ files, and they travel through export and import. Real wgpu (llvmpipe here), thr
 
 from __future__ import annotations
 
+import hashlib
 import json
+import shutil
 import struct
+import tempfile
+from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import User
@@ -155,6 +159,14 @@ class HostVersionTests(TransactionTestCase):
         self.assertNotEqual(with_file.source_sha256, changed.source_sha256)
         self.assertIsNone(with_file.payload["files"])  # read only when the job is sent
         self.assertEqual(replay.with_files(with_file).payload["files"], {"w.bin": "AAAAAAAAAAA="})
+        # For the local pool's workers, the file goes by its sha256 on this machine's disk.
+        folder = Path(tempfile.mkdtemp(prefix="kernelbin-files-"))
+        self.addCleanup(shutil.rmtree, folder, ignore_errors=True)
+        with self.settings(REPLAY_FILES_DIR=folder):
+            on_disk = replay.with_files(with_file, on_disk=True).payload
+        sha = hashlib.sha256(b"\0" * 8).hexdigest()
+        self.assertEqual((on_disk["files"], on_disk["file_refs"]), (None, {"w.bin": sha}))
+        self.assertEqual((folder / sha).read_bytes(), b"\0" * 8)
         version.host_program = ""
         version.save()
         self.assertNotIn("kind", replay.job_for(version).payload)

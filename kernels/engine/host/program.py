@@ -11,6 +11,8 @@ buffers, so a correct program computes what it computes in a browser).
 from __future__ import annotations
 
 import base64
+import functools
+import hashlib
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -484,6 +486,8 @@ def run_program_job(
     limits = Limits.from_dict(job.get("limits") or {})
     attached = job.get("files") or {}
     files = {name: base64.b64decode(data, validate=True) for name, data in attached.items()}
+    for name, sha in (job.get("file_refs") or {}).items():
+        files[name] = memo(("file", sha), functools.partial(_read_file, job["files_dir"], sha))
     deadline = time.monotonic() + float(job.get("deadline_s") or JOB_SECONDS)
     tolerance = job.get("tolerance") or {}
     report: dict[str, Any] = {}
@@ -512,6 +516,20 @@ def run_program_job(
     if kernel := (job.get("wgsl") or {}).get("kernel.wgsl"):
         outcome["analysis"] = analyse({"self": kernel})
     return outcome
+
+
+SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def _read_file(folder: str, sha: str) -> bytes:
+    """A file the job names by its sha256, read from the folder the web process wrote it
+    to (kernels/jobs.py with_files), once per worker, and checked to be that file."""
+    if not SHA256.fullmatch(sha):
+        raise ValueError(f"the job names a file by {sha[:80]!r}, which is not a sha256")
+    data = (Path(folder) / sha).read_bytes()
+    if hashlib.sha256(data).hexdigest() != sha:
+        raise ValueError(f"file {sha} in {folder} is not the file of that sha256")
+    return data
 
 
 def _wgsl_files(wgsl: Mapping[str, str] | None) -> dict[str, bytes]:
