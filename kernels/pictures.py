@@ -19,7 +19,7 @@ import numpy as np
 from django.utils.safestring import SafeString, mark_safe
 from PIL import Image
 
-from kernels.engine.outcome import Outcome, output_list
+from kernels.engine.outcome import Outcome, output_list, output_values
 
 if TYPE_CHECKING:
     from typing_extensions import TypeIs
@@ -440,3 +440,72 @@ def headline(outcome: Outcome) -> dict | None:
     confusion matrix, else the first output's picture."""
     shown = [figure for figure in figures(outcome) if not figure.get("summary")]
     return next((f for f in shown if f.get("kind") == "confusion"), shown[0] if shown else None)
+
+
+def buffer_figure(buffer: dict[str, Any], before: dict[str, Any] | None) -> dict[str, Any]:
+    """A storage buffer after a pass (outcome["passes"][i]["buffers"]), drawn as outputs
+    are: bars for a short vector, else a heatmap of its first MAX_SIDE rows and columns
+    (a long vector in rows of MAX_SIDE), never-written cells struck; the cells this pass
+    changed (from before: the same buffer after an earlier pass) outlined."""
+    name, count, shape = buffer["name"], buffer["count"], buffer["shape"]
+    values = output_values(buffer, "values")
+    if values is None:
+        note = buffer.get("note", "not kept")
+        return {"title": f"{name}: {count:,} cells, {note}", "summary": True}
+    flat = values.ravel()
+    if len(shape) > 1 and math.prod(shape[:-1]) > 1:
+        width = shape[-1]
+        rows, cols = min(flat.size // width, MAX_SIDE), min(width, MAX_SIDE)
+        where = [r * width + c for r in range(rows) for c in range(cols)]
+    else:
+        where = list(range(min(flat.size, MAX_SIDE * MAX_SIDE)))
+        cols = min(flat.size, MAX_SIDE) or 1
+        rows = math.ceil(len(where) / cols)
+    never = np.ma.getmaskarray(flat)
+    data = np.ma.getdata(flat).astype(np.float64)
+    cells: list[float | None] = [None if never[i] else float(data[i]) for i in where]
+    changed = [bool(c) for c in _changed(buffer, before)[where]] if where else []
+    cells += [None] * (rows * cols - len(where))  # a long vector's last row
+    changed += [False] * (rows * cols - len(changed))
+    marks = "".join(
+        "u" if v is None else "x" if c else "." for v, c in zip(cells, changed, strict=True)
+    )
+    parts = [f"{sum(changed):,} of the cells drawn changed by this pass" if before else ""]
+    if len(where) < count:
+        parts.append(f"the first {len(where):,} of {count:,} cells drawn")
+    if never.any():
+        parts.append(f"{int(never.sum()):,} never written")
+    note = "; ".join(p for p in parts if p)
+    title = f"{name} {'×'.join(str(s) for s in shape)} ({buffer['dtype']})"
+    title += f": {note}" if note else ""
+    if rows == 1:
+        return {"title": title, "svg": bars(name, None, cells)}
+    scale = max((abs(v) for v in cells if _finite(v)), default=1.0) or 1.0
+
+    def colour(v: float | None, scale: float = scale) -> str:
+        return diverging(v, scale)
+
+    def describe(i: int) -> str:
+        return f"[{i // cols}, {i % cols}] {_number(cells[i])}" + (
+            " (changed by this pass)" if changed[i] else ""
+        )
+
+    svg = heatmap(cells, rows, cols, colour, marks, f"{name} after the pass", describe)
+    scales = [colour_scale(colour, -scale, scale, f"colour scale of {name}'s values")]
+    return {"title": title, "svg": svg, "scales": scales, "marks": True}
+
+
+def _changed(buffer: dict[str, Any], before: dict[str, Any] | None) -> np.ndarray:
+    """For each cell kept, whether it differs from the same buffer after an earlier pass
+    (none differ without one; all where the two cannot be compared)."""
+    now = output_values(buffer, "values")
+    then = output_values(before, "values") if before is not None else None
+    size = now.size if now is not None else 0
+    if before is None:
+        return np.zeros(size, dtype=bool)
+    if now is None or then is None or then.size != size:
+        return np.ones(size, dtype=bool)
+    a, b = np.ma.getdata(now).ravel(), np.ma.getdata(then).ravel()
+    same = (a == b) | (np.isnan(a.astype(np.float64)) & np.isnan(b.astype(np.float64)))
+    masks = np.ma.getmaskarray(now).ravel() != np.ma.getmaskarray(then).ravel()
+    return np.asarray(~same | masks)

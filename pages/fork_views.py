@@ -19,6 +19,7 @@ from kernels.models import Fork
 from pages import embedding, reader_pages
 from pages.host_context import host_context
 from pages.outcome_context import editor_marks, outcome_context
+from pages.pass_context import passes_context
 from pages.replay_views import get_reviewed_turn, replay_json_response, replay_turn_number
 from pages.stamps import Prepared, stamp_of
 from sessions.models import Turn
@@ -123,6 +124,7 @@ def fork_page(request: HttpRequest, fork_id: str, key: str | None) -> HttpRespon
     target = embedding.fork_target(made)
     context = {
         **outcome_context(shown),
+        "passes": passes_context(shown.outcome, request.GET.get("pass")),
         "fork": made,
         "archived": version,
         "session": session,

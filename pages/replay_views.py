@@ -28,6 +28,7 @@ from pages import embedding, reader_pages, story
 from pages.access import get_session_for_user
 from pages.host_context import host_context, host_diff_html
 from pages.outcome_context import outcome_context
+from pages.pass_context import passes_context
 from pages.stamps import OPENABLE, Prepared, stamp
 from sessions.markdown import render_code
 from sessions.models import Session, Turn
@@ -118,6 +119,7 @@ def replay_page(request: HttpRequest, slug: str, number: int, key: str | None) -
     diff = version.diff_from(previous) if previous else ""
     context = {
         **outcome_context(shown),
+        "passes": passes_context(outcome, request.GET.get("pass")),
         "session": session,
         "turn": turn,
         "kernel": version.kernel,

@@ -171,12 +171,39 @@ class RunWarning(TypedDict):
     data: dict[str, Any]
 
 
+class PassBuffer(TypedDict):
+    """A storage buffer as it stood after a pass (kernels/engine/host/capture.py).
+
+    name    the buffer's label, else the program's variable for it
+    dtype   f32, u32 or i32 (the WGSL variable it is bound to as read_write: array<f32>,
+            array<vec4<u32>> ...), u8 where the type cannot be told (a struct, f16)
+    shape   the harness's shape for it, else [elements, vector width] or [cells]; of the
+            cells kept when not all were
+    count   the buffer's cells
+    kept    the cells kept: count, fewer where the buffer is over the capture's cap
+    values  the cells kept, packed as outputs' are (pack_values: a list up to 64 cells,
+            else {"dtype", "shape", "base64"}; never-written cells null, or keeping their
+            sentinel bits); absent when none were kept
+    note    why not every cell is kept ("too large to keep whole", "never submitted")
+    """
+
+    name: str
+    dtype: str
+    shape: list[int]
+    count: int
+    kept: int
+    values: NotRequired[list[int | float | str | None] | dict[str, Any]]
+    note: NotRequired[str]
+
+
 class PassRecord(TypedDict):
     """One compute pass a run encoded, in the order the GPU ran them (across encoders and
     submits): its number (1-based), name (the pass's label, else "pass N"), the line of
     beginComputePass, and how many dispatches it made. What the GPU did in it is added
     here: the storage buffers after it, its GPU time.
 
+    buffers  each storage buffer it bound writable, as it stood after it (PassBuffer;
+             a run that captured them: the run a reader sees)
     gpu_ms   the pass's time on the device in milliseconds: the difference of the
              timestamps the device wrote at its beginning and end (timestamp queries),
              the median of outcome["speed"]["repeats"] runs; None where the device
@@ -195,6 +222,7 @@ class PassRecord(TypedDict):
     name: str
     line: int | None
     dispatches: int
+    buffers: NotRequired[list[PassBuffer]]
     gpu_ms: NotRequired[float | None]
     bytes: NotRequired[int]
     flops: NotRequired[int]
@@ -421,7 +449,7 @@ SENTINEL_BITS = {"f32": 0x7FC0DEAD, "u32": 0xDEADBEEF, "i32": 0xDEADBEEF}
 # can read, and below this size the difference is under 0.1 ms an outcome.
 LIST_UP_TO = 64
 # Packed dtypes: little-endian, whatever the machine.
-PACKED_DTYPES = {"f32": "<f4", "u32": "<u4", "i32": "<i4", "f64": "<f8"}
+PACKED_DTYPES = {"f32": "<f4", "u32": "<u4", "i32": "<i4", "f64": "<f8", "u8": "u1"}
 _SPECIAL = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 

@@ -38,6 +38,7 @@ from kernels.engine.compare import (
 from kernels.engine.device import Environment, import_wgpu
 from kernels.engine.gpu_compare import BY_ADAPTER, CHECK_FROM, DeviceCheck
 from kernels.engine.harness import Harness, HarnessError, canonical_digest, parse_harness
+from kernels.engine.host.capture import Captured, with_buffers
 from kernels.engine.host.gpu import SENTINEL_WORD, VERSION_WGSL, HostError, Timeline
 from kernels.engine.host.harness_program import COUNTERS, Counting, HarnessHost, harness_host
 from kernels.engine.host.trace import Trace
@@ -120,13 +121,15 @@ class CaseResult:
 @dataclass
 class Replayed:
     """One replay of a harness program: the bytes of each buffer read back, by harness name,
-    the outputs the device check passed, and the executor's trace."""
+    the outputs the device check passed, the executor's trace, its passes and what their
+    buffers held after them (host/capture.py), by pass number."""
 
     read: dict[str, bytes]
     passed: dict[str, dict[str, Any]]
     trace: Trace
     passes: list[PassRecord]
     speed: SpeedReport
+    captured: dict[int, list[Captured]]
 
 
 def execute(
@@ -281,7 +284,7 @@ class _Run:
         check = DeviceCheck(self.device, self.kept, harness)
         check.plan(inputs.key, expected, list(program.reads), self.device_check_from, self.memo)
         try:
-            replayed = self.replay(program, inputs, check=check)
+            replayed = self.replay(program, inputs, check=check, capture=True)
         finally:
             check.release()
         self.trace = replayed.trace
@@ -291,11 +294,13 @@ class _Run:
         got = self.arrays(harness, replayed.read)
         result = self.compare(harness, host, got, expected, None, replayed.passed)
         fresh = frozenset(b.name for b in harness.bound_buffers() if b.fill == "fresh")
+        marks = None
         if result.status in (Status.MISMATCH, Status.NONFINITE) and fresh:
-            diagnostic = self.replay(program, inputs, sentinel=fresh)
+            diagnostic = self.replay(program, inputs, sentinel=fresh, capture=True)
             result = self.compare(
                 harness, host, got, expected, self.arrays(harness, diagnostic.read), replayed.passed
             )
+            marks = diagnostic.captured
         result.store_counts = self.count_stores(harness, inputs)
         if case is not None:
             result.name, result.description = case.name, case.description
@@ -303,7 +308,9 @@ class _Run:
             {"buffer": name, **layout.describe(host[name].tobytes())}
             for name, layout in layouts.items()
         ]
-        result.trace, result.passes = replayed.trace, replayed.passes
+        shapes = {b.name: b.shape for b in harness.bound_buffers()}
+        result.trace = replayed.trace
+        result.passes = with_buffers(replayed.passes, replayed.captured, marks, shapes)
         result.speed = replayed.speed
         self.against_reference(harness, host, result)
         return result
@@ -401,10 +408,12 @@ class _Run:
         inputs: Inputs,
         sentinel: frozenset[str] = frozenset(),
         check: DeviceCheck | None = None,
+        capture: bool = False,
     ) -> Replayed:
         """Replay the program's calls on the executor. sentinel: the diagnostic run's
         buffers, which start with the never-written sentinel. check: the device check of
-        large outputs, run after the passes; an output it passes is not read back."""
+        large outputs, run after the passes; an output it passes is not read back.
+        capture: keep what each pass's writable buffers held after it."""
         wgpu = import_wgpu()
         files = {VERSION_WGSL: self.sources.get("self", "").encode()}
         files |= {f"{kernel}.wgsl": source.encode() for kernel, source in self.sources.items()}
@@ -422,6 +431,7 @@ class _Run:
             kept=self.kept,
             resident=resident,
             shadows=False,
+            capture=capture,
         )
         passed: dict[str, dict[str, Any]] = {}
         skipped: set[int] = set()
@@ -456,7 +466,8 @@ class _Run:
         speed = speed_report(
             self.env, timeline.passes, repeats, timeline.upload_ms, timeline.readback_ms
         )
-        return Replayed(read, passed, timeline.trace, timeline.passes, speed)
+        captured = timeline.capture.read if timeline.capture else {}
+        return Replayed(read, passed, timeline.trace, timeline.passes, speed, captured)
 
     def arrays(self, harness: Harness, read: Mapping[str, bytes]) -> dict[str, np.ndarray]:
         """The buffers read back as the harness shapes them."""

@@ -119,6 +119,10 @@ def result_frame(job_id: Any, outcome: Outcome, retire: bool = False) -> bytes:
             for output in shown.get("outputs", [])
             for key in ("got", "expected")
         ),
+        *(
+            (f"the buffers after pass {record.get('number')}", record, "buffers")
+            for record in shown.get("passes", [])
+        ),
         ("the staff detail", shown, "detail"),
     ]
     sizes = [(len(json.dumps(holder.get(key))), what, holder, key) for what, holder, key in parts]

@@ -79,3 +79,43 @@
   }
   poll(0);
 })();
+
+// The pass stepper: a pass link (or the arrow keys on the pass list) shows that pass's
+// buffers in place, fetched as the page at ?pass=N; without this script the links load it.
+(function () {
+  function show(link) {
+    var rel = link.getAttribute("rel");
+    var url = new URL(link.href, location.href);
+    fetch(url.pathname + url.search, { credentials: "same-origin", headers: { Accept: "text/html" } })
+      .then(function (response) {
+        if (!response.ok) throw new Error(response.status);
+        return response.text();
+      })
+      .then(function (html) {
+        var fresh = new DOMParser().parseFromString(html, "text/html");
+        var next = fresh.querySelector('[data-live="passes"]');
+        var old = document.querySelector('[data-live="passes"]');
+        if (!next || !old) throw new Error("no passes");
+        old.replaceWith(document.importNode(next, true));
+        history.replaceState(null, "", url.search + "#passes");
+        var again = (rel && document.querySelector('.pass-steps a[rel="' + rel + '"]')) ||
+          document.querySelector(".pass-steps [aria-current]");
+        if (again) again.focus();
+      })
+      .catch(function () { location.href = link.href; });
+  }
+  document.addEventListener("click", function (event) {
+    var link = event.target.closest && event.target.closest(".pass-steps a[data-pass]");
+    if (!link || event.ctrlKey || event.metaKey || event.shiftKey || event.button) return;
+    event.preventDefault();
+    show(link);
+  });
+  document.addEventListener("keydown", function (event) {
+    if (!event.target.closest || !event.target.closest(".pass-steps")) return;
+    var rel = event.key === "ArrowLeft" ? "prev" : event.key === "ArrowRight" ? "next" : "";
+    var link = rel && document.querySelector('.pass-steps a[rel="' + rel + '"]');
+    if (!link) return;
+    event.preventDefault();
+    show(link);
+  });
+})();

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import logging
 import math
 import time
 from collections.abc import Callable, Mapping
@@ -24,6 +25,7 @@ import numpy as np
 
 from kernels.engine.device import TIMESTAMPS, Environment, import_wgpu
 from kernels.engine.host import trace as traces
+from kernels.engine.host.capture import Capture
 from kernels.engine.host.clock import PassClock
 from kernels.engine.host.encoder import ENCODER_OPS, Encoder, encode, first_failing
 from kernels.engine.host.js import assigned_variables, call_start
@@ -37,11 +39,13 @@ from kernels.engine.resident import DeviceBuffers
 from kernels.engine.webgpu import module_refusal, pipeline_refusal
 from kernels.engine.wgsl import workgroup_size
 
+log = logging.getLogger("kernels.engine.host.gpu")
+
 # A never-written cell keeps the f32 sentinel's bits in the diagnostic run, as under a
 # harness: a storage buffer is filled with them whatever the program views it as.
 SENTINEL_WORD = SENTINEL_BITS["f32"]
 STORAGE = 0x80
-MAP_READ, MAP_WRITE = 0x1, 0x2
+MAP_READ, MAP_WRITE, COPY_SRC = 0x1, 0x2, 0x4
 MAX_CALLS = 100_000
 # Compute passes an outcome lists (outcome["passes"]); a run may encode more.
 MAX_PASSES = 1000
@@ -141,7 +145,8 @@ class Timeline:
     resident: buffers a worker keeps on its device between runs (resident.py), by buffer id
     -> key, for buffers the host fills whole and no pass writes; a kept one is not uploaded
     again. shadows: keep what the host wrote into each buffer (Timeline.written), which a
-    program's reference is computed from.
+    program's reference is computed from. capture: keep what the buffers each pass binds
+    writable held after it (host/capture.py; read when the run ends, in release()).
     """
 
     def __init__(
@@ -157,6 +162,7 @@ class Timeline:
         kept: DeviceBuffers | None = None,
         resident: Mapping[int, tuple[Any, ...]] | None = None,
         shadows: bool = True,
+        capture: bool = False,
     ) -> None:
         self.lines = source.splitlines()
         # The worker's memo: a module or "auto" pipeline made before (the same program run
@@ -204,6 +210,7 @@ class Timeline:
         self.ran: list[Encoder] = []  # the encoders of the command buffers submitted, in order
         self.upload_ms = 0.0
         self.readback_ms = 0.0
+        self.capture = Capture(device) if capture else None
 
     def apply(self, entry: Entry, blob: Blob) -> Any:
         """Replay one entry; for a request, the answer: a dict, or a dict and bytes."""
@@ -273,6 +280,9 @@ class Timeline:
         return data
 
     def release(self) -> None:
+        if self.capture is not None:
+            self.captured(self.capture.read_all)
+            self.captured(self.capture.release, True)
         for key, size in self.sizes.items():
             if not size:
                 continue
@@ -341,6 +351,8 @@ class Timeline:
             not isinstance(self.sentinel, bool) and name in self.sentinel
         )
         fill = wanted and bool(usage & STORAGE) and size % 4 == 0
+        if self.capture is not None and usage & STORAGE and not usage & (MAP_READ | MAP_WRITE):
+            usage |= COPY_SRC  # copied after each pass that writes it; WebGPU allows it
         key = self.resident.get(entry["id"])
         if key is not None and self.kept is not None and key in self.kept.kept:
             buf, _ = self.kept.get(key, size, lambda: None)
@@ -365,7 +377,7 @@ class Timeline:
             {
                 "name": name,
                 "size": size,
-                "usage": traces.usage_names(usage),
+                "usage": traces.usage_names(entry["usage"]),
                 "mapped_at_creation": entry["mappedAtCreation"],
                 "line": entry["line"],
             },
@@ -647,6 +659,8 @@ class Timeline:
             e["size"] if e["size"] is not None else self.made_sizes[e["buffer"]] - e["offset"]
             for e in entry["entries"]
         )
+        if self.capture is not None:
+            self.capture.bind_group(entry["id"], entry["entries"])
 
     # -- command encoders -------------------------------------------------------------------
 
@@ -671,13 +685,56 @@ class Timeline:
         try:
             done = encode(encoder, entry, self.objects, writes)
         except wgpu.GPUValidationError as e:
-            culprit = first_failing(self.device, encoder.entries, self.objects) or entry
-            text = clean_wgpu_error(str(e))
-            raise HostError("validation", text, culprit, str(e)) from None
+            culprit = first_failing(self.device, encoder.entries, self.objects)
+            copied = self.capture is not None and entry["encoder"] in self.capture.staged
+            if culprit is None and copied and entry["op"] == "finish" and self.capture:
+                # Only the capture's copies failed: the program's calls, without them.
+                self.captured(functools.partial(self.capture.drop, entry["encoder"]), True)
+                done = self.encode_again(encoder)
+            else:
+                text = clean_wgpu_error(str(e))
+                raise HostError("validation", text, culprit or entry, str(e)) from None
         if entry["op"] == "finish":
             self.objects[entry["id"]] = done
             self.finished[entry["id"]] = encoder
+        passes = len(self.passes)
         self.trace_call(encoder, entry)
+        if self.capture is not None:
+            self.captured(functools.partial(self.capture_call, encoder, entry, passes))
+
+    def encode_again(self, encoder: Encoder) -> Any:
+        again = Encoder(self.device.create_command_encoder(label="encoder"))
+        for entry in encoder.entries:
+            done = encode(again, entry, self.objects)
+        return done
+
+    def capture_call(self, encoder: Encoder, entry: Entry, passes: int) -> None:
+        """What the capture follows of an encoder call (passes: those listed before it)."""
+        assert self.capture is not None
+        op, key = entry["op"], entry["encoder"]
+        if op == "beginComputePass":
+            self.capture.begin_pass(key, len(self.passes) if len(self.passes) > passes else None)
+        elif op == "setBindGroup":
+            self.capture.set_bind_group(key, entry["index"], entry["group"])
+        elif op == "dispatchWorkgroups" and encoder.pipeline_id in self.pipeline_stage:
+            module, entry_point = self.pipeline_stage[encoder.pipeline_id]
+            self.capture.dispatch(key, self.sources[module], entry_point or "")
+        elif op == "endPass":
+            self.capture.end_pass(key, encoder.gpu, self.names, self.sizes, self.objects)
+        elif op == "finish":
+            self.capture.finish(key, entry["id"])
+
+    def captured(self, step: Callable[[], Any], always: bool = False) -> None:
+        """A step of the capture, which never stops a run: a failure ends the capture (its
+        copies already encoded stay valid: their staging buffers are kept to the end)."""
+        if self.capture is None or (self.capture.failed and not always):
+            return
+        try:
+            step()
+        except Exception as e:  # the run goes on without its capture; the log says why
+            log.exception("the capture of a run failed")
+            self.capture.failed = f"{type(e).__name__}: {e}"
+            self.capture.read.clear()
 
     def check_dispatch(self, encoder: Encoder, entry: dict[str, Any]) -> None:
         counts = entry["workgroups"]
@@ -769,6 +826,8 @@ class Timeline:
         for i in entry["commandBuffers"]:
             self.clock.submit(self.finished[i].clock)
             self.ran.append(self.finished[i])
+        if self.capture is not None:
+            self.captured(functools.partial(self.capture.submit, entry["commandBuffers"]))
 
     # -- timing -------------------------------------------------------------------------------
 

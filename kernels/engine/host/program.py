@@ -26,6 +26,7 @@ from kernels.engine.analysis import analyse
 from kernels.engine.compare import compare_output, mark_unwritten, no_reference_message, verdict
 from kernels.engine.device import Environment
 from kernels.engine.harness import Buffer, HarnessError, parse_harness
+from kernels.engine.host.capture import Captured, with_buffers
 from kernels.engine.host.check import Unchecked, new_check, program_report, reference_expected
 from kernels.engine.host.gpu import SENTINEL_WORD, HostError, Readback, Timeline
 from kernels.engine.host.js import Interrupted, OutOfMemory, Script, ScriptError
@@ -85,6 +86,8 @@ class ProgramResult:
     error: ProgramError | None = None
     dispatches: int = 0
     passes: list[PassRecord] = field(default_factory=list)
+    # What each pass's writable buffers held after it, by pass number (a run that captured).
+    captured: dict[int, list[Captured]] = field(default_factory=dict)
     run_ms: float = 0.0
     speed: SpeedReport | None = None
     # The bytes the program put in each buffer from the host, whole, by buffer name.
@@ -112,16 +115,18 @@ def run_program(
     sentinel: bool = False,
     heap_bytes: int = JS_HEAP_BYTES,
     memo: Memo = no_memo,
+    capture: bool = False,
 ) -> ProgramResult:
     """Run source (a WebGPU host program) to its end, its deadline or its first error.
 
     deadline is a time.monotonic() value (default: 10 s from now). files are what fetch()
     may load, by name. sentinel=True fills new storage buffers with the never-written
-    sentinel instead of zeros (the diagnostic run).
+    sentinel instead of zeros (the diagnostic run). capture: keep what each pass's
+    writable buffers held after it (host/capture.py).
     """
     started = time.perf_counter()
     deadline = time.monotonic() + 10.0 if deadline is None else deadline
-    timeline = Timeline(device, env, limits, files or {}, sentinel, source, memo)
+    timeline = Timeline(device, env, limits, files or {}, sentinel, source, memo, capture=capture)
     script = Script(source, deadline, heap_bytes)
     result = ProgramResult(trace=timeline.trace)
     repeats = 1
@@ -142,6 +147,7 @@ def run_program(
     result.speed = speed_report(
         env, timeline.passes, repeats, timeline.upload_ms, timeline.readback_ms
     )
+    result.captured = timeline.capture.read if timeline.capture else {}
     result.written = {timeline.names[key]: bytes(data) for key, data in timeline.written.items()}
     result.run_ms = round((time.perf_counter() - started) * 1000, 2)
     return result
@@ -359,7 +365,9 @@ def program_outcome(
         program_warnings(env.software, result.trace or new_trace()),
     )
     outcome["program"] = result.report()
-    outcome["passes"] = result.passes
+    outcome["passes"] = with_buffers(
+        result.passes, result.captured, sentinel.captured if sentinel else None
+    )
     if result.speed is not None:
         outcome["speed"] = result.speed
     if result.error is not None:
@@ -394,7 +402,13 @@ def program_outcome(
         outputs.append(compare_output(buf, values, want, atol, rtol))
     outcome["outputs"] = outputs
     compared = [o for o in outputs if o["bad"] is not None]
-    if not result.readbacks:
+    if not result.readbacks and result.captured:
+        outcome["message"] = (
+            "The program ran to its end but never read a buffer back (mapAsync and "
+            "getMappedRange): in a browser it would show nothing. Below is what its buffers "
+            "held after each pass, copied on the server."
+        )
+    elif not result.readbacks:
         what = "dispatched work but" if result.dispatches else "never dispatched and"
         outcome["message"] = (
             f"The program ran to its end but {what} never read a buffer back "
@@ -420,9 +434,12 @@ def _idle(result: ProgramResult) -> str:
     )
 
 
-def needs_diagnosis(outcome: Outcome) -> bool:
-    """Whether a second, sentinel-filled run could say more: only wrong outputs need one."""
-    return outcome["status"] in (Status.MISMATCH, Status.NONFINITE)
+def needs_diagnosis(outcome: Outcome, result: ProgramResult) -> bool:
+    """Whether a second, sentinel-filled run could say more: wrong outputs, and a program
+    that read nothing back, whose buffers are all a reader sees (never-written cells
+    marked in them)."""
+    wrong = outcome["status"] in (Status.MISMATCH, Status.NONFINITE)
+    return wrong or (result.error is None and not result.readbacks and bool(result.captured))
 
 
 Expected = Sequence[np.ndarray | None]
@@ -445,13 +462,15 @@ def replay_program(
     expected may be a function of the run (a reference computed from what it wrote).
     """
     deadline = time.monotonic() + 10.0 if deadline is None else deadline
-    result = run_program(device, env, source, files, limits, deadline, memo=memo)
+    result = run_program(device, env, source, files, limits, deadline, memo=memo, capture=True)
     if callable(expected):
         expected = expected(result) if result.error is None else None
     outcome = program_outcome(result, env, expected, atol, rtol)
-    if not needs_diagnosis(outcome) or time.monotonic() >= deadline:
+    if not needs_diagnosis(outcome, result) or time.monotonic() >= deadline:
         return outcome
-    diagnostic = run_program(device, env, source, files, limits, deadline, sentinel=True, memo=memo)
+    diagnostic = run_program(
+        device, env, source, files, limits, deadline, sentinel=True, memo=memo, capture=True
+    )
     if diagnostic.error is not None:
         return outcome
     return program_outcome(result, env, expected, atol, rtol, sentinel=diagnostic)

@@ -1,0 +1,320 @@
+"""What the storage buffers held after each compute pass (outcome["passes"][i]["buffers"]).
+
+After a pass ends, the buffers it bound writable (read_write in the WGSL its dispatches ran:
+nothing else can change in a pass) are copied, in the pass's own encoder, into a staging
+buffer of the capture's; the staging buffers of submitted encoders are read once, when the
+run ends (reading after each submit would wait for the GPU where the program does not). A
+buffer's first MAX_CELLS cells are kept, and MAX_RUN_BYTES in all; the rest are counted.
+
+A capture never changes a run: a buffer is copied only when the copy is valid (the Timeline
+gives storage buffers COPY_SRC, which WebGPU allows with STORAGE whatever else a buffer
+has), and an encoder whose copies would fail is finished again without them
+(Timeline.encode_call).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from kernels.engine.analysis import used_bindings
+from kernels.engine.outcome import SENTINEL_BITS, PassBuffer, PassRecord, pack_values
+from kernels.engine.wgsl import parse, resource_numbers, type_text
+
+# A buffer's cells kept per pass (256 KiB of f32), and the bytes kept over a run: under the
+# worker's 8 MiB outcome cap once base64 (4/3), with the outputs beside them.
+MAX_CELLS = 64 * 1024
+MAX_RUN_BYTES = 2 * 1024 * 1024
+WORD = 4
+SHORT_TYPES = {"f": "f32", "u": "u32", "i": "i32"}
+NP_TYPES = {"f32": "<f4", "u32": "<u4", "i32": "<i4", "u8": "u1"}
+
+
+@dataclass(frozen=True)
+class Cells:
+    """How a WGSL variable's type reads a buffer: the scalar of its cells ("u8" where it
+    cannot be told: a struct, f16, bools) and how many cells make one element."""
+
+    dtype: str
+    width: int
+
+
+@dataclass
+class Copy:
+    """One buffer of one pass, copied at offset of its pass's staging buffer."""
+
+    buffer: int
+    name: str
+    cells: Cells
+    size: int  # the buffer's bytes
+    offset: int  # in the staging buffer
+    kept: int  # bytes copied (0: over the run's budget)
+
+
+@dataclass
+class Staged:
+    number: int  # the pass's number
+    staging: Any
+    copies: list[Copy]
+    submitted: bool = False
+
+
+@dataclass
+class Captured:
+    """A buffer as it stood after a pass, read back: what becomes its JSON."""
+
+    name: str
+    cells: Cells
+    size: int
+    data: bytes | None  # None: not kept (over the run's budget, or never submitted)
+    why: str = ""
+
+
+@dataclass
+class Capture:
+    """The capture of one Timeline: the writable buffers each pass bound, the staging
+    copies each encoder made, and what they read."""
+
+    device: Any
+    budget: int = field(default_factory=lambda: MAX_RUN_BYTES)  # bytes it may still keep
+    groups: dict[int, dict[int, int]] = field(default_factory=dict)  # group -> binding -> buffer
+    numbers: dict[int, int | None] = field(default_factory=dict)  # encoder -> its open pass
+    open: dict[int, dict[int, Cells]] = field(default_factory=dict)  # encoder -> buffer -> cells
+    bound: dict[int, dict[int, int]] = field(default_factory=dict)  # encoder -> index -> group
+    staged: dict[int, list[Staged]] = field(default_factory=dict)  # encoder -> its passes
+    finished: dict[int, list[Staged]] = field(default_factory=dict)  # command buffer -> ...
+    read: dict[int, list[Captured]] = field(default_factory=dict)  # pass number -> buffers
+    failed: str = ""
+
+    def bind_group(self, group: int, entries: Sequence[Mapping[str, Any]]) -> None:
+        self.groups[group] = {e["binding"]: e["buffer"] for e in entries}
+
+    def set_bind_group(self, encoder: int, index: int, group: int | None) -> None:
+        bound = self.bound.setdefault(encoder, {})
+        if group is None:
+            bound.pop(index, None)
+        else:
+            bound[index] = group
+
+    def begin_pass(self, encoder: int, number: int | None) -> None:
+        """A pass begins; number: the pass's in outcome["passes"] (None past its cap)."""
+        self.numbers[encoder] = number
+        self.open.pop(encoder, None)
+
+    def dispatch(self, encoder: int, source: str, entry_point: str) -> None:
+        """The buffers this dispatch binds writable join its pass's."""
+        writable = writable_bindings(source, entry_point)
+        found = self.open.setdefault(encoder, {})
+        for index, group in self.bound.get(encoder, {}).items():
+            for binding, buffer in self.groups.get(group, {}).items():
+                cells = writable.get((index, binding))
+                if cells is not None:
+                    found.setdefault(buffer, cells)
+
+    def end_pass(
+        self,
+        encoder: int,
+        gpu_encoder: Any,
+        names: Mapping[int, str],
+        sizes: Mapping[int, int],
+        objects: Mapping[int, Any],
+    ) -> None:
+        """Copy the pass's writable buffers into a staging buffer, in its encoder."""
+        wgpu = _wgpu()
+        found = self.open.pop(encoder, {})
+        number = self.numbers.pop(encoder, None)
+        if number is None or not found:
+            return
+        copies, offset = [], 0
+        for buffer, cells in found.items():
+            size = sizes.get(buffer, 0)
+            source = objects.get(buffer)
+            if not size or source is None or not source.usage & wgpu.BufferUsage.COPY_SRC:
+                continue
+            whole = size - size % WORD
+            kept = min(whole, MAX_CELLS * _itemsize(cells))
+            kept = min(kept, max(0, self.budget) // WORD * WORD)
+            self.budget -= kept
+            copies.append(Copy(buffer, names[buffer], cells, size, offset, kept))
+            offset += kept
+        if not copies:
+            return
+        staging = None
+        if offset:
+            usage = wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST
+            staging = self.device.create_buffer(label="capture", size=offset, usage=usage)
+            for copy in copies:
+                if copy.kept:
+                    gpu_encoder.copy_buffer_to_buffer(
+                        objects[copy.buffer], 0, staging, copy.offset, copy.kept
+                    )
+        self.staged.setdefault(encoder, []).append(Staged(number, staging, copies))
+
+    def drop(self, encoder: int) -> None:
+        """The encoder was finished again without its copies."""
+        for staged in self.staged.pop(encoder, []):
+            if staged.staging is not None:
+                staged.staging.destroy()
+
+    def finish(self, encoder: int, command_buffer: int) -> None:
+        self.finished[command_buffer] = self.staged.pop(encoder, [])
+        self.bound.pop(encoder, None)
+        self.numbers.pop(encoder, None)
+
+    def submit(self, command_buffers: Sequence[int]) -> None:
+        for key in command_buffers:
+            for staged in self.finished.get(key, []):
+                staged.submitted = True
+
+    def read_all(self) -> None:
+        """Read every staging buffer (the GPU's work is done or waited for here); the
+        passes of encoders never finished are never submitted too."""
+        wgpu = _wgpu()
+        for staged in sorted(self.everything(), key=lambda s: s.number):
+            data = b""
+            if staged.submitted and staged.staging is not None:
+                staged.staging.map_sync(wgpu.MapMode.READ)
+                data = bytes(staged.staging.read_mapped())
+                staged.staging.unmap()
+            buffers = self.read.setdefault(staged.number, [])
+            for copy in staged.copies:
+                why = "" if copy.kept else "over budget"
+                why = why if staged.submitted else "never submitted"
+                kept = data[copy.offset : copy.offset + copy.kept] if not why else None
+                buffers.append(Captured(copy.name, copy.cells, copy.size, kept, why))
+
+    def release(self) -> None:
+        for staged in self.everything():
+            if staged.staging is not None:
+                staged.staging.destroy()
+
+    def everything(self) -> list[Staged]:
+        pending = [s for group in self.staged.values() for s in group]
+        return pending + [s for group in self.finished.values() for s in group]
+
+
+def _wgpu() -> Any:
+    from kernels.engine.device import import_wgpu
+
+    return import_wgpu()
+
+
+def _itemsize(cells: Cells) -> int:
+    return 1 if cells.dtype == "u8" else WORD
+
+
+@functools.lru_cache(maxsize=64)
+def writable_bindings(source: str, entry_point: str) -> dict[tuple[int, int], Cells]:
+    """(group, binding) -> Cells of each read_write storage variable the entry point uses
+    (all of the module's where the entry point cannot be read)."""
+    module = parse(source)
+    used = used_bindings(source, entry_point)
+    found = {}
+    for variable in module.variables:
+        if variable.address_space != "storage" or variable.access != "read_write":
+            continue
+        group, binding = resource_numbers(module, variable)
+        if group is None or binding is None or (used is not None and (group, binding) not in used):
+            continue
+        found[(group, binding)] = cells_of(type_text(variable.type))
+    return found
+
+
+SIZES = re.compile(r",[^<>,]*>")
+VECTOR = re.compile(r"vec([234])(?:<(f32|u32|i32)>|([fui]))")
+
+
+def cells_of(wgsl_type: str) -> Cells:
+    """How a variable of this WGSL type reads its buffer: array<vec4<f32>> -> f32 by 4."""
+    text = SIZES.sub(">", wgsl_type.replace(" ", ""))
+    for wrapper in ("array<", "atomic<", "array<", "atomic<"):
+        if text.startswith(wrapper) and text.endswith(">"):
+            text = text[len(wrapper) : -1]
+    if text in ("f32", "u32", "i32"):
+        return Cells(text, 1)
+    if vector := VECTOR.fullmatch(text):
+        # A vec3's elements are 16 bytes apart in an array: the fourth cell is padding.
+        width = int(vector[1])
+        return Cells(vector[2] or SHORT_TYPES[vector[3]], 4 if width == 3 else width)
+    return Cells("u8", 1)
+
+
+def with_buffers(
+    passes: Sequence[PassRecord],
+    captured: Mapping[int, list[Captured]],
+    diagnostic: Mapping[int, list[Captured]] | None = None,
+    shapes: Mapping[str, Sequence[int]] | None = None,
+) -> list[PassRecord]:
+    """The passes with their buffers (PassBuffer JSON). diagnostic: the sentinel run's
+    capture, whose cells still holding the sentinel are marked never written here.
+    shapes: the shape a harness gives a buffer, by name."""
+    shown = []
+    for record in passes:
+        found = captured.get(record["number"])
+        if found is None:
+            shown.append(record)
+            continue
+        marks = {b.name: b for b in (diagnostic or {}).get(record["number"], [])}
+        with_them: PassRecord = {**record}
+        with_them["buffers"] = [
+            _as_json(b, marks.get(b.name), (shapes or {}).get(b.name)) for b in found
+        ]
+        shown.append(with_them)
+    return shown
+
+
+def _as_json(
+    buffer: Captured, diagnostic: Captured | None, shape: Sequence[int] | None
+) -> PassBuffer:
+    dtype, width = buffer.cells.dtype, buffer.cells.width
+    if buffer.size % WORD:
+        dtype, width = "u8", 1
+    itemsize = 1 if dtype == "u8" else WORD
+    count = buffer.size // itemsize
+    whole = _shape(count, width, shape)
+    entry: PassBuffer = {
+        "name": buffer.name,
+        "dtype": dtype,
+        "shape": whole,
+        "count": count,
+        "kept": 0,
+    }
+    if buffer.data is None:
+        entry["note"] = (
+            "never submitted: the pass was encoded but its command buffer never reached "
+            "queue.submit, so it never ran"
+            if buffer.why == "never submitted"
+            else f"not kept: the run's captures reached their cap of {MAX_RUN_BYTES:,} bytes"
+        )
+        return entry
+    values = np.frombuffer(buffer.data, dtype=NP_TYPES[dtype])
+    if diagnostic is not None and diagnostic.data is not None and dtype in SENTINEL_BITS:
+        never = np.frombuffer(diagnostic.data, dtype="<u4")[: values.size]
+        bits = values.view("<u4").copy()
+        bits[: never.size][never == SENTINEL_BITS["f32"]] = SENTINEL_BITS[dtype]
+        values = bits.view(NP_TYPES[dtype])
+    entry["kept"] = int(values.size)
+    if values.size < count:
+        entry["shape"] = [int(values.size)]
+        entry["note"] = (
+            f"too large to keep whole: the first {values.size:,} of its {count:,} cells are "
+            f"kept (at most {MAX_CELLS:,} a buffer and {MAX_RUN_BYTES // 1024**2} MiB a run)"
+        )
+    elif len(whole) > 1:
+        values = values.reshape(whole)
+    entry["values"] = pack_values(values, dtype)
+    return entry
+
+
+def _shape(count: int, width: int, shape: Sequence[int] | None) -> list[int]:
+    if shape and math.prod(shape) == count:
+        return list(shape)
+    if width > 1 and count % width == 0:
+        return [count // width, width]
+    return [count]
