@@ -143,6 +143,7 @@ def execute(
     memo: Memo = no_memo,
     kept: DeviceBuffers | None = None,
     device_check_from: int | None = BY_ADAPTER,
+    capture: bool = True,
 ) -> Outcome:
     """Run the harness's passes and return a JSON-serialisable outcome dict.
 
@@ -151,13 +152,15 @@ def execute(
     keeps between runs: host arrays and compiled pipelines, and buffers on the device
     (kernels/engine/resident.py). device_check_from: outputs of more cells than this are
     checked on the device first (kernels/engine/gpu_compare.py); None never; BY_ADAPTER
-    the adapter's CHECK_FROM. Never raises for anything a kernel or harness can do
-    wrong; a bug in the runner itself does raise.
+    the adapter's CHECK_FROM. capture: keep each pass's buffers (outcome["passes"]; off
+    only to measure what keeping them costs: bench/capture.py). Never raises for anything
+    a kernel or harness can do wrong; a bug in the runner itself does raise.
     """
     if device_check_from == BY_ADAPTER:
         device_check_from = CHECK_FROM["software" if env.software else "hardware"]
     run = _Run(device, env, sources, Path(fixtures_dir), limits, memo, kept)
     run.device_check_from = device_check_from
+    run.capture = capture
     try:
         outcome = run.execute(harness)
     except Stop as stop:
@@ -188,6 +191,7 @@ class _Run:
         self.timings = no_timings()
         self.warnings: list[RunWarning] = []
         self.device_check_from: int | None = None
+        self.capture = True
         self.writable: set[str] = set()
         self.refused = False  # the llvmpipe refusal was looked at, after the first compile
         self.compile_ms = 0.0
@@ -284,7 +288,7 @@ class _Run:
         check = DeviceCheck(self.device, self.kept, harness)
         check.plan(inputs.key, expected, list(program.reads), self.device_check_from, self.memo)
         try:
-            replayed = self.replay(program, inputs, check=check, capture=True)
+            replayed = self.replay(program, inputs, check=check, capture=self.capture)
         finally:
             check.release()
         self.trace = replayed.trace
@@ -296,7 +300,7 @@ class _Run:
         fresh = frozenset(b.name for b in harness.bound_buffers() if b.fill == "fresh")
         marks = None
         if result.status in (Status.MISMATCH, Status.NONFINITE) and fresh:
-            diagnostic = self.replay(program, inputs, sentinel=fresh, capture=True)
+            diagnostic = self.replay(program, inputs, sentinel=fresh, capture=self.capture)
             result = self.compare(
                 harness, host, got, expected, self.arrays(harness, diagnostic.read), replayed.passed
             )

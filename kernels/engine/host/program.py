@@ -456,20 +456,22 @@ def replay_program(
     atol: float = 1e-5,
     rtol: float = 1e-5,
     memo: Memo = no_memo,
+    capture: bool = True,
 ) -> Outcome:
     """Run, compare, and on a mismatch run again with the sentinel to find unwritten cells.
 
     expected may be a function of the run (a reference computed from what it wrote).
+    capture: keep each pass's buffers (off only to measure what that costs).
     """
     deadline = time.monotonic() + 10.0 if deadline is None else deadline
-    result = run_program(device, env, source, files, limits, deadline, memo=memo, capture=True)
+    result = run_program(device, env, source, files, limits, deadline, memo=memo, capture=capture)
     if callable(expected):
         expected = expected(result) if result.error is None else None
     outcome = program_outcome(result, env, expected, atol, rtol)
     if not needs_diagnosis(outcome, result) or time.monotonic() >= deadline:
         return outcome
     diagnostic = run_program(
-        device, env, source, files, limits, deadline, sentinel=True, memo=memo, capture=True
+        device, env, source, files, limits, deadline, sentinel=True, memo=memo, capture=capture
     )
     if diagnostic.error is not None:
         return outcome
