@@ -5,9 +5,12 @@ here), through URLs where a reader would go."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 from django.test import TransactionTestCase
 
+from kernels.engine import worker
 from kernels.engine.host import capture as captures
 from kernels.engine.host.capture import cells_of
 from kernels.engine.host.program import program_outcome, replay_program, run_program
@@ -261,8 +264,9 @@ def test_copies_webgpu_would_refuse_are_dropped_and_the_program_runs(gpu, monkey
         real(self, encoder, gpu_encoder, *args)
         staged = self.staged.get(encoder, [])
         if staged and staged[-1].staging is not None:
+            staging = staged[-1].staging
             source = args[2][staged[-1].copies[0].buffer]
-            gpu_encoder.copy_buffer_to_buffer(source, 0, staged[-1].staging, 4, 4000)
+            gpu_encoder.copy_buffer_to_buffer(source, 0, staging.gpu, staging.size - 4, 8)
 
     monkeypatch.setattr(captures.Capture, "end_pass", overrun)
     result = run_program(*gpu, VECTOR_ADD, capture=True)
@@ -277,3 +281,17 @@ def test_runs_that_no_reader_sees_capture_nothing(gpu) -> None:
     result = run_program(*gpu, VECTOR_ADD)
     assert result.captured == {}
     assert "buffers" not in program_outcome(result, gpu[1])["passes"][0]
+
+
+def test_an_outcome_over_the_workers_cap_drops_buffers_before_failing(gpu, monkeypatch) -> None:
+    outcome = replay_program(*gpu, TWO_PASSES, {"kernel.wgsl": TWO_PASSES_WGSL.encode()})
+    outcome["program"]["trace"] = None  # what else is cut, biggest first
+    whole = worker.result_frame(1, outcome)
+    monkeypatch.setattr(worker, "MAX_OUTCOME_BYTES", len(whole) - 100)
+
+    frame = worker.result_frame(1, outcome)
+    sent = json.loads(frame[worker.HEADER.size :])["outcome"]
+
+    assert sent["status"] == "no_reference"
+    assert sent["cut"] and sent["cut"][0].startswith("the buffers after pass")
+    assert sum("buffers" in p for p in sent["passes"]) == 1
