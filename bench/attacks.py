@@ -15,18 +15,19 @@ the order written; --only picks some by name):
   redos-tutor    the attribute-run kernel family (a nested block comment holding a run of
                  attributes that no `fn` follows) submitted to the tutor
   redos-import   the same family in fenced wgsl blocks of a Claude Code transcript that
-                 staff upload at /import/
+                 staff upload at /import/ (its upload's page followed until it is done)
   naga-crash     three kernels of nested parentheses that crash the shader compiler, each
                  replay page visited as a reader would (and again after REPLAY_RETRY_AFTER)
   fork-40-buffers, fork-200x200
                  a reader forks a host program that creates and destroys 40 uniform
                  buffers of 128 MiB (or records 200 passes of 200 dispatches); once its run
                  is done, one view of the fork page is timed alone (its page cost), then 16
-                 anonymous views are made at once
+                 anonymous views are made at once (--views), on a row of their own
   tutor-trickle  8 learners send a message each while the API sends only a ping every
                  TRICKLE_PING_S for TRICKLE_S, then cuts the stream
-  big-import     staff upload a 200,000-line transcript while alice signs in every 2 s;
-                 the front page is timed before and after
+  big-import     staff upload a 200,000-line transcript while alice signs in every 2 s
+                 until its upload's page says it is done; the front page is timed before
+                 and after
   sign-in        30 wrong passwords for alice from one address, then hers from another
   bad-urls       /?q=a%00b, ?turn= of 4,301 digits (gunicorn refuses the line) and of
                  4,000, turn numbers past 64 bits, ?wait=nan,
