@@ -18,6 +18,7 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +66,7 @@ def big_matmul(size: int) -> tuple[dict[str, str], dict[str, Any]]:
     return sources, harness
 
 
-def show(label: str, outcome: dict[str, Any]) -> None:
+def show(label: str, outcome: Mapping[str, Any]) -> None:
     speed = outcome.get("speed") or {}
     reference = speed.get("reference") or {}
     print(
