@@ -9,6 +9,7 @@ from kernels.engine.outcome import Outcome, RunWarning, Status, WarningCode
 from kernels.engine.run_warnings import warnings_of
 from kernels.program_lines import file_lines, in_file
 from kernels.replay import Replay
+from kernels.speed_figures import speed_summary
 from pages.host_context import case_rows
 from sessions.markdown import render_source
 
@@ -85,4 +86,5 @@ def outcome_context(shown: Replay | None) -> dict:
         "cases": case_rows(outcome),
         "source_html": render_source(version.source, "wgsl", marked) if version else "",
         "marks": editor_marks(outcome),
+        "speed": speed_summary(outcome),
     }

@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 import math
 import uuid
+from typing import TYPE_CHECKING
 
 import numpy as np
 from django.conf import settings
@@ -24,6 +25,7 @@ from kernels.engine.outcome import Status, output_list, output_values
 from kernels.engine.run_warnings import as_stored
 from kernels.models import Run
 from kernels.program_lines import file_lines, in_file
+from kernels.speed_figures import timeline_speeds, version_change
 from pages import embedding, reader_pages, story
 from pages.access import get_session_for_user
 from pages.host_context import host_context, host_diff_html
@@ -33,6 +35,9 @@ from pages.stamps import OPENABLE, Prepared, stamp
 from sessions.markdown import render_code
 from sessions.models import Session, Turn
 from sessions.programs import Kernel, KernelVersion
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs
 
 
 def get_reviewed_turn(request: HttpRequest, slug: str, number: int) -> Turn:
@@ -116,6 +121,12 @@ def replay_page(request: HttpRequest, slug: str, number: int, key: str | None) -
 
     previous, following = version.previous(), version.next()
     outcome = shown.outcome
+    before = replay.for_reader(previous).run if previous else None
+    change = (
+        version_change(outcome, before.outcome, previous.number)
+        if previous is not None and _done(before)
+        else None
+    )
     diff = version.diff_from(previous) if previous else ""
     context = {
         **outcome_context(shown),
@@ -128,6 +139,7 @@ def replay_page(request: HttpRequest, slug: str, number: int, key: str | None) -
         "host_diff_html": host_diff_html(version, previous),
         "previous": _version_link(previous),
         "next": _version_link(following),
+        "change": change,
         "digits": _digits_figure(version, shown.run) if outcome and outcome.get("report") else None,
         "problem": shown.problem,
         "busy": shown.busy,
@@ -295,6 +307,10 @@ def _run_json(shown: replay.Replay, extra: dict) -> str:
     return body.replace(json.dumps(marker), text, 1)
 
 
+def _done(run: Run | None) -> TypeIs[Run]:
+    return run is not None and run.state == Run.State.DONE
+
+
 @require_GET
 def timeline(request: HttpRequest, slug: str, name: str) -> HttpResponse:
     session = get_session_for_user(request, slug)
@@ -309,6 +325,11 @@ def timeline(request: HttpRequest, slug: str, name: str) -> HttpResponse:
         }
         for version in versions
     ]
+    finished = [
+        (row["version"].number, row["run"].outcome if _done(row["run"]) else None) for row in rows
+    ]
+    for row, speed in zip(rows, timeline_speeds(finished), strict=True):
+        row["speed"] = speed
     return render(
         request, "kernels/timeline.html", {"session": session, "kernel": kernel, "rows": rows}
     )

@@ -10,6 +10,7 @@ from django.contrib.staticfiles import finders
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
+from kernels.speed_figures import speed_summary
 from pages.folding import duration
 
 register = template.Library()
@@ -102,3 +103,10 @@ def usage_label(meta: object) -> str:
     if isinstance(meta.get("duration_ms"), int):
         parts.append(duration(meta["duration_ms"]))
     return " · ".join(parts)
+
+
+@register.filter
+def speed_headline(outcome: object) -> str:
+    """A stored run's time (and speed-up, on a GPU) in a few words, or "" if untimed."""
+    summary = speed_summary(outcome if isinstance(outcome, dict) else None)
+    return summary["headline"] if summary and summary["total"] is not None else ""
