@@ -19,6 +19,7 @@ from typing import Any
 from kernels.engine.harness import HarnessError, parse_harness
 from kernels.engine.outcome import EntryPointFacts, Outcome, Status, output_list
 from kernels.engine.run_warnings import warnings_of
+from kernels.speed_figures import speed_summary
 from tutor import evidence, host_review
 from tutor.quoting import quote, source_line
 
@@ -89,7 +90,56 @@ def outcome_for_model(outcome: Outcome) -> str:
         facts["warnings"] = warnings
     if label := (outcome.get("environment") or {}).get("label"):
         facts["ran_on"] = label
+    if speed := speed_facts(outcome):
+        facts["speed"] = speed
     return json.dumps(facts, ensure_ascii=False)
+
+
+EMULATED = (
+    "measured on llvmpipe, which emulates a GPU on the CPU: these times are the emulator's "
+    "and say nothing about how fast the kernel is on a GPU; do not compare them with the "
+    "reference or draw conclusions about speed from them"
+)
+
+
+def speed_facts(outcome: Outcome) -> dict[str, Any] | None:
+    """The run's times for Claude: on a GPU each pass's time, share of the measured peaks
+    and the speed-up against the reference; on llvmpipe the times with what they are not."""
+    summary = speed_summary(outcome)
+    if summary is None or summary["total"] is None:
+        return None
+    facts: dict[str, Any] = {"gpu_ms": summary["total"], "adapter": summary["adapter"]}
+    if summary["emulated"]:
+        facts["note"] = EMULATED
+        return facts
+    facts["passes"] = [
+        {
+            key: row[key]
+            for key in ("name", "gpu_ms", "bytes", "flops", "bandwidth", "arithmetic")
+            if row[key] is not None
+        }
+        for row in summary["rows"][:16]
+    ]
+    if summary["against"]:
+        facts["against_reference"] = summary["against"]
+    return facts
+
+
+def speed_review(outcome: Outcome) -> str:
+    """A sentence on a passing run's speed, on a GPU only: on llvmpipe nothing is said,
+    since what holds for the emulator says nothing of a GPU."""
+    summary = speed_summary(outcome)
+    if summary is None or summary["total"] is None or summary["emulated"]:
+        return ""
+    sentence = f"**How fast:** its passes took {summary['headline']} ({summary['adapter']})."
+    shares = [row["bandwidth"] for row in summary["rows"] if row["bandwidth"] is not None]
+    if shares and max(shares) < 0.1:
+        sentence += (
+            f" No pass moves more than {100 * max(shares):.2g}% of the memory bandwidth this GPU "
+            "can: at this size the time is mostly the cost of starting the work, so a larger "
+            "problem says more about the kernel."
+        )
+    return sentence
 
 
 # -- the offline reviewer --------------------------------------------------------------
@@ -557,6 +607,8 @@ def offline_review(outcome: Outcome, source: str, harness: dict[str, Any], host:
             parts.append(past)
         if raced := evidence.race(entry):
             parts.append(f"It passes here by the luck of the order the invocations ran in. {raced}")
+        elif fast := speed_review(outcome):
+            parts.append(fast)
     elif status == Status.NO_REFERENCE and host_review.program(outcome):
         parts = [host_review.never_dispatched(outcome) or _shown_review(outcome)]
     elif status == Status.NO_REFERENCE:
