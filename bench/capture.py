@@ -12,8 +12,9 @@ as JSON, as the worker does before it sends it.
 
     .venv/bin/python bench/capture.py [--runs 15]
 
-Prints each workload's median with and without the capture, their ratio, and the bytes
-of buffers the outcome carries.
+Prints each workload's median with and without the capture, their ratio, the median of
+each round's ratio (with over without: the two ran back to back, in turns first), and the
+bytes of buffers the outcome carries.
 """
 
 from __future__ import annotations
@@ -136,20 +137,27 @@ def main() -> None:
             outcome = run(capture)
             assert outcome["status"] in ("passed", "no_reference"), (name, outcome["message"])
             sizes[name] = captured_bytes(outcome) if capture else sizes.get(name, 0)
-    for _ in range(args.runs):
+    for round_ in range(args.runs):
         for name, run in runs.items():
-            for capture in (False, True):
+            # Each first half the rounds: what the machine does meanwhile weighs on both.
+            for capture in (False, True) if round_ % 2 else (True, False):
                 started = time.perf_counter()
                 outcome = run(capture)
                 json.dumps(outcome)
                 times.setdefault((name, capture), []).append(time.perf_counter() - started)
     print(f"{env.adapter} ({env.backend}), {args.runs} rounds, medians")
-    print(f"{'workload':<22}{'without':>11}{'with':>11}{'ratio':>8}{'buffers in outcome':>21}")
+    print(
+        f"{'workload':<20}{'without':>11}{'with':>11}{'ratio':>7}{'per round':>11}"
+        f"{'buffers in outcome':>20}"
+    )
     for name in runs:
-        off = 1000 * statistics.median(times[(name, False)])
-        on = 1000 * statistics.median(times[(name, True)])
+        offs, ons = times[(name, False)], times[(name, True)]
+        off, on = 1000 * statistics.median(offs), 1000 * statistics.median(ons)
+        # The median of each round's own ratio: a busy moment weighs on both of a pair.
+        paired = statistics.median(b / a for a, b in zip(offs, ons, strict=True))
         print(
-            f"{name:<22}{off:>8.2f} ms{on:>8.2f} ms{on / off:>8.2f}{sizes[name] / 1024:>17.1f} KiB"
+            f"{name:<20}{off:>8.2f} ms{on:>8.2f} ms{on / off:>7.2f}{paired:>11.2f}"
+            f"{sizes[name] / 1024:>16.1f} KiB"
         )
 
 

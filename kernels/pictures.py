@@ -470,14 +470,12 @@ def buffer_figure(buffer: dict[str, Any], before: dict[str, Any] | None) -> dict
     marks = "".join(
         "u" if v is None else "x" if c else "." for v, c in zip(cells, changed, strict=True)
     )
-    parts = [f"{sum(changed):,} of the cells drawn changed by this pass" if before else ""]
+    parts = [f"{sum(changed):,} of the cells drawn changed by this pass"] if before else []
     if len(where) < count:
         parts.append(f"the first {len(where):,} of {count:,} cells drawn")
     if never.any():
         parts.append(f"{int(never.sum()):,} never written")
-    note = "; ".join(p for p in parts if p)
-    title = f"{name} {'×'.join(str(s) for s in shape)} ({buffer['dtype']})"
-    title += f": {note}" if note else ""
+    title = "; ".join([f"{name}: {'×'.join(str(s) for s in shape)} {buffer['dtype']}", *parts])
     if rows == 1:
         return {"title": title, "svg": bars(name, None, cells)}
     scale = max((abs(v) for v in cells if _finite(v)), default=1.0) or 1.0

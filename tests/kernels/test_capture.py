@@ -101,7 +101,7 @@ class ProgramCaptureTests(TransactionTestCase):
         self.assertIn("Pass 2: <code>bump</code>", section)
         self.assertIn('href="?pass=1#passes" rel="prev"', section)
         self.assertIn(
-            "y 16 (f32): 6 of the cells drawn changed by this pass; 4 never written", section
+            "y: 16 f32; 6 of the cells drawn changed by this pass; 4 never written", section
         )
         self.assertIn("<svg", section)
 
@@ -109,7 +109,7 @@ class ProgramCaptureTests(TransactionTestCase):
         section = first[first.index('<section class="passes"') :]
         self.assertIn("Pass 1: <code>double</code>", section)
         self.assertIn('href="?pass=2#passes" rel="next"', section)
-        self.assertIn("y 16 (f32): 4 never written", section)
+        self.assertIn("y: 16 f32; 4 never written", section)
         # A pass that is not there shows the last one.
         for asked in ("9", "x", "-1"):
             page = self.client.get("/s/capture/turns/2/replay/", {"pass": asked})
@@ -129,7 +129,7 @@ class ProgramCaptureTests(TransactionTestCase):
         page = self.client.get("/s/capture/turns/2/replay/").content.decode()
         self.assertNotIn("a browser would show nothing", page)
         # A long vector is drawn in rows of 64.
-        self.assertIn("out 1000 (f32)", page)
+        self.assertIn("out: 1000 f32", page)
 
 
 class HarnessCaptureTests(TransactionTestCase):
