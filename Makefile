@@ -50,6 +50,7 @@ run:
 	@$(MAKE) --no-print-directory $(BIN)/.installed $(EDITOR)
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py load_showcase
+	$(BIN)/python manage.py load_gpu_showcase
 	@# Every showcase version replays in the background (stored runs are kept), so the
 	@# first reader sees run badges; the server does not wait for it.
 	nice $(BIN)/python manage.py replay_sessions --verbosity 0 &

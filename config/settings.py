@@ -217,6 +217,10 @@ TRUSTED_PROXY_HOPS = envint("TRUSTED_PROXY_HOPS", 0)
 REPLAY_BACKEND = os.getenv("REPLAY_BACKEND", "local")
 REPLAY_WORKERS = envint("REPLAY_WORKERS", 2)
 REPLAY_DEADLINE = envfloat("REPLAY_DEADLINE", 10.0)
+# A Triton or CUDA program's run on a GPU worker, compute-sanitizer's pass included.
+GPU_REPLAY_DEADLINE = envfloat("GPU_REPLAY_DEADLINE", 120.0)
+# How long a worker's announcement of what it offers holds without being renewed.
+WORKER_SEEN_WITHIN = envint("WORKER_SEEN_WITHIN", 300)
 REPLAY_QUEUE = envint("REPLAY_QUEUE", 16)
 # A queued run older than this is given up as lost; so is one running past its deadline.
 REPLAY_QUEUE_TIMEOUT = envint("REPLAY_QUEUE_TIMEOUT", 600)

@@ -15,7 +15,17 @@ from pathlib import Path
 from django.conf import settings
 
 from kernels.engine.harness import Harness, HarnessError, canonical_digest, parse_harness
-from sessions.programs import Blob, KernelVersion, SessionFile, StateFile
+from sessions.programs import Blob, KernelVersion, ProgramState, SessionFile, StateFile
+
+# The kinds of program a GPU worker runs (kernels/engine/gpu_run.py), each the name of the
+# Celery queue of the workers that offer it; WebGPU jobs go to "replay".
+GPU_KINDS = (ProgramState.Kind.TRITON.value, ProgramState.Kind.CUDA.value)
+# What a worker must have to run each, for the reader told that none connected can.
+CAPABILITY_NEEDS = {
+    "webgpu": "WebGPU (wgpu, on a GPU or llvmpipe)",
+    "triton": "Triton (an NVIDIA GPU with CUDA, PyTorch and Triton)",
+    "cuda": "CUDA (an NVIDIA GPU with CUDA, PyTorch and CuPy)",
+}
 
 
 class ReplayProblem(Exception):
@@ -72,6 +82,8 @@ def job_for(
     """The job replaying this version, under its own harness or the one given; its host
     program when it has one (compared with another version's, when one is given)."""
     spec = version.harness if spec is None else spec
+    if version.state_id is not None and version.state.kind in GPU_KINDS:
+        return gpu_program_job(version)
     if version.host_program:
         return program_job(version, spec, compare_with)
     harness = parsed_harness(version, spec)
@@ -154,6 +166,43 @@ def program_job(
     else:
         against = "none"
     digest = hashlib.sha256(f"program/{against}".encode()).hexdigest()
+    return Job(sources_digest(content), digest, payload)
+
+
+def gpu_digests() -> list[str]:
+    """The harness digests of Triton and CUDA programs' runs (gpu_program_job)."""
+    return [hashlib.sha256(f"gpu/{kind}".encode()).hexdigest() for kind in GPU_KINDS]
+
+
+def capability(job: Job) -> str:
+    """What a worker must offer to run the job: "webgpu", "triton" or "cuda"."""
+    kind = job.payload.get("kind")
+    return kind if kind in GPU_KINDS else "webgpu"
+
+
+def gpu_program_job(version: KernelVersion) -> Job:
+    """The job running the Triton or CUDA program of the state the version was written in
+    (its entry script, on the state's files), on a GPU worker (kernels/engine/gpu_run.py).
+    Its key covers the entry, the kind and every file; the files join when it is sent."""
+    state = version.state
+    assert state is not None
+    if not state.entry:
+        raise ReplayProblem(
+            "This version's program state holds no script that runs its kernels, so there "
+            "is nothing to replay."
+        )
+    files = program_files(version)
+    content = {"@entry": state.entry, "@kind": state.kind}
+    content |= {f"@file:{name}": sha256 for name, sha256 in files.items()}
+    payload: dict = {
+        "kind": state.kind,
+        "entry": state.entry,
+        "files": None,
+        "session_files": version.kernel.session_id,
+        "state_files": state.pk,
+        "deadline_s": settings.GPU_REPLAY_DEADLINE,
+    }
+    digest = hashlib.sha256(f"gpu/{state.kind}".encode()).hexdigest()
     return Job(sources_digest(content), digest, payload)
 
 

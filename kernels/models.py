@@ -3,7 +3,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from datetime import timedelta
 
+from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.urls import reverse
@@ -25,6 +27,9 @@ class RunQuerySet(models.QuerySet):
     def fleet_environment_id(self) -> str | None:
         """Where the replay workers run now: the environment of the newest finished run."""
         done = self.filter(state=Run.State.DONE).exclude(environment_id__in=("", "none"))
+        # A Triton or CUDA program's run names its GPU (kernels/engine/gpu_run.py): not
+        # where the WebGPU replays run.
+        done = done.exclude(environment_id__startswith="cuda:")
         return done.order_by("-finished").values_list("environment_id", flat=True).first()
 
     def cached(self, source_sha256: str, harness_digest: str, environment_id: str):
@@ -172,3 +177,34 @@ class Fork(models.Model):
             state_id=version.state_id,
             meta=version.meta,
         )
+
+
+class WorkerQuerySet(models.QuerySet):
+    def connected(self):
+        """Workers whose announcement is recent enough (WORKER_SEEN_WITHIN seconds)."""
+        since = timezone.now() - timedelta(seconds=settings.WORKER_SEEN_WITHIN)
+        return self.filter(seen__gte=since)
+
+    def offering(self, capability: str) -> list[Worker]:
+        """Connected workers that offer this capability ("webgpu", "triton", "cuda"); a
+        fleet has a few, read whole (SQLite has no lookup into a JSON list)."""
+        return [w for w in self.connected() if capability in w.capabilities]
+
+
+class Worker(models.Model):
+    """A Celery worker as it announced itself (kernels/tasks.py): what it offers, on which
+    GPU, renewed while it runs and removed when it stops."""
+
+    name = models.CharField(max_length=200, unique=True)
+    # The capabilities it offers: "webgpu", "triton", "cuda" (kernels.jobs.capability).
+    capabilities = models.JSONField(default=list)
+    gpu = models.CharField(max_length=200, blank=True)
+    seen = models.DateTimeField(default=timezone.now)
+
+    objects = WorkerQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({', '.join(self.capabilities)})"

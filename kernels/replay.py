@@ -38,8 +38,17 @@ from config import processes
 from kernels import trace_pictures
 from kernels.engine.outcome import Outcome, Status, cacheable, failure, run_trace
 from kernels.engine.run_warnings import as_stored
-from kernels.jobs import Job, ReplayProblem, job_for, with_files
-from kernels.models import Run
+from kernels.jobs import (
+    CAPABILITY_NEEDS,
+    GPU_KINDS,
+    Job,
+    ReplayProblem,
+    capability,
+    gpu_digests,
+    job_for,
+    with_files,
+)
+from kernels.models import Run, Worker
 from sessions.programs import KernelVersion
 
 if TYPE_CHECKING:
@@ -92,12 +101,31 @@ def unattended_seconds() -> float:
 
 def lost() -> Q:
     """Unfinished runs nobody will finish: running past any deadline (its worker died), or
-    queued past the queue timeout (the queue lost it or is stuck)."""
+    queued past the queue timeout (the queue lost it or is stuck). A Triton or CUDA run
+    has its own deadline, twice (compute-sanitizer's pass, then the timed one)."""
     now = timezone.now()
     running_since = now - timedelta(seconds=unattended_seconds())
+    gpu_since = now - timedelta(seconds=2 * settings.GPU_REPLAY_DEADLINE + 60)
     queued_since = now - timedelta(seconds=settings.REPLAY_QUEUE_TIMEOUT)
-    return Q(state=Run.State.RUNNING, started__lt=running_since) | Q(
-        state=Run.State.QUEUED, created__lt=queued_since
+    running = Q(state=Run.State.RUNNING)
+    gpu = Q(harness_digest__in=gpu_digests())
+    return (
+        (running & ~gpu & Q(started__lt=running_since))
+        | (running & gpu & Q(started__lt=gpu_since))
+        | Q(state=Run.State.QUEUED, created__lt=queued_since)
+    )
+
+
+def missing_capability(job: Job) -> str:
+    """Why no connected worker can run the job ("" when one can): the capability it needs
+    and no worker announced (kernels/workers.py). WebGPU jobs run wherever the backend
+    runs them."""
+    needs = capability(job)
+    if needs not in GPU_KINDS or Worker.objects.offering(needs):
+        return ""
+    return (
+        f"No connected replay worker offers {CAPABILITY_NEEDS[needs]}, so this program "
+        "cannot run here now."
     )
 
 
@@ -117,8 +145,10 @@ def _find_run(job: Job) -> Run | None:
     if in_flight := [run for run in unfinished if not processes.is_gone(run.worker)]:
         return in_flight[0]
     # Until the backend has said which adapter it runs on, any adapter's result stands
-    # in: every outcome names its own adapter.
-    environment_id = backend().environment_id(wait=False)
+    # in: every outcome names its own adapter. So does any GPU's, for a Triton or CUDA
+    # program: its outcome says which GPU it ran on, and when.
+    gpu = capability(job) in GPU_KINDS
+    environment_id = None if gpu else backend().environment_id(wait=False)
     cached = [
         run for run in recent if run.cacheable and environment_id in (None, "", run.environment_id)
     ]
@@ -140,6 +170,8 @@ def start_run(job: Job, fresh: bool = False, wanted_for: float | None = None) ->
     wanted_for: how long the caller waits for it (None: until it ends). A local queue
     drops a job that nobody waits for any more before it runs (LocalBackend.start).
     """
+    if capability(job) in GPU_KINDS:
+        return _start_gpu_run(job, fresh)
     try:
         environment_id = backend().environment_id(wait=True)
     except ReplayUnavailable:
@@ -171,6 +203,43 @@ def start_run(job: Job, fresh: bool = False, wanted_for: float | None = None) ->
     return run
 
 
+def _start_gpu_run(job: Job, fresh: bool) -> Run:
+    """A Triton or CUDA program's run: a stored one of any GPU (unless fresh), the one in
+    flight, or a new one queued for the workers that offer its kind (kernels.tasks)."""
+    if not fresh:
+        stored = Run.objects.filter(
+            source_sha256=job.source_sha256,
+            harness_digest=job.harness_digest,
+            state=Run.State.DONE,
+            cacheable=True,
+        )
+        if (newest := stored.order_by("-finished").first()) is not None:
+            return newest
+    if missing := missing_capability(job):
+        raise ReplayUnavailable(missing, retry_after=60)
+    run = _new_run(job, "", claimed=False)
+    if run is None:
+        joined = Run.objects.for_key(job.source_sha256, job.harness_digest, "")
+        joined = joined.exclude(state=Run.State.DONE).first()
+        if joined is not None:
+            return joined
+        return _start_gpu_run(job, fresh=False)
+    from kernels.tasks import run_gpu_replay
+
+    try:
+        run_gpu_replay.apply_async(
+            (run.pk, job.key(""), with_files(job).payload), queue=job.payload["kind"], retry=False
+        )
+    except Exception as error:  # kombu's errors, or a socket's
+        run.delete()
+        raise ReplayUnavailable(
+            "The GPU queue cannot be reached right now, so this program cannot run. "
+            "Results that were already stored still show.",
+            retry_after=30,
+        ) from error
+    return run
+
+
 def _shared_run(job: Job, environment_id: str, fresh: bool) -> Run | None:
     """The newest cached run (unless fresh), else the one in flight on this environment;
     the job's lost runs are finished on the way. One query reads them all: the job's
@@ -196,11 +265,11 @@ def _shared_run(job: Job, environment_id: str, fresh: bool) -> Run | None:
     return cached or in_flight
 
 
-def _new_run(job: Job, environment_id: str) -> Run | None:
+def _new_run(job: Job, environment_id: str, claimed: bool | None = None) -> Run | None:
     """A new unfinished run of the job; None when one is in flight already (at most one
     is, by the constraint run_one_in_flight_per_key)."""
     fields = {"state": Run.State.QUEUED}
-    if backend().claims_on_start:
+    if backend().claims_on_start if claimed is None else claimed:
         # This process runs it: the run is created taken, as claim() would leave it.
         fields = {
             "state": Run.State.RUNNING,
@@ -360,6 +429,9 @@ class Replay:
     problem: str = ""
     busy: str = ""
     retry_after: int | None = None
+    # No connected worker offers what the version needs (missing_capability): the run
+    # shown, if any, was stored earlier.
+    missing: str = ""
 
     @property
     def finished(self) -> bool:
@@ -432,6 +504,9 @@ def for_reader(
         if run is not None and run.state != Run.State.DONE:
             backend().want(run, unattended_seconds())  # the page polling it is still open
         return Replay(version, run)
+    if missing := missing_capability(job):
+        run = _find_run(job)
+        return Replay(version, run, problem="" if run else missing, missing=missing)
     run = None if fresh else _find_run(job)
     if run is None and (start or fresh):
         try:

@@ -1,16 +1,25 @@
-"""The replay job as a Celery task (REPLAY_BACKEND=celery)."""
+"""The replay jobs as Celery tasks (REPLAY_BACKEND=celery): WebGPU replays on the "replay"
+queue, Triton and CUDA programs on the queue of their kind (kernels.jobs.GPU_KINDS), and
+each worker's announcement of what it offers (kernels/workers.py)."""
 
 from __future__ import annotations
 
 import atexit
+import threading
+from typing import Any
 
 from celery import shared_task
+from celery.signals import worker_ready, worker_shutdown
 from django.conf import settings
+from django.db import close_old_connections
 
-from kernels import replay
+from kernels import replay, workers
+from kernels.engine.gpu_run import run_program
 from kernels.engine.pool import Pool
 
 _pool: Pool | None = None
+_stop = threading.Event()
+ANNOUNCE_EVERY = 60.0
 
 
 def worker_pool() -> Pool:
@@ -36,3 +45,43 @@ def run_replay(run_id: int, key: str, payload: dict) -> None:
     if not replay.claim(run_id, worker):
         return
     replay.finish(run_id, worker_pool().run(key, payload))
+
+
+@shared_task(
+    name="kernels.gpu_replay", acks_late=True, reject_on_worker_lost=True, ignore_result=True
+)
+def run_gpu_replay(run_id: int, key: str, payload: dict) -> None:
+    """A Triton or CUDA program, in the sandbox, on this worker's GPU. The sandbox is the
+    process boundary: a program that hangs or crashes its GPU context is killed with
+    everything it started, and the worker goes on."""
+    worker = replay.worker_name()
+    if not replay.claim(run_id, worker):
+        return
+    replay.finish(run_id, run_program({**payload, "gpu": workers.gpu_index()}))
+
+
+def _queues(sender: Any) -> list[str]:
+    try:
+        return list(sender.app.amqp.queues.consume_from)
+    except AttributeError:
+        return []
+
+
+@worker_ready.connect
+def announce_worker(sender: Any = None, **_: Any) -> None:
+    """Say what this worker offers, and keep saying it while it runs."""
+    name, queues, gpu = str(sender.hostname), _queues(sender), workers.gpu_name()
+    workers.announce(name, queues, gpu)
+
+    def renew() -> None:
+        while not _stop.wait(ANNOUNCE_EVERY):
+            close_old_connections()
+            workers.announce(name, queues, gpu)
+
+    threading.Thread(target=renew, name="kernelbin-announce", daemon=True).start()
+
+
+@worker_shutdown.connect
+def withdraw_worker(sender: Any = None, **_: Any) -> None:
+    _stop.set()
+    workers.withdraw(str(sender.hostname))

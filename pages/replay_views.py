@@ -143,6 +143,7 @@ def replay_page(request: HttpRequest, slug: str, number: int, key: str | None) -
         "digits": _digits_figure(version, shown.run) if outcome and outcome.get("report") else None,
         "problem": shown.problem,
         "busy": shown.busy,
+        "missing": shown.missing,
         "json_url": reverse("kernels:replay_json", args=[session.slug, turn.number]),
         "introduced_at": version.turn,
         "program": _program_context(version),

@@ -19,8 +19,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from sessions.importers.claude_code.scripts import Shader
+
+if TYPE_CHECKING:
+    from sessions.importers.claude_code.kernels import KernelHistory, NewState, NewVersion
 
 PYTHON_SUFFIXES = (".py",)
 CUDA_SUFFIXES = (".cu", ".cuh")
@@ -144,3 +148,47 @@ def read_gpu_program(path: str, content: str) -> GpuProgram:
     else:
         kind = "triton" if _TRITON_IMPORT.search(content) else ""
     return GpuProgram(tuple(triton + cuda), kind)
+
+
+def gpu_versions(
+    history: KernelHistory,
+    path: str,
+    content: str,
+    meta: dict[str, Any],
+    note: str,
+    state: NewState | None,
+) -> list[NewVersion]:
+    """The versions a new text of a Python or CUDA file makes of its Triton and CUDA
+    kernels (KernelHistory follows them as it follows a page's shaders). As for a page, a
+    change of the rest of the file alone (the launcher, the test, the benchmark) is a
+    version of its first kernel: the program runs differently."""
+    program = read_gpu_program(path, content)
+    names = history._lineage(path, program.kernels)
+    rest = content
+    for kernel in program.kernels:
+        rest = rest.replace(kernel.source.rstrip("\n"), "", 1)
+    rest_changed = history.file_hosts.get(path) != rest
+    history.file_hosts[path] = rest
+    versions = []
+    for number, (name, kernel) in enumerate(zip(names, program.kernels, strict=True)):
+        changed = history.kernels[name].source != kernel.source
+        if not changed and not (number == 0 and rest_changed):
+            continue
+        triton = kernel.container == "triton_jit"
+        kernel_meta = {
+            **meta,
+            "container": kernel.container,
+            "entry_point": kernel.entry,
+            "language": "triton" if triton else "cuda",
+        }
+        if state is not None and state.entry == history.project_path(path):
+            kernel_meta["program"] = True
+        marker = "@triton.jit" if triton else "__global__"
+        title = f"{history.title_for(path)} · {marker} {kernel.entry}"
+        version = history._record(
+            name, kernel.source, kernel_meta, title, note, not changed, host="", shader=kernel
+        )
+        if version:
+            versions.append(version)
+    history._modules_of(path, names, state)
+    return history._in_state(versions, state, path)

@@ -70,7 +70,11 @@ from django.utils.text import slugify
 # The engine's tokenizer: one linear pass, block comments nested as WGSL says.
 from kernels.engine.wgsl import entry_points
 from sessions.importers.claude_code.edits import apply_edits, edits_made
-from sessions.importers.claude_code.gpu_sources import GPU_SUFFIXES, read_gpu_program
+from sessions.importers.claude_code.gpu_sources import (
+    GPU_SUFFIXES,
+    gpu_versions,
+    read_gpu_program,
+)
 from sessions.importers.claude_code.scripts import (
     HTML_SUFFIXES,
     RUNNABLE_SUFFIXES,
@@ -329,7 +333,7 @@ class KernelHistory:
         state = self._project_changed(path, content)
         meta = {"file_path": path, **meta}
         if path.lower().endswith(GPU_SUFFIXES):
-            return self._gpu_file_changed(path, content, meta, note, state)
+            return gpu_versions(self, path, content, meta, note, state)
         if path.lower().endswith(WGSL_SUFFIXES):
             if relative := self.project_path(path):
                 meta["project_path"] = relative
@@ -367,43 +371,6 @@ class KernelHistory:
                 versions.append(version)
         if program.host and not program.shaders and host_changed:
             versions += self._fetched_shaders(program.host, meta, note)
-        self._modules_of(path, names, state)
-        return self._in_state(versions, state, path)
-
-    def _gpu_file_changed(
-        self, path: str, content: str, meta: dict[str, Any], note: str, state: NewState | None
-    ) -> list[NewVersion]:
-        """The versions of a Python or CUDA file's Triton and CUDA kernels. As for a page's
-        shaders, a change of the rest of the file alone (the launcher, the test, the
-        benchmark) is a version of its first kernel: it runs differently."""
-        program = read_gpu_program(path, content)
-        names = self._lineage(path, program.kernels)
-        rest = content
-        for kernel in program.kernels:
-            rest = rest.replace(kernel.source.rstrip("\n"), "", 1)
-        rest_changed = self.file_hosts.get(path) != rest
-        self.file_hosts[path] = rest
-        versions = []
-        for number, (name, kernel) in enumerate(zip(names, program.kernels, strict=True)):
-            changed = self.kernels[name].source != kernel.source
-            if not changed and not (number == 0 and rest_changed):
-                continue
-            triton = kernel.container == "triton_jit"
-            kernel_meta = {
-                **meta,
-                "container": kernel.container,
-                "entry_point": kernel.entry,
-                "language": "triton" if triton else "cuda",
-            }
-            if state is not None and state.entry == self.project_path(path):
-                kernel_meta["program"] = True
-            marker = "@triton.jit" if triton else "__global__"
-            title = f"{self.title_for(path)} · {marker} {kernel.entry}"
-            version = self._record(
-                name, kernel.source, kernel_meta, title, note, not changed, host="", shader=kernel
-            )
-            if version:
-                versions.append(version)
         self._modules_of(path, names, state)
         return self._in_state(versions, state, path)
 

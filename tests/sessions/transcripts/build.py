@@ -1093,10 +1093,26 @@ def triton_cuda() -> Transcript:
     return t
 
 
+SHOWCASE = HERE.parent.parent.parent / "fixtures" / "triton_cuda" / "session.jsonl"
+
+
 def main() -> None:
     for build in (matmul_review, softmax_js, matmul_html, triton_cuda):
         path = build().write()
         print(f"wrote {path.relative_to(HERE.parent.parent.parent)}")
+    # The second showcase (manage.py load_gpu_showcase) is this session under its title.
+    showcase = triton_cuda()
+    showcase.plain(
+        {
+            "type": "custom-title",
+            "customTitle": "Triton and CUDA with Claude",
+            "sessionId": showcase.session,
+        }
+    )
+    with SHOWCASE.open("w", encoding="utf-8") as handle:
+        for line in showcase.lines:
+            handle.write(json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n")
+    print(f"wrote {SHOWCASE.relative_to(HERE.parent.parent.parent)}")
 
 
 if __name__ == "__main__":
