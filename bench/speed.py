@@ -4,7 +4,10 @@ Prints the device's measured peaks; for the showcase's matmul and forward-pass v
 (and the naive matmul at 1024 x 1024 x 1024, big enough for a GPU to show its speed) each
 pass's GPU time, bytes, fraction of peak bandwidth and arithmetic, and the numpy reference's
 time as a speed-up; then a replay with timestamps against one on a device opened without
-them, interleaved in one run, as a ratio.
+them, interleaved in one run, as a ratio; and lesson 6's point measured: the showcase's
+MNIST forward pass as a host program chained on the GPU (mnist v2's program) against the
+same passes each read back to JavaScript and written into the next (programs/
+forward_readback.js), interleaved, as a ratio.
 
     python bench/speed.py [--runs 10]
 """
@@ -26,6 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from kernels.engine.device import open_device  # noqa: E402
+from kernels.engine.host.program import run_program_job  # noqa: E402
 from kernels.engine.peaks import measure_peaks  # noqa: E402
 from kernels.engine.run import execute  # noqa: E402
 from kernels.engine.speed import fractions  # noqa: E402
@@ -66,6 +70,41 @@ def big_matmul(size: int) -> tuple[dict[str, str], dict[str, Any]]:
     return sources, harness
 
 
+def forward_programs(device: Any, env: Any, runs: int) -> None:
+    """The forward pass chained on the GPU against read back after every kernel."""
+    mnist = KERNELS["mnist"]
+    chained = next(v for v in mnist["versions"] if v["number"] == 2)
+    programs = {
+        "chained": chained["host_program"],
+        "read back each step": (ROOT / "bench" / "programs" / "forward_readback.js").read_text(),
+    }
+    files = {file["name"]: file["data"] for file in SHOWCASE["files"]}
+    figures: dict[str, list[dict[str, Any]]] = {name: [] for name in programs}
+    for run in range(runs + 1):
+        for name, source in programs.items():
+            job = {"source": source, "files": files, "wgsl": {"mnist.wgsl": chained["source"]}}
+            outcome = run_program_job(device, env, job)
+            if run == 0:
+                console = [line["text"] for line in outcome["program"]["console"]]
+                print(f"{name}: {outcome['status']}, {len(outcome['passes'])} passes, {console}")
+            else:
+                figures[name].append({**outcome["speed"], "run_ms": outcome["timings"]["run_ms"]})
+    medians = {}
+    for name, samples in figures.items():
+        medians[name] = {
+            key: statistics.median(s[key] for s in samples)
+            for key in ("run_ms", "gpu_ms", "readback_ms", "upload_ms")
+        }
+        shown = ", ".join(f"{key} {value:.3f}" for key, value in medians[name].items())
+        print(f"forward pass {name}, median of {runs}: {shown}")
+    slow, fast = medians["read back each step"], medians["chained"]
+    print(
+        f"read back each step / chained: program {slow['run_ms'] / fast['run_ms']:.2f}x,"
+        f" GPU passes {slow['gpu_ms'] / fast['gpu_ms']:.2f}x,"
+        f" readbacks {slow['readback_ms'] / fast['readback_ms']:.2f}x"
+    )
+
+
 def show(label: str, outcome: Mapping[str, Any]) -> None:
     speed = outcome.get("speed") or {}
     reference = speed.get("reference") or {}
@@ -104,6 +143,8 @@ def main() -> None:
     sources, harness = big_matmul(args.size)
     execute(device, env, sources, harness, FIXTURES)
     show(f"matmul v4 at {args.size}^3", execute(device, env, sources, harness, FIXTURES))
+
+    forward_programs(device, env, args.runs)
 
     # What timing costs: the same replays on a device with and without timestamp queries,
     # interleaved so that both see the same machine.
