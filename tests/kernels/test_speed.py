@@ -165,3 +165,23 @@ def test_fractions_of_peak_from_injected_figures() -> None:
     assert fractions({"gpu_ms": None, "bytes": 10}, peaks) == {}
     assert fractions(record, None) == {}
     assert "arithmetic" not in fractions({"gpu_ms": 1.0, "bytes": 10}, peaks)
+
+
+def test_a_program_checked_against_a_reference_gets_the_references_time(gpu) -> None:
+    device, env = gpu
+    kernel, v = KERNELS["scale"], version("scale", 2)
+    job = {
+        "kind": "program",
+        "source": v["host_program"],
+        "files": {file["name"]: file["data"] for file in DATA["files"]},
+        "wgsl": {"kernel.wgsl": v["source"], "scale.wgsl": v["source"]},
+        "harness": harness_of(kernel, v),
+    }
+    outcome = run_program_job(device, env, job)
+
+    reference = outcome["speed"]["reference"]
+    assert reference["name"] == f"numpy {harness_of(kernel, v)['reference']['name']}"
+    assert reference["ms"] >= 0
+    assert reference["speedup"] == pytest.approx(
+        reference["ms"] / outcome["speed"]["gpu_ms"], rel=0.01
+    )

@@ -180,6 +180,17 @@ def _matching_dispatch(
     return None
 
 
+def reference_arguments(
+    harness: Harness, trace: Trace, written: dict[str, bytes]
+) -> list[np.ndarray]:
+    """The reference's arguments as the program wrote them (Unchecked where it did not)."""
+    reference = harness.reference
+    if reference is None:
+        raise Unchecked("the harness names no reference")
+    buffers = program_buffers(harness, trace)
+    return [_argument(harness, name, buffers, written) for name in reference.args]
+
+
 def _argument_key(
     harness: Harness, name: str, buffers: dict[str, str], written: dict[str, bytes]
 ) -> tuple[Any, ...]:

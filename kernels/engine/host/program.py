@@ -27,7 +27,13 @@ from kernels.engine.compare import compare_output, mark_unwritten, no_reference_
 from kernels.engine.device import Environment
 from kernels.engine.harness import Buffer, HarnessError, parse_harness
 from kernels.engine.host.capture import Captured, with_buffers
-from kernels.engine.host.check import Unchecked, new_check, program_report, reference_expected
+from kernels.engine.host.check import (
+    Unchecked,
+    new_check,
+    program_report,
+    reference_arguments,
+    reference_expected,
+)
 from kernels.engine.host.gpu import SENTINEL_WORD, HostError, Readback, Timeline
 from kernels.engine.host.js import Interrupted, OutOfMemory, Script, ScriptError
 from kernels.engine.host.trace import NP_VIEWS, Trace, new_trace
@@ -44,7 +50,7 @@ from kernels.engine.outcome import (
     new_outcome,
 )
 from kernels.engine.run_warnings import program_warnings
-from kernels.engine.speed import speed_report
+from kernels.engine.speed import reference_entry, speed_report, time_reference
 
 JS_HEAP_BYTES = 256 * MiB
 COMPARABLE = ("f32", "u32", "i32")
@@ -591,12 +597,19 @@ def _expectation(
                 made = program_report(harness, trace, result.written, result.readbacks, fixtures)
                 report.update(made or {})
                 try:
-                    return reference_expected(
+                    expected = reference_expected(
                         harness, trace, result.written, result.readbacks, memo
                     )
                 except Unchecked as e:
                     check["problem"] = str(e)
                     return None
+                speed, name = result.speed, check["name"]
+                if speed is not None and speed["gpu_ms"] is not None:
+                    # On the inputs the program wrote, beside its passes' time.
+                    args = reference_arguments(harness, trace, result.written)
+                    ms = time_reference(name, args, speed["repeats"])
+                    speed["reference"] = reference_entry(name, ms, speed["gpu_ms"])
+                return expected
 
             return check, by_reference, (harness.tolerance.atol, harness.tolerance.rtol)
     other = job.get("reference_program")
