@@ -288,7 +288,7 @@ class _Run:
         check = DeviceCheck(self.device, self.kept, harness)
         check.plan(inputs.key, expected, list(program.reads), self.device_check_from, self.memo)
         try:
-            replayed = self.replay(program, inputs, check=check, capture=self.capture)
+            replayed = self.replay(program, inputs, check=check, capture=self.capture, timed=True)
         finally:
             check.release()
         self.trace = replayed.trace
@@ -413,11 +413,13 @@ class _Run:
         sentinel: frozenset[str] = frozenset(),
         check: DeviceCheck | None = None,
         capture: bool = False,
+        timed: bool = False,
     ) -> Replayed:
         """Replay the program's calls on the executor. sentinel: the diagnostic run's
         buffers, which start with the never-written sentinel. check: the device check of
         large outputs, run after the passes; an output it passes is not read back.
-        capture: keep what each pass's writable buffers held after it."""
+        capture: keep what each pass's writable buffers held after it. timed: time its
+        passes (the run shown; not the diagnostic run or the store counts')."""
         wgpu = import_wgpu()
         files = {VERSION_WGSL: self.sources.get("self", "").encode()}
         files |= {f"{kernel}.wgsl": source.encode() for kernel, source in self.sources.items()}
@@ -436,6 +438,7 @@ class _Run:
             resident=resident,
             shadows=False,
             capture=capture,
+            timed=timed,
         )
         passed: dict[str, dict[str, Any]] = {}
         skipped: set[int] = set()
@@ -453,8 +456,7 @@ class _Run:
                     check.run({n: timeline.objects[program.buffers[n]] for n in check.names})
                     passed = check.passed()
                     skipped = {i for name in passed for i in program.reads[name]}
-            # The diagnostic run's times are not shown: it is not timed again.
-            repeats = timeline.time_passes(repeat=not sentinel)
+            repeats = timeline.time_passes(repeat=timed)
         except HostError as e:
             # The trace up to the call that failed shows where it went wrong.
             self.trace = timeline.trace

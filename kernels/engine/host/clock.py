@@ -33,11 +33,12 @@ class EncoderClock:
 
 class PassClock:
     """Timestamps of every pass of a run (times: pass index -> milliseconds, a sample a
-    run), for a device opened with timestamp-query; `available` is False otherwise."""
+    run), for a device opened with timestamp-query; `available` is False otherwise, and
+    for a run whose times are not shown (timed False)."""
 
-    def __init__(self, device: Any) -> None:
+    def __init__(self, device: Any, timed: bool = True) -> None:
         self.device = device
-        self.available = TIMESTAMPS in device.features
+        self.available = timed and TIMESTAMPS in device.features
         self.submitted: list[tuple[Any, list[int]]] = []
         self.times: dict[int, list[float]] = {}
 

@@ -146,7 +146,8 @@ class Timeline:
     -> key, for buffers the host fills whole and no pass writes; a kept one is not uploaded
     again. shadows: keep what the host wrote into each buffer (Timeline.written), which a
     program's reference is computed from. capture: keep what the buffers each pass binds
-    writable held after it (host/capture.py; read when the run ends, in release()).
+    writable held after it (host/capture.py; read when the run ends, in release()). timed:
+    time each pass on the device (host/clock.py) where it can; False for a run not shown.
     """
 
     def __init__(
@@ -163,6 +164,7 @@ class Timeline:
         resident: Mapping[int, tuple[Any, ...]] | None = None,
         shadows: bool = True,
         capture: bool = False,
+        timed: bool = True,
     ) -> None:
         self.lines = source.splitlines()
         # The worker's memo: a module or "auto" pipeline made before (the same program run
@@ -205,7 +207,7 @@ class Timeline:
         self.passes: list[PassRecord] = []  # every compute pass, uncapped up to MAX_PASSES
         self.group_bytes: dict[int, int] = {}  # bind group id -> the bytes of its bound ranges
         self.trace: Trace = traces.new_trace()
-        self.clock = PassClock(device)
+        self.clock = PassClock(device, timed)
         self.finished: dict[int, Encoder] = {}  # command buffer id -> the encoder it came from
         self.ran: list[Encoder] = []  # the encoders of the command buffers submitted, in order
         self.upload_ms = 0.0

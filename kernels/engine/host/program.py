@@ -132,14 +132,24 @@ def run_program(
     """
     started = time.perf_counter()
     deadline = time.monotonic() + 10.0 if deadline is None else deadline
-    timeline = Timeline(device, env, limits, files or {}, sentinel, source, memo, capture=capture)
+    # The diagnostic run's times are not shown: it is not timed.
+    timeline = Timeline(
+        device,
+        env,
+        limits,
+        files or {},
+        sentinel,
+        source,
+        memo,
+        capture=capture,
+        timed=not sentinel,
+    )
     script = Script(source, deadline, heap_bytes)
     result = ProgramResult(trace=timeline.trace)
     repeats = 1
     try:
         result.error = _drive(script, timeline)
-        if not sentinel:  # the diagnostic run's times are not shown
-            repeats = timeline.time_passes()
+        repeats = timeline.time_passes()
     finally:
         timeline.release()
     try:
