@@ -10,12 +10,18 @@ from django.conf import settings
 from django.http import QueryDict
 
 from kernels import replay
+from kernels.jobs import GPU_KINDS
 from kernels.models import Fork
 from sessions.markdown import render_code
 from sessions.programs import KernelVersion, text_diff
 
 # Fields a fork form may not send: a fork runs under the harness its version ran under.
 HARNESS_FIELDS = ("harness", "harness_override")
+
+
+def is_gpu_version(version: KernelVersion) -> bool:
+    """A version of a Triton or CUDA kernel (its language, as the importer found it)."""
+    return isinstance(version.meta, dict) and version.meta.get("language") in GPU_KINDS
 
 
 class ForkRefused(Exception):
@@ -44,6 +50,11 @@ def _check_size(what: str, text: str) -> None:
 def read_edit(version: KernelVersion, data: QueryDict) -> tuple[str, str]:
     """The kernel and host program a fork form sent for this version; ForkRefused if they
     cannot be run."""
+    if is_gpu_version(version):
+        raise ForkRefused(
+            "Edited copies of Triton and CUDA programs are not run here yet: only the "
+            "archived versions replay, on the GPU workers."
+        )
     if any(name in data for name in HARNESS_FIELDS):
         raise ForkRefused(
             "A fork runs under the harness its version ran under, so that its outcome "

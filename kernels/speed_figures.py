@@ -61,7 +61,9 @@ def speed_summary(outcome: Mapping[str, Any] | None) -> dict[str, Any] | None:
     reference = speed.get("reference") or {}
     against = ""
     if reference.get("speedup") and not emulated:
-        against = f"{times(reference['speedup'])} than {reference['name']} on this machine's CPU"
+        # A Triton or CUDA program's reference is PyTorch on the same GPU (gpu_run.speed).
+        where = reference.get("where") or "this machine's CPU"
+        against = f"{times(reference['speedup'])} than {reference['name']} on {where}"
     if total is None:
         headline = speed.get("problem") or "Not timed."
     elif emulated:
@@ -74,6 +76,7 @@ def speed_summary(outcome: Mapping[str, Any] | None) -> dict[str, Any] | None:
         "headline": headline,
         "emulated": emulated,
         "adapter": speed.get("adapter", ""),
+        "clock": speed.get("clock", ""),
         "repeats": speed.get("repeats", 1),
         "total": total,
         "upload": ms(speed.get("upload_ms") or 0.0),

@@ -12,6 +12,13 @@ from kernels.replay import Replay
 from kernels.speed_figures import speed_summary
 from pages.host_context import case_rows
 from sessions.markdown import render_source
+from sessions.programs import KernelVersion
+
+
+def source_language(version: KernelVersion) -> str:
+    """How a kernel's source is highlighted: WGSL, or Triton's Python, or CUDA C++."""
+    language = version.meta.get("language") if isinstance(version.meta, dict) else None
+    return {"triton": "python", "cuda": "cuda"}.get(str(language), "wgsl")
 
 
 def editor_marks(outcome: Outcome | None) -> dict[str, str]:
@@ -84,7 +91,9 @@ def outcome_context(shown: Replay | None) -> dict:
         "legend": any(figure.get("marks") for figure in figures),
         "warnings": shown_warnings(outcome) if outcome and version else [],
         "cases": case_rows(outcome),
-        "source_html": render_source(version.source, "wgsl", marked) if version else "",
+        "source_html": render_source(version.source, source_language(version), marked)
+        if version
+        else "",
         "marks": editor_marks(outcome),
         "speed": speed_summary(outcome),
     }

@@ -18,7 +18,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 
 from config.context_processors import site_origin
 from config.ratelimit import client_key, hit
-from kernels import jobs, pictures, replay
+from kernels import forks, jobs, pictures, replay
 from kernels.digits import EmptyDrawing, drawing_harness, preprocess
 from kernels.engine.host.check import harness_values
 from kernels.engine.outcome import Status, output_list, output_values
@@ -153,6 +153,7 @@ def replay_page(request: HttpRequest, slug: str, number: int, key: str | None) -
         # A version longer than a fork may be gets no editor (it would carry the whole
         # text into the page, only to be refused).
         "forkable": max(len(version.source), len(version.host_program)) <= settings.FORK_MAX_CHARS,
+        "gpu_version": forks.is_gpu_version(version),
         **_embedding_context(request, turn),
     }
     response, swaps = reader_pages.render_page(request, key, "kernels/replay.html", context)

@@ -82,7 +82,8 @@ class GpuJobTestCase(TestCase):
         masked = self.client.get(page_of(version_of("add_relu-add_relu_kernel", 2)))
         self.assertContains(masked, "found no out-of-bounds access")
         benchmarked = self.client.get(page_of(version_of("add_relu-add_relu_kernel", 3)))
-        self.assertContains(benchmarked, "<strong>1.65×</strong> faster")
+        self.assertContains(benchmarked, "1.4x faster than PyTorch on the same GPU")
+        self.assertContains(benchmarked, "with CUDA events")
         unguarded = self.client.get(page_of(version_of("matmul-matmul_naive", 1)))
         self.assertContains(unguarded, "Invalid __global__ read of size 4 bytes")
         self.assertContains(unguarded, "A check failed at matmul.py line 34")
@@ -91,6 +92,19 @@ class GpuJobTestCase(TestCase):
         # Recorded once: a second load stores nothing more.
         call_command("record_gpu_outcomes", stdout=out)
         self.assertIn("Stored 0 recorded GPU run(s).", out.getvalue())
+
+    def test_an_edited_copy_is_refused_and_not_offered(self) -> None:
+        version = version_of("add_relu-add_relu_kernel", 2)
+        page = self.client.get(page_of(version))
+        self.assertContains(page, "Edited copies of Triton and CUDA programs are not run here")
+        self.assertNotContains(page, "Run my version")
+        assert version.turn is not None
+        response = self.client.post(
+            f"/s/{version.kernel.session.slug}/turns/{version.turn.number}/fork/",
+            {"source": version.source.replace("0.0", "1.0")},
+        )
+        self.assertContains(response, "not run here yet", status_code=400)
+        self.assertEqual(Run.objects.count(), 0)
 
     def test_a_worker_that_offers_the_kind_gets_the_job_on_its_queue(self) -> None:
         with mock.patch("kernels.workers.shutil.which", return_value="/usr/bin/bwrap"):
