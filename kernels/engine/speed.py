@@ -31,7 +31,7 @@ def speed_report(
     if not env.timestamps:
         problem = f"{env.label} cannot time passes (it has no timestamp queries)."
     elif passes and total is None:
-        problem = "No pass was timed: the run stopped before its work was submitted."
+        problem = "No pass was timed: the run ended before its passes' times could be read."
     report: SpeedReport = {
         "clock": "timestamp-query" if env.timestamps else "none",
         "adapter": env.label,
