@@ -12,7 +12,7 @@ import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, overload
 
 from django.conf import settings
 from django.db import close_old_connections
@@ -39,6 +39,9 @@ class Backend(Protocol):
     files_on_disk: bool
 
     def start_workers(self) -> None: ...
+    @overload
+    def environment_id(self, wait: Literal[True]) -> str: ...
+    @overload
     def environment_id(self, wait: bool) -> str | None: ...
     def start(self, run: Run, job: Job, wanted_for: float | None) -> None: ...
     def want(self, run: Run, seconds: float) -> None: ...
@@ -90,6 +93,10 @@ class LocalBackend:
         background (kernels/engine/worker.py warm_up) while the server answers."""
         self.pool()
 
+    @overload
+    def environment_id(self, wait: Literal[True]) -> str: ...
+    @overload
+    def environment_id(self, wait: bool) -> str | None: ...
     def environment_id(self, wait: bool) -> str | None:
         """The id of the adapter our workers run on; without wait, None until one said."""
         if self._pool is None and not wait:
@@ -209,7 +216,7 @@ class CeleryBackend:
         try:
             with app.connection_for_write() as connection:
                 connection.ensure_connection(max_retries=1, timeout=2)
-            broker = {"ok": True}
+            broker: dict[str, Any] = {"ok": True}
         except Exception as error:
             broker = {"ok": False, "error": type(error).__name__}
         in_flight = Run.objects.exclude(state=Run.State.DONE).exclude(replay.lost())

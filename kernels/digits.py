@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -61,7 +62,7 @@ def preprocess(image: np.ndarray) -> np.ndarray:
     return _centre(digit).reshape(SIDE * SIDE).astype(np.float32)
 
 
-def drawing_harness(harness: Mapping, pixels: np.ndarray) -> dict:
+def drawing_harness(harness: Mapping[str, Any], pixels: np.ndarray) -> dict[str, Any]:
     """A classifier's harness aimed at one drawing instead of a batch of test digits.
 
     The input is the reference's first argument. It holds the drawing; every buffer that
@@ -157,9 +158,11 @@ def _resample_matrix(n_in: int, n_out: int) -> np.ndarray:
     if n_out <= n_in:
         lo, hi = out * scale, (out + 1.0) * scale
         overlap = np.minimum(src + 1.0, hi) - np.maximum(src, lo)
-        return np.clip(overlap, 0.0, None) / scale
+        weights: np.ndarray = np.clip(overlap, 0.0, None) / scale
+        return weights
     centre = np.clip((out + 0.5) * scale - 0.5, 0.0, n_in - 1.0)
-    return np.clip(1.0 - np.abs(centre - src), 0.0, None)
+    weights = np.clip(1.0 - np.abs(centre - src), 0.0, None)
+    return weights
 
 
 def _fit_box(crop: np.ndarray, box: int) -> np.ndarray:
@@ -168,7 +171,10 @@ def _fit_box(crop: np.ndarray, box: int) -> np.ndarray:
     longer = max(height, width)
     new_h = max(1, round(height * box / longer))
     new_w = max(1, round(width * box / longer))
-    return _resample_matrix(height, new_h) @ crop @ _resample_matrix(width, new_w).T
+    resampled: np.ndarray = (
+        _resample_matrix(height, new_h) @ crop @ _resample_matrix(width, new_w).T
+    )
+    return resampled
 
 
 def _centre(digit: np.ndarray) -> np.ndarray:

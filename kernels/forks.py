@@ -9,7 +9,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.http import QueryDict
 
-from kernels import replay
+from kernels import jobs, replay
 from kernels.jobs import GPU_KINDS
 from kernels.models import Fork
 from sessions.markdown import render_code
@@ -83,8 +83,8 @@ def start_fork(version: KernelVersion, source: str, host_program: str) -> Fork:
     ForkRefused when it cannot run now (the queue is full) or at all (a broken harness)."""
     draft = Fork(version=version, source=source, host_program=host_program)
     try:
-        job = replay.job_for(draft.as_version())
-    except replay.ReplayProblem as problem:
+        job = jobs.job_for(draft.as_version())
+    except jobs.ReplayProblem as problem:
         raise ForkRefused(str(problem), status=422) from None
     shown = replay.for_reader(draft.as_version(), start=True, job=job)
     if shown.busy:

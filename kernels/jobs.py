@@ -11,6 +11,7 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 
@@ -36,7 +37,7 @@ class ReplayProblem(Exception):
 class Job:
     source_sha256: str
     harness_digest: str
-    payload: dict
+    payload: dict[str, Any]
 
     def key(self, environment_id: str) -> str:
         return f"{self.source_sha256}:{self.harness_digest}:{environment_id}"
@@ -47,7 +48,7 @@ def sources_digest(sources: dict[str, str]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def parsed_harness(version: KernelVersion, spec: dict | None = None) -> Harness | None:
+def parsed_harness(version: KernelVersion, spec: dict[str, Any] | None = None) -> Harness | None:
     spec = version.harness if spec is None else spec
     if not spec:
         return None
@@ -66,7 +67,7 @@ def sources_for(version: KernelVersion, harness: Harness | None) -> dict[str, st
     for name in sorted(names):
         others = KernelVersion.objects.filter(kernel__session=version.kernel.session_id)
         others = others.filter(kernel__name=name).order_by("-number")
-        if version.turn_id is not None:
+        if version.turn is not None:
             earlier = others.filter(turn__number__lte=version.turn.number)
             others = earlier if earlier.exists() else others
         other = others.first()
@@ -77,7 +78,9 @@ def sources_for(version: KernelVersion, harness: Harness | None) -> dict[str, st
 
 
 def job_for(
-    version: KernelVersion, spec: dict | None = None, compare_with: KernelVersion | None = None
+    version: KernelVersion,
+    spec: dict[str, Any] | None = None,
+    compare_with: KernelVersion | None = None,
 ) -> Job:
     """The job replaying this version, under its own harness or the one given; its host
     program when it has one (compared with another version's, when one is given)."""
@@ -135,7 +138,7 @@ def wgsl_files(version: KernelVersion) -> dict[str, str]:
 
 
 def program_job(
-    version: KernelVersion, spec: dict, compare_with: KernelVersion | None = None
+    version: KernelVersion, spec: dict[str, Any], compare_with: KernelVersion | None = None
 ) -> Job:
     """The job running this version's host program (kernels.engine.host.program).
 
@@ -146,7 +149,7 @@ def program_job(
     files = program_files(version)
     content = {"self": version.source, "@host": version.host_program}
     content |= {f"@file:{name}": sha256 for name, sha256 in files.items()}
-    payload: dict = {
+    payload: dict[str, Any] = {
         "kind": "program",
         "source": version.host_program,
         "wgsl": wgsl_files(version),

@@ -6,6 +6,7 @@ import json
 from datetime import timedelta
 
 from django.conf import settings
+from django.contrib.auth.models import AnonymousUser, User
 from django.db import models
 from django.db.models import Q
 from django.urls import reverse
@@ -16,8 +17,8 @@ from sessions.models import Session
 from sessions.programs import KernelVersion, sha256_text
 
 
-class RunQuerySet(models.QuerySet):
-    def for_key(self, source_sha256: str, harness_digest: str, environment_id: str):
+class RunQuerySet(models.QuerySet["Run"]):
+    def for_key(self, source_sha256: str, harness_digest: str, environment_id: str) -> RunQuerySet:
         return self.filter(
             source_sha256=source_sha256,
             harness_digest=harness_digest,
@@ -32,7 +33,7 @@ class RunQuerySet(models.QuerySet):
         done = done.exclude(environment_id__startswith="cuda:")
         return done.order_by("-finished").values_list("environment_id", flat=True).first()
 
-    def cached(self, source_sha256: str, harness_digest: str, environment_id: str):
+    def cached(self, source_sha256: str, harness_digest: str, environment_id: str) -> RunQuerySet:
         """The finished runs that may stand in for a new one, newest first."""
         runs = self.for_key(source_sha256, harness_digest, environment_id)
         return runs.filter(state=Run.State.DONE, cacheable=True).order_by("-finished")
@@ -106,8 +107,8 @@ class Run(models.Model):
         return f"run {self.pk} {self.state} {self.status}"
 
 
-class ForkQuerySet(models.QuerySet):
-    def viewable_by(self, user) -> ForkQuerySet:
+class ForkQuerySet(models.QuerySet["Fork"]):
+    def viewable_by(self, user: User | AnonymousUser) -> ForkQuerySet:
         """A fork is as visible as its session: one made private hides its forks too."""
         return self.filter(version__kernel__session__in=Session.objects.viewable_by(user))
 

@@ -312,7 +312,10 @@ def png_data_uri(pixels: np.ndarray) -> str:
 
 
 def digit_grid(
-    images: np.ndarray, labels: Sequence[int], predictions: Sequence[int], shown: Sequence[int]
+    images: np.ndarray,
+    labels: Sequence[int] | np.ndarray,
+    predictions: Sequence[int],
+    shown: Sequence[int],
 ) -> SafeString:
     """The digits at the given indices with what the network said; mistakes in red."""
     per_row, size, caption = 10, 56, 18
@@ -410,7 +413,7 @@ def _status(output: dict[str, Any], classified: bool) -> dict[str, Any]:
     return {"title": title, "svg": status_map(output), "marks": True}
 
 
-def figures(outcome: Outcome) -> list[dict]:
+def figures(outcome: Outcome) -> list[dict[str, Any]]:
     """The pictures of an outcome, each {"title", "svg"}, {"title", "panels": [(label,
     svg)], "scales": [svg]} or, for a large output that is all right, {"title", "summary"}."""
     result = []
@@ -435,7 +438,7 @@ def figures(outcome: Outcome) -> list[dict]:
     return result
 
 
-def headline(outcome: Outcome) -> dict | None:
+def headline(outcome: Outcome) -> dict[str, Any] | None:
     """The one picture that says most about an outcome, for embeds: a classifier's
     confusion matrix, else the first output's picture."""
     shown = [figure for figure in figures(outcome) if not figure.get("summary")]

@@ -158,10 +158,10 @@ def _find_run(job: Job) -> Run | None:
             older = older.filter(environment_id=environment_id)
         cached = list(older.order_by("-finished")[:1])
     if cached:
-        return max(cached, key=lambda run: run.finished)
+        return max(cached, key=lambda run: run.finished or run.created)
     recently = timezone.now() - timedelta(seconds=settings.REPLAY_RETRY_AFTER)
     done = [run for run in recent if run.state == Run.State.DONE]
-    return next((run for run in done if run.finished >= recently), None)
+    return next((run for run in done if (run.finished or run.created) >= recently), None)
 
 
 def start_run(job: Job, fresh: bool = False, wanted_for: float | None = None) -> Run:
@@ -189,8 +189,8 @@ def start_run(job: Job, fresh: bool = False, wanted_for: float | None = None) ->
         run = _new_run(job, environment_id)
     if run is None:
         # Someone asked for the same run a moment ago: share it.
-        joined = Run.objects.for_key(job.source_sha256, job.harness_digest, environment_id)
-        joined = joined.exclude(state=Run.State.DONE).first()
+        same = Run.objects.for_key(job.source_sha256, job.harness_digest, environment_id)
+        joined = same.exclude(state=Run.State.DONE).first()
         if joined is not None:
             return joined
         return start_run(job, fresh=False, wanted_for=wanted_for)
@@ -258,7 +258,9 @@ def _shared_run(job: Job, environment_id: str, fresh: bool) -> Run | None:
     for run in runs:
         if run.state == Run.State.DONE:
             cached = run
-        elif run.timed_out or processes.is_gone(run.worker):
+        # timed_out is the annotation above; django-stubs types a RunQuerySet's rows as
+        # plain Runs.
+        elif run.timed_out or processes.is_gone(run.worker):  # type: ignore[attr-defined]
             finish(run.pk, failed_outcome("This replay was lost: the worker running it stopped."))
         elif run.environment_id == environment_id:
             in_flight = run
@@ -268,7 +270,7 @@ def _shared_run(job: Job, environment_id: str, fresh: bool) -> Run | None:
 def _new_run(job: Job, environment_id: str, claimed: bool | None = None) -> Run | None:
     """A new unfinished run of the job; None when one is in flight already (at most one
     is, by the constraint run_one_in_flight_per_key)."""
-    fields = {"state": Run.State.QUEUED}
+    fields: dict[str, Any] = {"state": Run.State.QUEUED}
     if backend().claims_on_start if claimed is None else claimed:
         # This process runs it: the run is created taken, as claim() would leave it.
         fields = {
@@ -434,20 +436,25 @@ class Replay:
     missing: str = ""
 
     @property
+    def finished_run(self) -> Run | None:
+        """The run once it has finished, without loading its outcome; None until then."""
+        return self.run if self.run is not None and self.run.state == Run.State.DONE else None
+
+    @property
     def finished(self) -> bool:
-        """Whether there is a finished run, without loading its outcome."""
-        return self.run is not None and self.run.state == Run.State.DONE
+        return self.finished_run is not None
 
     @property
     def outcome(self) -> Outcome | None:
         """The finished run's outcome; None until there is one."""
-        return self.run.outcome if self.finished else None  # type: ignore[union-attr]
+        run = self.finished_run
+        return run.outcome if run is not None else None
 
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, Any]:
         """What a turn records about its run."""
-        if outcome := self.outcome:
+        if (run := self.finished_run) is not None and (outcome := run.outcome):
             return {
-                "id": self.run.pk,
+                "id": run.pk,
                 "status": outcome.get("status"),
                 "message": outcome.get("message", "")[:300],
             }
@@ -519,7 +526,7 @@ def for_reader(
 
 def run_now(
     version: KernelVersion,
-    harness: dict | None = None,
+    harness: dict[str, Any] | None = None,
     fresh: bool = False,
     timeout: float | None = None,
     compare_with: KernelVersion | None = None,
@@ -546,7 +553,7 @@ def run_now(
     return Replay(version, run)
 
 
-def replay_health() -> dict:
+def replay_health() -> dict[str, Any]:
     try:
         return backend().health()
     except Exception as error:  # health must answer whatever is broken

@@ -37,8 +37,11 @@ def worker_pool() -> Pool:
     return _pool
 
 
-@shared_task(name="kernels.replay", acks_late=True, reject_on_worker_lost=True, ignore_result=True)
-def run_replay(run_id: int, key: str, payload: dict) -> None:
+# Celery ships no types: the task keeps the signature below.
+@shared_task(  # type: ignore[untyped-decorator]
+    name="kernels.replay", acks_late=True, reject_on_worker_lost=True, ignore_result=True
+)
+def run_replay(run_id: int, key: str, payload: dict[str, Any]) -> None:
     # acks_late + reject_on_worker_lost: if this process is killed mid-job the broker
     # hands the job to another worker, and claim() counts the attempt.
     worker = replay.worker_name()

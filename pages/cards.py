@@ -11,6 +11,7 @@ import functools
 import io
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from PIL import Image, ImageDraw, ImageFont
 
@@ -103,7 +104,7 @@ def _bands(rows: int, cols: int) -> tuple[int, float]:
     return best
 
 
-def _status_grid(draw: ImageDraw.ImageDraw, output: dict) -> int:
+def _status_grid(draw: ImageDraw.ImageDraw, output: dict[str, Any]) -> int:
     """Each cell or block by its state, blocks filled bottom up in proportion to their
     wrong, NaN and never-written values (the replay page's status map), in square cells
     centred in BOX; a wide map is folded into bands. Returns how many."""
@@ -146,7 +147,9 @@ def _status_grid(draw: ImageDraw.ImageDraw, output: dict) -> int:
     return bands
 
 
-def _bars(draw: ImageDraw.ImageDraw, got: list, expected: list | None) -> None:
+def _bars(
+    draw: ImageDraw.ImageDraw, got: list[float | None], expected: list[float | None] | None
+) -> None:
     left, top, right, bottom = BOX
     values = [v for v in got + (expected or []) if v is not None and math.isfinite(v)]
     scale = max((abs(v) for v in values), default=1.0) or 1.0
@@ -213,7 +216,7 @@ def version_card(
     label = status.replace("_", " ") if status else "not run yet"
     _pill(draw, MARGIN, 160, label, status)
     y = 240
-    message = (outcome or {}).get("message") or ""
+    message = (outcome.get("message") if outcome else None) or ""
     for line in _wrapped(draw, message, 28, BOX[0] - MARGIN - 30, 4):
         draw.text((MARGIN, y), line, font=_font(28), fill=TEXT)
         y += 38

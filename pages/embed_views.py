@@ -3,7 +3,8 @@ framed by any site like the session embeds (pages/embedding.py)."""
 
 from __future__ import annotations
 
-from csp.decorators import csp_replace
+from typing import Any
+
 from django.conf import settings
 from django.core.cache import cache
 from django.http import Http404, HttpRequest, HttpResponse
@@ -27,7 +28,7 @@ def _embed_error(request: HttpRequest, message: str, status: int) -> HttpRespons
 
 @require_GET
 @xframe_options_exempt
-@csp_replace(embedding.EMBED_CSP)
+@embedding.embed_policy
 def replay_embed(request: HttpRequest, slug: str, number: int) -> HttpResponse:
     try:
         session = get_embeddable_session(slug)
@@ -37,7 +38,7 @@ def replay_embed(request: HttpRequest, slug: str, number: int) -> HttpResponse:
             .exclude(kernel_version=None)
             .first()
         )
-        if turn is None:
+        if turn is None or turn.kernel_version is None:
             raise Http404
         theme = embedding.parse_theme(request.GET)
     except Http404:
@@ -48,7 +49,7 @@ def replay_embed(request: HttpRequest, slug: str, number: int) -> HttpResponse:
     # As on the replay page, a kernel nobody has run yet starts running now.
     shown = replay.for_reader(turn.kernel_version, start=True)
     origin = site_origin(request)
-    finished = shown.outcome is not None and shown.run.cacheable
+    finished = (run := shown.finished_run) is not None and run.cacheable
     key = session.cache_key("replay-embed", number, theme, origin, shown.run and shown.run.pk)
     if finished and (page := cache.get(key)) is not None:
         return HttpResponse(page)
@@ -59,7 +60,9 @@ def replay_embed(request: HttpRequest, slug: str, number: int) -> HttpResponse:
     return HttpResponse(page)
 
 
-def replay_embed_context(turn: Turn, theme: str, origin: str, shown: replay.Replay) -> dict:
+def replay_embed_context(
+    turn: Turn, theme: str, origin: str, shown: replay.Replay
+) -> dict[str, Any]:
     session = turn.session
     target = embedding.replay_target(turn, theme)
     link = f"{origin}{session.get_absolute_url()}"
@@ -67,7 +70,7 @@ def replay_embed_context(turn: Turn, theme: str, origin: str, shown: replay.Repl
         **outcome_context(shown),
         "session": session,
         "turn": turn,
-        "kernel": turn.kernel_version.kernel,
+        "kernel": shown.version.kernel,
         "theme": theme,
         "title": target.title,
         "problem": shown.problem,
@@ -90,6 +93,8 @@ def stored_embed_page(target: embedding.Target, origin: str) -> str | None:
             return None
         context = fork_embed_context(target.fork, target.theme, origin, shown)
         return render_to_string("embed/fork.html", context)
+    if target.turn is None or target.turn.kernel_version is None:
+        return None
     shown = replay.for_reader(target.turn.kernel_version)
     if not shown.finished:
         return None

@@ -10,12 +10,15 @@ its own URL, range and all, into that link.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, TypeVar
 from urllib.parse import urlencode, urljoin, urlsplit
 
+from csp.decorators import csp_replace
 from django.conf import settings
 from django.core.cache import cache
-from django.http import Http404, HttpRequest, QueryDict
+from django.http import Http404, HttpRequest, HttpResponseBase, QueryDict
 from django.template.loader import render_to_string
 from django.urls import Resolver404, resolve, reverse
 from django.utils.html import format_html
@@ -42,6 +45,16 @@ EMBED_CSP = {
     "script-src": [inline_hash(EMBED_SCRIPT)],
     "style-src": [inline_hash(*EMBED_STYLES)],
 }
+View = TypeVar("View", bound=Callable[..., HttpResponseBase])
+
+
+def embed_policy(view: View) -> View:
+    """The view's pages under EMBED_CSP."""
+    # django-csp types its decorators for views that take the request alone; these take
+    # their URL's arguments too, and the decorator passes them on.
+    return csp_replace(EMBED_CSP)(view)  # type: ignore[return-value]
+
+
 # Light unless asked: an embed sits in somebody else's page, most of them light, whatever
 # the reader's system prefers. "auto" follows the reader's system.
 THEMES = ("light", "dark", "auto")
@@ -106,10 +119,9 @@ class Target:
     @property
     def title(self) -> str:
         if self.fork is not None:
-            version = self.fork.version
-            return f"{version.kernel.name} v{version.number}, forked · {self.session.title}"
-        if self.turn is not None:
-            version = self.turn.kernel_version
+            forked = self.fork.version
+            return f"{forked.kernel.name} v{forked.number}, forked · {self.session.title}"
+        if self.turn is not None and (version := self.turn.kernel_version) is not None:
             return f"{version.kernel.name} v{version.number} replayed · {self.session.title}"
         if self.first == self.last:
             return f"{self.session.title} · turn {self.first}"
@@ -119,7 +131,7 @@ class Target:
         slug = self.session.slug
         if self.fork is not None:
             path = reverse("kernels:fork_embed", args=[self.fork.id])
-            params = {}
+            params: dict[str, str | int] = {}
         elif self.turn is not None:
             path = reverse("kernels:replay_embed", args=[slug, self.turn.number])
             params = {}
@@ -142,13 +154,13 @@ class Target:
         and the height kept like the page; a replay or fork whose run is not stored
         yet gets the first guess."""
         if self.fork is not None:
-            where: tuple = ("fork", self.fork.id)
+            where: tuple[str | int, ...] = ("fork", self.fork.id)
         elif self.turn is not None:
             where = ("replay", self.turn.number)
         else:
             where = (self.first, self.last)
         key = self.session.cache_key("embed-height", *where, width, origin)
-        height = cache.get(key)
+        height: int | None = cache.get(key)
         if height is None and (self.turn is not None or self.fork is not None):
             # The replay app draws these pages; it sits above this module.
             from pages.embed_views import stored_embed_page
@@ -176,10 +188,10 @@ def show_outcomes(turns: list[Turn]) -> bool:
     runs, complete = navigation.stored_runs(versions)
     pictured = set()
     for turn in turns:
-        turn.replayed = runs.get(turn.kernel_version_id)
-        if turn.replayed is not None and turn.kernel_version_id not in pictured:
+        turn.replayed = run = runs.get(turn.kernel_version_id) if turn.kernel_version_id else None
+        if run is not None and turn.kernel_version_id not in pictured:
             pictured.add(turn.kernel_version_id)
-            turn.picture = pictures.headline(turn.replayed.outcome)
+            turn.picture = pictures.headline(run.outcome)
     return complete
 
 
@@ -189,8 +201,8 @@ def render_embed(
     """The embed page of turns first..last, and whether every kernel in it has a stored
     run (else it is kept only briefly)."""
     target = range_target(session, first, last, theme)
-    turns = session.turns.shown().filter(number__gte=first, number__lte=last)
-    turns = list(turns.select_related("kernel_version__kernel__session", "kernel_version__turn"))
+    shown = session.turns.shown().filter(number__gte=first, number__lte=last)
+    turns = list(shown.select_related("kernel_version__kernel__session", "kernel_version__turn"))
     complete = show_outcomes(turns)
     link = f"{origin}{session.get_absolute_url()}"
     context = {
@@ -351,7 +363,7 @@ def target_of(url: str, request: HttpRequest) -> Target:
 
 def oembed_document(
     target: Target, origin: str, maxwidth: int | None, maxheight: int | None
-) -> dict:
+) -> dict[str, Any]:
     """oEmbed's "rich" answer. Its html is an iframe first (WordPress keeps only that,
     and resizes it by its own protocol), then our script, which fits the iframe to its
     content on sites that keep scripts (Ghost)."""

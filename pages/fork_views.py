@@ -3,10 +3,11 @@ and embed (kernels/forks.py does the work)."""
 
 from __future__ import annotations
 
-from csp.decorators import csp_replace
+from typing import Any
+
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.views.decorators.clickjacking import xframe_options_exempt
@@ -15,7 +16,7 @@ from django.views.decorators.http import require_GET, require_POST
 from config.context_processors import site_origin
 from config.ratelimit import client_key, hit
 from kernels import forks, replay
-from kernels.models import Fork
+from kernels.models import Fork, KernelVersion
 from pages import embedding, reader_pages
 from pages.host_context import host_context
 from pages.outcome_context import editor_marks, outcome_context
@@ -35,8 +36,7 @@ def _see_other(url: str) -> HttpResponse:
 @require_POST
 def fork(request: HttpRequest, slug: str, number: int) -> HttpResponse:
     """Run the reader's edit of the version this turn reviewed; 303 to the fork's page."""
-    turn = get_reviewed_turn(request, slug, number)
-    version = turn.kernel_version
+    turn, version = get_reviewed_turn(request, slug, number)
     try:
         source, host = forks.read_edit(version, request.POST)
         limit = settings.FORK_RUNS_PER_MINUTE
@@ -48,14 +48,15 @@ def fork(request: HttpRequest, slug: str, number: int) -> HttpResponse:
             )
         made = forks.start_fork(version, source, host)
     except forks.ForkRefused as refused:
-        return _refused(request, turn, refused)
+        return _refused(request, turn, version, refused)
     return _see_other(made.get_absolute_url())
 
 
-def _refused(request: HttpRequest, turn: Turn, refused: forks.ForkRefused) -> HttpResponse:
+def _refused(
+    request: HttpRequest, turn: Turn, version: KernelVersion, refused: forks.ForkRefused
+) -> HttpResponse:
     """Why the edit was not run, with the edit back in the editor (unless it was too long
     to hold: then the archived version's)."""
-    version = turn.kernel_version
     sent = {name: request.POST.get(name, "") for name in ("source", "host")}
     fits = all(len(text) <= settings.FORK_MAX_CHARS for text in sent.values())
     context = {
@@ -156,7 +157,7 @@ def fork_page(request: HttpRequest, fork_id: str, key: str | None) -> HttpRespon
 
 
 @require_GET
-def fork_json(request: HttpRequest, fork_id: str) -> JsonResponse:
+def fork_json(request: HttpRequest, fork_id: str) -> HttpResponse:
     """The fork's outcome in the shape of a turn's replay.json, and what it forks."""
     made = get_fork(request, fork_id)
     version = made.version
@@ -173,7 +174,7 @@ def fork_json(request: HttpRequest, fork_id: str) -> JsonResponse:
 
 @require_GET
 @xframe_options_exempt
-@csp_replace(embedding.EMBED_CSP)
+@embedding.embed_policy
 def fork_embed(request: HttpRequest, fork_id: str) -> HttpResponse:
     """The fork's outcome, framed by any site like the other embeds; never a private one."""
     try:
@@ -192,7 +193,7 @@ def fork_embed(request: HttpRequest, fork_id: str) -> HttpResponse:
     return render(request, "embed/fork.html", context)
 
 
-def fork_embed_context(made: Fork, theme: str, origin: str, shown: replay.Replay) -> dict:
+def fork_embed_context(made: Fork, theme: str, origin: str, shown: replay.Replay) -> dict[str, Any]:
     version = made.version
     session = version.kernel.session
     number = replay_turn_number(version)

@@ -1,7 +1,11 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django import forms
+from django.core.files.uploadedfile import UploadedFile
 from django.core.files.uploadhandler import SkipFile, TemporaryFileUploadHandler
+from django.http import HttpRequest
 
 from sessions.models import Session
 
@@ -15,7 +19,7 @@ class ProjectFilesField(forms.FileField):
 
     widget = MultipleFileInput
 
-    def clean(self, data, initial=None):
+    def clean(self, data: Any, initial: Any = None) -> list[UploadedFile]:
         single = super().clean
         if isinstance(data, list | tuple):
             return [single(item, initial) for item in data]
@@ -23,7 +27,9 @@ class ProjectFilesField(forms.FileField):
 
 
 class ProjectFilesForm(forms.Form):
-    files = ProjectFilesField(
+    # Django's form metaclass takes declared fields off the class, so form.files stays
+    # the request's files: the name clashes only for the type checker.
+    files = ProjectFilesField(  # type: ignore[assignment]
         required=False,
         help_text="The project's other files its programs fetch (weights, data): one zip "
         "or tar archive of the project's folder, or the files themselves.",
@@ -68,7 +74,7 @@ class CappedUploadHandler(TemporaryFileUploadHandler):
     """Streams an upload to a temporary file on disk, never into memory, and gives up
     on a file once it passes the limit (the rest of the request is read and dropped)."""
 
-    def __init__(self, request, limit: int) -> None:
+    def __init__(self, request: HttpRequest, limit: int) -> None:
         super().__init__(request)
         self.limit = limit
         self.received = 0

@@ -10,10 +10,11 @@ rounded down, a uniform too short) shows as plainly as one in a program.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernels import jobs, replay, trace_pictures
+from kernels import jobs, trace_pictures
 from kernels.engine.host.harness_program import harness_host
 from kernels.engine.host.trace import Trace, module_sources
 from kernels.engine.outcome import Outcome, Status, run_trace
@@ -35,7 +36,7 @@ class Host:
     case: str = ""  # the harness case whose inputs the trace shows
 
 
-def host_of(version: KernelVersion, outcome: dict | None = None) -> Host:
+def host_of(version: KernelVersion, outcome: Mapping[str, Any] | None = None) -> Host:
     """The version's host program and its run's trace, or its harness as host code (with
     the inputs of the case whose outputs the outcome shows, when it has cases)."""
     if version.host_program:
@@ -50,7 +51,7 @@ def host_of(version: KernelVersion, outcome: dict | None = None) -> Host:
         if harness is None:
             return Host()
         sources = jobs.sources_for(version, harness)
-    except replay.ReplayProblem:
+    except jobs.ReplayProblem:
         return Host()
     shown = shown_case(outcome)
     case = next((c for c in harness.cases if c.name == shown), None)
@@ -65,7 +66,7 @@ def host_of(version: KernelVersion, outcome: dict | None = None) -> Host:
     return Host(written.code, False, trace, modules, shown if case else "")
 
 
-def shown_case(outcome: dict | None) -> str:
+def shown_case(outcome: Mapping[str, Any] | None) -> str:
     """The name of the case whose outputs a run of several cases shows: its worst, the
     first of the worst (kernels/engine/run.py), or "" for a run without cases."""
     cases = (outcome or {}).get("cases") or []
@@ -75,7 +76,7 @@ def shown_case(outcome: dict | None) -> str:
     return str(max(known, key=lambda c: SEVERITY.index(Status(c["status"])))["name"])
 
 
-def case_rows(outcome: dict | None) -> list[dict[str, Any]]:
+def case_rows(outcome: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     """Each case of a run of several, with its verdict in words, the shown one marked."""
     shown = shown_case(outcome)
     return [
@@ -111,9 +112,10 @@ def host_context(
     # stay on the lines of the code shown, whose margin numbers the file's lines.
     lines = file_lines(version) if host.is_program else None
     outcome = in_file(outcome, lines)
-    program = (outcome or {}).get("program") or {}
+    read: Mapping[str, Any] = outcome or {}
+    program = read.get("program") or {}
     error = program.get("error") or None
-    counted = (outcome or {}).get("store_counts") or []
+    counted = read.get("store_counts") or []
     picture = _picture(host, version, run, error, counted)
     if picture is not None and not findings:
         picture = {**picture, "findings": []}
@@ -134,7 +136,7 @@ def host_context(
         "error": error,
     }
     # What readbacks are compared with means nothing to a run that read none back.
-    read_back = outcome is None or bool((host.trace or {}).get("readbacks"))
+    read_back = outcome is None or bool(host.trace and host.trace.get("readbacks"))
     if host.is_program and read_back:
         context["check"] = check_text(version, compare_with)
     return context
@@ -179,7 +181,7 @@ def check_text(version: KernelVersion, compare_with: KernelVersion | None = None
         )
     try:
         check = jobs.program_check(version, jobs.parsed_harness(version))
-    except replay.ReplayProblem:
+    except jobs.ReplayProblem:
         return ""
     if check.harness is not None and check.harness.reference is not None:
         return (

@@ -110,12 +110,13 @@ def stored_runs(versions: Iterable[KernelVersion]) -> tuple[dict[int, Run], bool
     """The finished run a reader would see now of each version (nothing is started),
     by version id; and whether every version that can be replayed has one (those do
     not change, so a page showing them can be kept)."""
-    runs, complete = {}, True
+    runs: dict[int, Run] = {}
+    complete = True
     for version in {version.pk: version for version in versions}.values():
         shown = replay.for_reader(version)
         # Badges need the run's status, not its outcome (a deferred field: not loaded).
-        if shown.finished:
-            runs[version.pk] = shown.run
+        if (run := shown.finished_run) is not None:
+            runs[version.pk] = run
         # A kernel that cannot be replayed shows no outcome, now or later; a run cut short
         # (a timeout) is run again when somebody asks.
         if not shown.problem and (version.pk not in runs or not runs[version.pk].cacheable):

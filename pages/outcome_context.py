@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from typing import Any
 
 from kernels import pictures
 from kernels.engine.outcome import Outcome, RunWarning, Status, WarningCode
@@ -24,19 +26,20 @@ def source_language(version: KernelVersion) -> str:
 def editor_marks(outcome: Outcome | None) -> dict[str, str]:
     """Where the code editors mark the run's error, as JSON for their data-marks: naga's
     error in the kernel ("source") and the host program's ("host"), at line and column."""
-    outcome = outcome or {}
-    marks: dict[str, list[dict]] = {"source": [], "host": []}
-    compile_error = outcome.get("compile") or {}
+    # Read key by key: outcomes stored by older runners lack some.
+    read: Mapping[str, Any] = outcome or {}
+    marks: dict[str, list[dict[str, Any]]] = {"source": [], "host": []}
+    compile_error = read.get("compile") or {}
     # An error in another kernel the harness runs is not in this version's source.
     if compile_error.get("line") and compile_error.get("kernel", "self") == "self":
         marks["source"].append(
             {
                 "line": compile_error["line"],
                 "column": compile_error.get("column") or 1,
-                "message": compile_error.get("message") or outcome.get("message", ""),
+                "message": compile_error.get("message") or read.get("message", ""),
             }
         )
-    program_error = (outcome.get("program") or {}).get("error") or {}
+    program_error = (read.get("program") or {}).get("error") or {}
     if program_error.get("line"):
         marks["host"].append(
             {"line": program_error["line"], "column": 1, "message": program_error["message"]}
@@ -68,7 +71,7 @@ def shown_warnings(outcome: Outcome) -> list[RunWarning]:
     return shown
 
 
-def outcome_context(shown: Replay | None) -> dict:
+def outcome_context(shown: Replay | None) -> dict[str, Any]:
     """The outcome of a replay with its pictures, and its version's source with the line
     of a compile error in it marked."""
     version = shown.version if shown else None
@@ -76,7 +79,7 @@ def outcome_context(shown: Replay | None) -> dict:
     # The words name the file's lines (kernels/program_lines.py); the editors hold the
     # program's code, so their marks stay on its lines (error["line"]).
     outcome = in_file(outcome, file_lines(version)) if version else outcome
-    compile_error = (outcome or {}).get("compile") or {}
+    compile_error: Mapping[str, Any] = (outcome.get("compile") if outcome else None) or {}
     # An error in another kernel the harness runs has its line in that kernel's source.
     in_this_source = compile_error.get("kernel", "self") == "self"
     marked = [compile_error["line"]] if in_this_source and compile_error.get("line") else []

@@ -3,13 +3,14 @@ from __future__ import annotations
 import json
 import math
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.models import AnonymousUser
 from django.core.cache import cache as page_cache
+from django.core.files.uploadedfile import UploadedFile
 from django.core.serializers.json import DjangoJSONEncoder
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -40,8 +41,9 @@ if TYPE_CHECKING:
     from typing_extensions import TypeIs
 
 
-def get_reviewed_turn(request: HttpRequest, slug: str, number: int) -> Turn:
-    """The turn, if this user may open its session and it reviewed a kernel; else 404."""
+def get_reviewed_turn(request: HttpRequest, slug: str, number: int) -> tuple[Turn, KernelVersion]:
+    """The turn and the version it reviewed, if this user may open its session and it
+    reviewed one; else 404."""
     # One query on the way to a replay: the session's visibility rides along as a filter.
     turn = (
         Turn.objects.select_related("kernel_version__kernel__session")
@@ -56,7 +58,7 @@ def get_reviewed_turn(request: HttpRequest, slug: str, number: int) -> Turn:
         raise Http404(
             f"Turn {number} did not submit or review a kernel, so there is nothing to replay."
         )
-    return turn
+    return turn, turn.kernel_version
 
 
 def replay_turn_number(version: KernelVersion | None) -> int | None:
@@ -64,12 +66,12 @@ def replay_turn_number(version: KernelVersion | None) -> int | None:
     if version is None:
         return None
     first = version.turns.order_by("number").values_list("number", flat=True).first()
-    if first is None and version.turn_id:
+    if first is None and version.turn is not None:
         first = version.turn.number
     return first
 
 
-def _version_link(version: KernelVersion | None) -> dict | None:
+def _version_link(version: KernelVersion | None) -> dict[str, Any] | None:
     number = replay_turn_number(version)
     if version is None or number is None:
         return None
@@ -77,7 +79,7 @@ def _version_link(version: KernelVersion | None) -> dict | None:
     return {"version": version, "url": url, "turn": number}
 
 
-def _run_payload(shown: replay.Replay, outcome: object = None) -> dict:
+def _run_payload(shown: replay.Replay, outcome: object = None) -> dict[str, Any]:
     """What replay.json returns, and what the page's script renders from (outcome: what
     stands in for a finished run's outcome, by default the outcome)."""
     version, run = shown.version, shown.run
@@ -105,8 +107,7 @@ def replay_page(request: HttpRequest, slug: str, number: int, key: str | None) -
     if kept is not None:
         return reader_pages.serve_page(request, kept)
     found = stamp(OPENABLE, slug) if key is not None else None
-    turn = get_reviewed_turn(request, slug, number)
-    version = turn.kernel_version
+    turn, version = get_reviewed_turn(request, slug, number)
     session = version.kernel.session
     fresh = request.method == "POST"
     if fresh:
@@ -140,7 +141,11 @@ def replay_page(request: HttpRequest, slug: str, number: int, key: str | None) -
         "previous": _version_link(previous),
         "next": _version_link(following),
         "change": change,
-        "digits": _digits_figure(version, shown.run) if outcome and outcome.get("report") else None,
+        "digits": (
+            _digits_figure(version, shown.run)
+            if shown.run and outcome and outcome.get("report")
+            else None
+        ),
         "problem": shown.problem,
         "busy": shown.busy,
         "missing": shown.missing,
@@ -149,7 +154,7 @@ def replay_page(request: HttpRequest, slug: str, number: int, key: str | None) -
         "program": _program_context(version),
         "intent": story.intent(version, outcome),
         "explained_at": story.explaining_turn(turn),
-        "share": _share(request, turn),
+        "share": _share(request, turn, version),
         # A version longer than a fork may be gets no editor (it would carry the whole
         # text into the page, only to be refused).
         "forkable": max(len(version.source), len(version.host_program)) <= settings.FORK_MAX_CHARS,
@@ -161,9 +166,9 @@ def replay_page(request: HttpRequest, slug: str, number: int, key: str | None) -
     return response
 
 
-def _share(request: HttpRequest, turn: Turn) -> dict:
+def _share(request: HttpRequest, turn: Turn, version: KernelVersion) -> dict[str, Any]:
     """What a shared link to a replay page shows: its URL, title and card."""
-    version, origin = turn.kernel_version, site_origin(request)
+    origin = site_origin(request)
     title = f"{version.kernel.name} v{version.number} replayed · {turn.session.title}"
     card = reverse("kernels:turn_card", args=[turn.session.slug, turn.number])
     description = f"Kernel {version.kernel.name} v{version.number}, replayed on the server."
@@ -175,7 +180,7 @@ def _share(request: HttpRequest, turn: Turn) -> dict:
     }
 
 
-def _program_context(version: KernelVersion) -> dict | None:
+def _program_context(version: KernelVersion) -> dict[str, Any] | None:
     """The program state the version was written in: its entry, its files, and its shader
     modules (this one marked), each linked to its kernel's timeline."""
     state = version.state
@@ -196,7 +201,7 @@ def _program_context(version: KernelVersion) -> dict | None:
     return {"state": state, "paths": paths, "modules": modules}
 
 
-def _embedding_context(request: HttpRequest, turn: Turn) -> dict:
+def _embedding_context(request: HttpRequest, turn: Turn) -> dict[str, Any]:
     """A replay page's discovery link and the code to embed it, where it may be embedded."""
     if not turn.session.is_embeddable:
         return {}
@@ -224,14 +229,12 @@ def replay_json(request: HttpRequest, slug: str, number: int) -> HttpResponse:
     0.6 ms for /healthz, in process)."""
     key = reader_pages.page_key(request, "replay.json", slug, number)
     if key is None:
-        turn = get_reviewed_turn(request, slug, number)
-        return replay_json_response(request, turn.kernel_version)
+        return replay_json_response(request, get_reviewed_turn(request, slug, number)[1])
     kept = reader_pages.stored(key, STORED_ANSWER, slug=slug)
     if kept is not None:
         return HttpResponse(kept["body"], content_type="application/json")
     found = stamp(OPENABLE, slug)
-    turn = get_reviewed_turn(request, slug, number)
-    shown = replay.for_reader(turn.kernel_version, start=True)
+    shown = replay.for_reader(get_reviewed_turn(request, slug, number)[1], start=True)
     response = _answer(shown, {})
     reader_pages.keep(key, found, shown, response.content)
     return response
@@ -250,7 +253,7 @@ STORED_ANSWER = Prepared(
 
 
 def replay_json_response(
-    request: HttpRequest, version: KernelVersion, extra: dict | None = None
+    request: HttpRequest, version: KernelVersion, extra: dict[str, Any] | None = None
 ) -> HttpResponse:
     """replay.json of a version, archived or a fork's (extra: what else the answer says)."""
     try:
@@ -271,7 +274,7 @@ def replay_json_response(
     return _answer(shown, extra or {}, wait)
 
 
-def _answer(shown: replay.Replay, extra: dict, wait: float = 0.0) -> HttpResponse:
+def _answer(shown: replay.Replay, extra: dict[str, Any], wait: float = 0.0) -> HttpResponse:
     """replay.json's answer about what a reader sees of a version (waiting up to wait
     seconds for its run to finish)."""
     if shown.problem:
@@ -288,10 +291,10 @@ def _answer(shown: replay.Replay, extra: dict, wait: float = 0.0) -> HttpRespons
     return HttpResponse(_run_json(shown, extra), content_type="application/json", status=status)
 
 
-def _run_json(shown: replay.Replay, extra: dict) -> str:
+def _run_json(shown: replay.Replay, extra: dict[str, Any]) -> str:
     """replay.json's body. A stored outcome goes in as the text stored: a cached run's
     outcome is neither parsed nor encoded again on the way out."""
-    text = replay.stored_outcome_text(shown.run)
+    text = replay.stored_outcome_text(shown.run) if shown.run else None
     lines = file_lines(shown.version)
     if lines is not None and shown.outcome is not None:
         # A program from a page: its error and console name the page's lines, as the
@@ -337,7 +340,7 @@ def timeline(request: HttpRequest, slug: str, name: str) -> HttpResponse:
     )
 
 
-def _digits_figure(version: KernelVersion, run: Run) -> dict | None:
+def _digits_figure(version: KernelVersion, run: Run) -> dict[str, Any] | None:
     """For a classifier over images: the first digits, then the ones it got wrong."""
     key = f"digits:{run.pk}"
     figure = page_cache.get(key)
@@ -347,10 +350,10 @@ def _digits_figure(version: KernelVersion, run: Run) -> dict | None:
     return figure or None
 
 
-def _digits(version: KernelVersion, predictions: list[int]) -> dict | None:
+def _digits(version: KernelVersion, predictions: list[int]) -> dict[str, Any] | None:
     try:
         harness = jobs.parsed_harness(version)
-    except replay.ReplayProblem:
+    except jobs.ReplayProblem:
         return None
     if harness is None or harness.reference is None or harness.report is None:
         return None
@@ -386,13 +389,13 @@ def _classifier() -> KernelVersion | None:
     return versions.select_related("kernel__session").order_by("-number").first()
 
 
-def _read_drawing(upload) -> np.ndarray:
+def _read_drawing(upload: UploadedFile | None) -> np.ndarray:
     """The uploaded image as an MNIST-style input, or a DigitsProblem saying what is wrong."""
     from PIL import Image, UnidentifiedImageError
 
     if upload is None:
         raise DigitsProblem("No drawing was sent: draw a digit, then press Classify.")
-    if upload.size > settings.DIGITS_MAX_BYTES:
+    if (upload.size or 0) > settings.DIGITS_MAX_BYTES:
         limit = settings.DIGITS_MAX_BYTES // 1024
         raise DigitsProblem(f"That image is larger than {limit:,} KB.", status=413)
     try:
@@ -421,24 +424,26 @@ def _read_drawing(upload) -> np.ndarray:
         raise DigitsProblem(str(error)) from None
 
 
-def _classify(version: KernelVersion, pixels: np.ndarray) -> dict:
+def _classify(version: KernelVersion, pixels: np.ndarray) -> dict[str, Any]:
     shown = replay.run_now(version, drawing_harness(version.harness, pixels))
     if shown.problem:
         raise DigitsProblem(shown.problem, status=500)
     if shown.busy:
         raise DigitsProblem(shown.busy, status=503)
     outcome = shown.outcome
+    if outcome is None:
+        raise DigitsProblem("The classifier did not finish; try again.", status=503)
     output = next((o for o in outcome.get("outputs", []) if o.get("got")), None)
-    if outcome["status"] not in (Status.PASSED, Status.MISMATCH) or output is None:
+    got = output_values(output, "got") if output is not None else None
+    if outcome["status"] not in (Status.PASSED, Status.MISMATCH) or output is None or got is None:
         raise DigitsProblem(f"The classifier could not run: {outcome['message']}", status=500)
-    got = output_values(output, "got")
     # A never-written or non-finite score counts as no chance (JSON has no NaN).
-    probs = np.nan_to_num(got.astype(np.float64).filled(0.0), nan=0.0, posinf=0.0, neginf=0.0)
+    probs = np.nan_to_num(got.filled(0).astype(np.float64), nan=0.0, posinf=0.0, neginf=0.0)
     return {
         "prediction": int(np.argmax(probs)),
         "probabilities": probs.ravel().tolist(),
         "bars": pictures.bars(
-            "probabilities", output_list(output, "expected"), output_list(output, "got")
+            "probabilities", output_list(output, "expected"), got.ravel().tolist()
         ),
         "matches_numpy": outcome["status"] == Status.PASSED,
         "environment": outcome["environment"].get("label", ""),
@@ -451,7 +456,7 @@ def _classify(version: KernelVersion, pixels: np.ndarray) -> dict:
 def digits(request: HttpRequest) -> HttpResponse:
     version = _classifier()
     wants_json = "application/json" in request.headers.get("Accept", "")
-    context = {"version": version, "max_kb": settings.DIGITS_MAX_BYTES // 1024}
+    context: dict[str, Any] = {"version": version, "max_kb": settings.DIGITS_MAX_BYTES // 1024}
     if version is None:
         context["problem"] = "The classifier's session is not loaded on this site."
         return render(request, "kernels/digits.html", context, status=503)

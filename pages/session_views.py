@@ -3,9 +3,9 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
+from typing import Any
 from urllib.parse import urlencode
 
-from csp.decorators import csp_replace
 from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
 from django.core.cache import cache
@@ -70,11 +70,11 @@ def index(request: HttpRequest) -> HttpResponse:
     )
 
 
-def _search_page(sessions: QuerySet[Session], query: str, number: str | None) -> Page:
-    """A page of search results, best first: each session with its matching turns."""
-    page = Paginator(search.ranked_session_ids(sessions, query), 20).get_page(number)
-    found = Session.objects.with_turn_count().prefetch_related("tags")
-    found = found.in_bulk(page.object_list)
+def _search_page(sessions: QuerySet[Session], query: str, number: str | None) -> Page[Any]:
+    """A page of search results, best first: each session with its matching turns (the
+    page of ranked ids, each id replaced by its SessionHit)."""
+    page: Page[Any] = Paginator(search.ranked_session_ids(sessions, query), 20).get_page(number)
+    found = Session.objects.with_turn_count().prefetch_related("tags").in_bulk(page.object_list)
     page.object_list = search.hits([found[pk] for pk in page.object_list], query)
     return page
 
@@ -92,7 +92,19 @@ def session_search(request: HttpRequest, slug: str) -> HttpResponse:
     return render(request, "sessions/search.html", context)
 
 
-def _page_number(paginator: Paginator, raw: str | None) -> int:
+class TurnPaginator(Paginator[Turn]):
+    """A session's main-line turns, a page at a time: a queryset, filtered further."""
+
+    object_list: QuerySet[Turn]
+
+    def page_of(self, number: int) -> QuerySet[Turn]:
+        """The turns of page `number` (validated), as Paginator.page slices them, as a
+        queryset (Page.object_list is one, but is not typed so)."""
+        bottom = (number - 1) * self.per_page
+        return self.object_list[bottom : bottom + self.per_page]
+
+
+def _page_number(paginator: Paginator[Turn], raw: str | None) -> int:
     """The page asked for; the first for nonsense, the last for past the end."""
     try:
         return paginator.validate_number(raw or 1)
@@ -102,7 +114,7 @@ def _page_number(paginator: Paginator, raw: str | None) -> int:
         return paginator.num_pages
 
 
-def _asked_page(request: HttpRequest, paginator: Paginator, session: Session) -> int:
+def _asked_page(request: HttpRequest, paginator: TurnPaginator, session: Session) -> int:
     """The page holding ?turn=N (a permalink, "go to turn N"), else ?page. A hidden turn
     keeps its number: its permalink opens the page where it would be; a sub-agent's turn,
     the page of the main-line turn it is folded under."""
@@ -138,7 +150,7 @@ def detail(request: HttpRequest, slug: str) -> HttpResponse:
     top = folding.main_line(turns)
     # Counted once, both: the page size needs the main line's before the paginator.
     count, total = folding.counts(turns)
-    paginator = Paginator(top, navigation.page_size(count, settings.TURNS_PER_PAGE))
+    paginator = TurnPaginator(top, navigation.page_size(count, settings.TURNS_PER_PAGE))
     paginator.count = count
     page_number = _asked_page(request, paginator, session)
     # The body depends only on the session, the view, the page and our origin, never on
@@ -183,7 +195,7 @@ def detail(request: HttpRequest, slug: str) -> HttpResponse:
 def _render_session_body(
     session: Session,
     turns: QuerySet[Turn],
-    paginator: Paginator,
+    paginator: TurnPaginator,
     page_number: int,
     origin: str,
     view: str,
@@ -191,7 +203,7 @@ def _render_session_body(
 ) -> tuple[str, bool]:
     """The session page's body, and whether every kernel on it has a stored run."""
     page = paginator.page(page_number)
-    heads = list(page.object_list.values_list("number", flat=True))
+    heads = list(paginator.page_of(page_number).values_list("number", flat=True))
     # The page: its main-line turns and the sub-agents' turns folded under them, up to
     # the next page's first turn.
     on_this_page = turns.filter(number__gte=heads[0]) if heads else turns.none()
@@ -209,7 +221,7 @@ def _render_session_body(
     sections = outline.sections
     opening = {section.number: section for section in sections}
     for turn in shown:
-        turn.replayed = runs.get(turn.kernel_version_id)
+        turn.replayed = runs.get(turn.kernel_version_id) if turn.kernel_version_id else None
         turn.section = opening.get(turn.number)
     link = session.get_absolute_url()
     on_page = {turn.number for turn in shown}
@@ -254,7 +266,7 @@ def _embed_error(request: HttpRequest, message: str, status: int = 400) -> HttpR
 
 @require_GET
 @xframe_options_exempt
-@csp_replace(embedding.EMBED_CSP)
+@embedding.embed_policy
 def embed(request: HttpRequest, slug: str) -> HttpResponse:
     found = stamp(EMBEDDABLE, slug)
     if found is None:
@@ -280,7 +292,7 @@ def embed(request: HttpRequest, slug: str) -> HttpResponse:
 
 def _positive_int(request: HttpRequest, name: str) -> int | None:
     value = request.GET.get(name)
-    if value in (None, ""):
+    if not value:
         return None
     if not re.fullmatch(r"\d{1,6}", value) or int(value) < 1:
         raise embedding.BadRange(f"{name} must be a positive whole number of pixels.")
@@ -316,7 +328,7 @@ def _cached_export(session: Session, kind: str, render: Callable[[], str]) -> st
     every change to the session moves (Session.touch), and the same for every reader
     allowed to read it."""
     key = session.cache_key("export", kind)
-    text = cache.get(key)
+    text: str | None = cache.get(key)
     if text is None:
         text = render()
         cache.set(key, text, timeout=settings.PAGE_CACHE_SECONDS)
@@ -393,7 +405,7 @@ def import_session(request: HttpRequest) -> HttpResponse:
 
 @csrf_protect
 def _import_form(request: HttpRequest, limit: int) -> HttpResponse:
-    context: dict = {"limit": limit}
+    context: dict[str, Any] = {"limit": limit}
     if request.method != "POST":
         context["form"] = ImportForm()
         return render(request, "sessions/import.html", context)
@@ -442,7 +454,7 @@ def session_files(request: HttpRequest, slug: str) -> HttpResponse:
 
 @csrf_protect
 def _files_form(request: HttpRequest, session: Session) -> HttpResponse:
-    context: dict = {"session": session, "form": ProjectFilesForm()}
+    context: dict[str, Any] = {"session": session, "form": ProjectFilesForm()}
     context["files"] = session.files.order_by("name").values_list("name", "size")
     if request.method != "POST":
         return render(request, "sessions/files.html", context)

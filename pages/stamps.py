@@ -23,7 +23,7 @@ class Prepared:
     """A query built by build(*markers) and compiled once, then run with values in place
     of the markers. Only for exact lookups, whose values reach the database as given."""
 
-    def __init__(self, build: Callable[..., QuerySet], names: Sequence[str]) -> None:
+    def __init__(self, build: Callable[..., QuerySet[Any, Any]], names: Sequence[str]) -> None:
         self.build = build
         self.markers = {f"\x00{name}\x00": name for name in names}
         self.compiled: tuple[str, tuple[Any, ...]] | None = None
@@ -40,7 +40,7 @@ class Prepared:
         return row
 
 
-def _stamped(sessions: QuerySet[Session]) -> Callable[[str], QuerySet]:
+def _stamped(sessions: QuerySet[Session]) -> Callable[[str], QuerySet[Session, tuple[Any, ...]]]:
     return lambda slug: sessions.filter(slug=slug).values_list("pk", "updated")
 
 

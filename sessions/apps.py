@@ -5,7 +5,7 @@ from django.db.models.signals import post_migrate
 SEARCH_MIGRATION = ("tutoring_sessions", "0002_search")
 
 
-def _restore_search(using: str, **kwargs) -> None:
+def _restore_search(using: str, **kwargs: object) -> None:
     # SQLite drops a table's triggers when a migration rebuilds that table (to add a
     # column with a default, say): put them back, so search never silently falls behind.
     from django.db import connections

@@ -12,13 +12,16 @@ from __future__ import annotations
 import hashlib
 import html
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import nh3
 from django.conf import settings
 from django.core.cache import cache
 from django.utils.safestring import SafeString, mark_safe
 from markdown_it import MarkdownIt
+from markdown_it.renderer import RendererHTML
+from markdown_it.token import Token
+from markdown_it.utils import EnvType, OptionsDict
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexer import Lexer, inherit
@@ -80,7 +83,7 @@ _cleaner = nh3.Cleaner(
 _formatter = HtmlFormatter(nowrap=True)
 
 
-class LinearWgslLexer(WgslLexer):
+class LinearWgslLexer(WgslLexer):  # type: ignore[misc]  # Pygments ships no types
     """Pygments' WGSL lexer, with a run of zeros read at once: its number rules read such a
     run one digit at a time, each time scanning the rest of it (32,000 zeros took 36 s)."""
 
@@ -135,11 +138,13 @@ def _numbered(body: str, start: int) -> str:
     )
 
 
-def _render_image_as_link(self, tokens, idx, options, env) -> str:
+def _render_image_as_link(
+    self: RendererHTML, tokens: Sequence[Token], idx: int, options: OptionsDict, env: EnvType
+) -> str:
     # Remote images would let any transcript make readers' browsers fetch a tracker.
     token = tokens[idx]
     alt = self.renderInlineAsText(token.children or [], options, env) or "image"
-    src = html.escape(token.attrGet("src") or "", quote=True)
+    src = html.escape(str(token.attrGet("src") or ""), quote=True)
     return f'<a href="{src}">image: {html.escape(alt)}</a>'
 
 
@@ -227,7 +232,8 @@ def _source_lines(code: str, lang: str) -> tuple[list[str], int]:
     limit = settings.SOURCE_PAGE_MAX_CHARS
     digest = hashlib.sha256(code.encode(errors="surrogatepass")).hexdigest()
     key = f"source-lines:{lang}:{limit}:{digest}"
-    if (kept := cache.get(key)) is not None:
+    kept: tuple[list[str], int] | None = cache.get(key)
+    if kept is not None:
         return kept
     total = code.count("\n") + (not code.endswith("\n"))
     shown = code if len(code) <= limit else code[: code.rfind("\n", 0, limit) + 1]

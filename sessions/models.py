@@ -212,9 +212,15 @@ class Turn(models.Model):
         help_text="Kept, with its number, but out of the reader's way: pages, embeds, the "
         "Markdown export and search leave it out.",
     )
-    # Not stored: the run a page shows on this turn's badge, set by the page that lists
-    # the turn (a replay's Run, which this archive layer does not know of).
-    replayed: object = None
+    # Not stored: what a page that lists the turn sets on it for its template. replayed:
+    # the run its badge shows (a replay's Run, which this archive layer does not know
+    # of), picture: that run's picture; section: the outline section the turn opens;
+    # folded: the sub-agent's turns it holds, agent_label: what they were.
+    replayed: object
+    picture: dict[str, Any] | None
+    section: object
+    folded: list[Turn]
+    agent_label: str
 
     objects = TurnQuerySet.as_manager()
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from html import escape
+from typing import Any
 from urllib.parse import urlencode
 
 from django.db import connection
@@ -193,7 +194,7 @@ def parse(query: str) -> Query:
 # The engines ------------------------------------------------------------------------------
 
 
-def _ids_sql(sessions: QuerySet[Session]) -> tuple[str, tuple]:
+def _ids_sql(sessions: QuerySet[Session]) -> tuple[str, tuple[Any, ...]]:
     return sessions.order_by().values("pk").query.sql_with_params()
 
 
@@ -282,7 +283,8 @@ class SQLiteSearch:
         sql = f"WITH {','.join(ctes)} {' UNION ALL '.join(selects)}"
         with connection.cursor() as cursor:
             cursor.execute(sql, values)
-            return cursor.fetchall()
+            rows: list[tuple[int, int, int, float]] = cursor.fetchall()
+            return rows
 
     @staticmethod
     def turns(
@@ -310,7 +312,8 @@ class SQLiteSearch:
         match = " OR ".join(query.wanted)
         with connection.cursor() as cursor:
             cursor.execute(sql, [match, *session_ids, START, STOP, match, limit])
-            return cursor.fetchall()
+            rows: list[tuple[int, int, str, int, str]] = cursor.fetchall()
+            return rows
 
     @staticmethod
     def titles(session_ids: list[int], query: Query) -> dict[int, str]:
@@ -394,7 +397,8 @@ class PostgreSQLSearch:
         """  # noqa: S608
         with connection.cursor() as cursor:
             cursor.execute(sql, [terms, *params, *params])
-            return cursor.fetchall()
+            rows: list[tuple[int, int, int, float]] = cursor.fetchall()
+            return rows
 
     @classmethod
     def turns(
@@ -431,7 +435,8 @@ class PostgreSQLSearch:
         match = " or ".join(query.wanted)
         with connection.cursor() as cursor:
             cursor.execute(sql, [match, ANGLES, cls.HEADLINE, ANGLES, *session_ids, limit])
-            return cursor.fetchall()
+            rows: list[tuple[int, int, str, int, str]] = cursor.fetchall()
+            return rows
 
     @staticmethod
     def titles(session_ids: list[int], query: Query) -> dict[int, str]:
@@ -449,7 +454,10 @@ class PostgreSQLSearch:
             return dict(cursor.fetchall())
 
 
-ENGINES = {"sqlite": SQLiteSearch, "postgresql": PostgreSQLSearch}
+ENGINES: dict[str, type[SQLiteSearch] | type[PostgreSQLSearch]] = {
+    "sqlite": SQLiteSearch,
+    "postgresql": PostgreSQLSearch,
+}
 
 
 def _engine(db: BaseDatabaseWrapper = connection) -> type[SQLiteSearch] | type[PostgreSQLSearch]:
@@ -502,8 +510,8 @@ def ranked_session_ids(sessions: QuerySet[Session], query: str) -> list[int]:
             if all(i in words for i in alternative)
         ]
         if keys:
-            in_title, score = max(keys)
-            ranked.append((-in_title, -score, sid))
+            title_words, score = max(keys)
+            ranked.append((-title_words, -score, sid))
     ranked.sort()
     return [sid for *_, sid in ranked[:MAX_SESSIONS]]
 

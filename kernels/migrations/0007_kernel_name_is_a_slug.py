@@ -1,6 +1,8 @@
 import re
 
+from django.apps.registry import Apps
 from django.db import migrations, models
+from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 from django.utils.text import slugify
 
 NAME = re.compile(r"[-a-zA-Z0-9_]+\Z")
@@ -17,7 +19,7 @@ def usable_name(name: str, taken: set[str]) -> str:
     return candidate
 
 
-def rename_unusable(apps, schema_editor) -> None:
+def rename_unusable(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> None:
     """Names written before the constraint (an empty one from an import, one with spaces
     from the admin) broke their session's pages: give them usable ones first."""
     Kernel = apps.get_model("kernels", "Kernel")

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ def describe(outcome: Outcome) -> str:
     if report := outcome.get("report"):
         lines.append(f"  accuracy {report['accuracy']:.2%} on {report['count']} samples")
     environment = outcome.get("environment") or {}
-    timings = outcome.get("timings") or {}
+    timings: Mapping[str, object] = outcome.get("timings") or {}
     if environment.get("label"):
         spent = [
             f"{label} {timings[key]:.1f} ms"
@@ -126,7 +127,7 @@ class Command(BaseCommand):
         parser.add_argument("--fresh", action="store_true", help="ignore a cached run")
         parser.add_argument("--json", action="store_true", help="print the outcome as JSON")
 
-    def handle(self, *args, **options) -> None:
+    def handle(self, *args: Any, **options: Any) -> None:
         if options["session"] and options["turn"]:
             outcome = self._stored(options["session"], options["turn"], options["fresh"])
         elif options["source"]:
@@ -138,7 +139,7 @@ class Command(BaseCommand):
         else:
             self.stdout.write(describe(outcome))
 
-    def _files(self, paths: list[Path], harness: Path | None) -> dict:
+    def _files(self, paths: list[Path], harness: Path | None) -> Outcome:
         try:
             sources = _sources(paths)
             spec = json.loads(harness.read_text()) if harness else None
@@ -155,7 +156,7 @@ class Command(BaseCommand):
         ) as pool:
             return pool.run(f"cli:{paths[0]}", job)
 
-    def _stored(self, slug: str, number: int, fresh: bool) -> dict:
+    def _stored(self, slug: str, number: int, fresh: bool) -> Outcome:
         session = Session.objects.filter(slug=slug).first()
         if session is None:
             raise CommandError(f"No session '{slug}'.")

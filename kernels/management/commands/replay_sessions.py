@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
@@ -20,7 +22,7 @@ class Command(BaseCommand):
         parser.add_argument("slugs", nargs="*", help="session slugs (default: every public one)")
         parser.add_argument("--fresh", action="store_true", help="run again what is stored")
 
-    def handle(self, *args, **options) -> None:
+    def handle(self, *args: Any, **options: Any) -> None:
         sessions = Session.objects.filter(visibility=Session.Visibility.PUBLIC)
         if slugs := options["slugs"]:
             sessions = Session.objects.filter(slug__in=slugs)

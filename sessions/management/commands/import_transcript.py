@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
@@ -39,7 +40,17 @@ class Command(BaseCommand):
             "(redaction is on by default).",
         )
 
-    def handle(self, *args, path: Path, title, slug, visibility, redact, files, **options) -> None:
+    def handle(
+        self,
+        *args: Any,
+        path: Path,
+        title: str | None,
+        slug: str | None,
+        visibility: str | None,
+        redact: bool,
+        files: Path | None,
+        **options: Any,
+    ) -> None:
         try:
             found = None
             if files is not None:
@@ -48,10 +59,10 @@ class Command(BaseCommand):
                 else:
                     with files.open("rb") as archive:
                         found = read_archive(archive, files.name)
-            options = ImportOptions(
+            chosen = ImportOptions(
                 title=title, slug=slug, visibility=visibility, redact=redact, files=found
             )
-            report = import_path(path, options=options)
+            report = import_path(path, options=chosen)
         except OSError as error:
             raise CommandError(f"Cannot read {path}: {error.strerror}") from None
         except ImportProblem as problem:

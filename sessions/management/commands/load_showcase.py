@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
@@ -11,7 +13,7 @@ from sessions.models import Session
 class Command(BaseCommand):
     help = "Load (or refresh) the showcase sessions shipped in fixtures/showcase/."
 
-    def handle(self, *args, **options) -> None:
+    def handle(self, *args: Any, **options: Any) -> None:
         paths = sorted((settings.FIXTURES_DIR / "showcase").glob("*.json"))
         if not paths:
             raise CommandError("No showcase files in fixtures/showcase/.")

@@ -1,7 +1,7 @@
 """Server time of session pages and embeds, each against the same bytes served as a
 static file by the same gunicorn worker in the same run.
 
-    .venv/bin/python bench/pages.py [--requests 300]
+    .venv/bin/python bench/session_pages.py [--requests 300]
 
 Sessions of 10, 100 and 1,000 turns are generated into a scratch database. A session
 page shows TURNS_PER_PAGE turns (100); the 1,000-turn session is also measured on its
@@ -83,7 +83,7 @@ def main() -> None:
         # First pass, on a fresh server: each page rendered from the database (the cache
         # is empty), and its bytes kept to be served again as a static file.
         first = {}
-        with gunicorn("bench.pages_wsgi:application", env) as base:
+        with gunicorn("bench.session_pages_wsgi:application", env) as base:
             for index, (_, path) in enumerate(targets):
                 started = time.perf_counter()
                 body = urllib.request.urlopen(base + path).read()  # noqa: S310 (our own server)
@@ -94,7 +94,7 @@ def main() -> None:
             f"{'what':28} {'bytes':>9} {'1st ms':>7} {'page ms':>8} {'p95':>6} "
             f"{'static ms':>9} {'p95':>6} {'ratio':>6}"
         )
-        with gunicorn("bench.pages_wsgi:application", env) as base:
+        with gunicorn("bench.session_pages_wsgi:application", env) as base:
             for index, (label, path) in enumerate(targets):
                 page, size = timed_gets(base, path, args.requests)
                 baseline, _ = timed_gets(base, f"/bench-static/{index}.html", args.requests)

@@ -1,4 +1,4 @@
-"""The app as gunicorn serves it, plus a static folder: bench/pages.py's baseline."""
+"""The app as gunicorn serves it, plus a static folder: bench/session_pages.py's baseline."""
 
 import os
 
