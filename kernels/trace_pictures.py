@@ -76,7 +76,9 @@ def host_picture(
     }
 
 
-def program_picture(outcome: Mapping[str, Any], own_source: str | None = None) -> dict | None:
+def program_picture(
+    outcome: Mapping[str, Any], own_source: str | None = None
+) -> dict[str, Any] | None:
     """The picture of what a run's host program did, from its outcome alone, as JSON can
     hold it (non-finite numbers as the strings JavaScript prints), to store with the run.
     None when the outcome has no trace, or when a module of it lacks its WGSL (a trace
@@ -87,13 +89,15 @@ def program_picture(outcome: Mapping[str, Any], own_source: str | None = None) -
     if not trace:
         return None
     sources = traces.module_sources(trace)
-    lacking = {m["name"]: own_source for m in trace.get("modules", []) if m["name"] not in sources}
+    lacking = [m["name"] for m in trace.get("modules", []) if m["name"] not in sources]
     if lacking and own_source is None:
         return None
+    own = {name: own_source for name in lacking} if own_source is not None else {}
     picture = host_picture(
-        trace, lacking | sources, program.get("error"), outcome.get("store_counts") or []
+        trace, own | sources, program.get("error"), outcome.get("store_counts") or []
     )
-    return _json_safe(picture)
+    safe: dict[str, Any] = _json_safe(picture)
+    return safe
 
 
 def _json_safe(value: Any) -> Any:

@@ -152,7 +152,8 @@ def fork_page(request: HttpRequest, fork_id: str, key: str | None) -> HttpRespon
         },
     }
     response, swaps = reader_pages.render_page(request, key, "kernels/fork.html", context)
-    reader_pages.keep(key, found and stamp_of(found), shown, response.content, **swaps)
+    stamped = stamp_of(found) if found else None
+    reader_pages.keep(key, stamped, shown, response.content, **swaps)
     return response
 
 

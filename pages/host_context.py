@@ -10,11 +10,11 @@ rounded down, a uniform too short) shows as plainly as one in a program.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernels import jobs, trace_pictures
+from kernels import jobs, replay, trace_pictures
 from kernels.engine.host.harness_program import harness_host
 from kernels.engine.host.trace import Trace, module_sources
 from kernels.engine.outcome import Outcome, Status, run_trace
@@ -143,7 +143,11 @@ def host_context(
 
 
 def _picture(
-    host: Host, version: KernelVersion, run: Run | None, error: dict | None, counted: list
+    host: Host,
+    version: KernelVersion,
+    run: Run | None,
+    error: Mapping[str, Any] | None,
+    counted: Sequence[Mapping[str, Any]],
 ) -> dict[str, Any] | None:
     """What the trace draws: as stored with its run, or drawn now for a run not finished."""
     if not host.trace:

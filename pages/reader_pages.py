@@ -20,6 +20,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from functools import wraps
+from typing import Any
 
 from django.conf import settings
 from django.core.cache import cache
@@ -83,11 +84,11 @@ def page_key(request: HttpRequest, *parts: object) -> str | None:
     return ":".join(str(part) for part in ("reader", *parts, site_origin(request), environment))
 
 
-def stored(key: str | None, check: Prepared, **values: str) -> dict | None:
+def stored(key: str | None, check: Prepared, **values: str) -> dict[str, Any] | None:
     """What was kept under key, if it still holds: check, given values and the job's
     digests (sources, harness), finds the session's id, its `updated` and the job's
     newest run where a reader who is not signed in may see them."""
-    kept = cache.get(key) if key is not None else None
+    kept: dict[str, Any] | None = cache.get(key) if key is not None else None
     if kept is None:
         return None
     sources, harness = kept["job"]
@@ -119,7 +120,7 @@ def keep(
 
 
 def render_page(
-    request: HttpRequest, key: str | None, template: str, context: dict
+    request: HttpRequest, key: str | None, template: str, context: dict[str, Any]
 ) -> tuple[HttpResponse, dict[str, str]]:
     """The page, and the reader's own strings in it (for keep) when it may be kept."""
     if key is None:
@@ -130,7 +131,7 @@ def render_page(
     return response, {"token": token, "nonce": str(request.csp_nonce)}  # type: ignore[attr-defined]
 
 
-def serve_page(request: HttpRequest, kept: dict) -> HttpResponse:
+def serve_page(request: HttpRequest, kept: dict[str, Any]) -> HttpResponse:
     """A kept page with this reader's CSRF token and stylesheet nonce in it (each also
     set in its cookie and header, as a page rendered for them would)."""
     body: bytes = kept["body"]

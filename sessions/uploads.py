@@ -27,7 +27,7 @@ from django.utils import timezone
 from config import processes
 from sessions.importers.files import import_file
 from sessions.importers.options import ImportOptions
-from sessions.importers.project_files import add_files, read_uploads
+from sessions.importers.project_files import ProjectFiles, add_files, read_uploads
 from sessions.importers.specs import ImportProblem
 from sessions.models import Session, Upload
 
@@ -54,9 +54,9 @@ def queue(
     if main is not None:
         _spool(main, folder / "main")
         options = {**options, "name": main.name, "size": main.size}
-    for index, upload in enumerate(files):
-        _spool(upload, folder / f"file-{index}")
-    listed = [[upload.name, upload.size] for upload in files]
+    for index, file in enumerate(files):
+        _spool(file, folder / f"file-{index}")
+    listed = [[file.name, file.size] for file in files]
     upload = Upload.objects.create(
         kind=kind,
         owner=owner,
@@ -113,7 +113,9 @@ def run(upload_id: uuid.UUID) -> None:
     Upload.objects.filter(pk=upload_id).update(**values, finished=timezone.now())
 
 
-def _project_files(upload: Upload, folder: Path, opened: ExitStack):
+def _project_files(
+    upload: Upload, folder: Path, opened: ExitStack[bool | None]
+) -> ProjectFiles | None:
     listed = [
         (name, opened.enter_context((folder / f"file-{index}").open("rb")), size)
         for index, (name, size) in enumerate(upload.options["files"])
