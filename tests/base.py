@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 from django.contrib.auth.models import User
 from django.test import Client, TestCase
 from django.utils import timezone
 
-from kernels import replay
+from kernels import jobs
+from kernels.engine.outcome import Outcome
 from kernels.models import Run
 from sessions.models import Session, Turn
 from sessions.programs import Kernel, KernelVersion
@@ -21,7 +24,7 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>) {
 }
 """
 
-ADD_HARNESS = {
+ADD_HARNESS: dict[str, Any] = {
     "entry_point": "main",
     "buffers": {
         "a": {
@@ -86,7 +89,7 @@ class BaseTestCase(TestCase):
 
 def store_run(version: KernelVersion, status: str, message: str = "", **outcome) -> Run:
     """A finished run of this version, as the replay service would have stored it."""
-    job = replay.job_for(version)
+    job = jobs.job_for(version)
     outcome = {
         "status": status,
         "message": message or f"It ended in {status}.",
@@ -109,3 +112,9 @@ def store_run(version: KernelVersion, status: str, message: str = "", **outcome)
         started=now,
         finished=now,
     )
+
+
+def stored_outcome(fields: dict[str, Any]) -> Outcome:
+    """An outcome as the database may hold it: only the keys a test gives (runs stored by
+    older runners lack some), which the type of a fresh outcome does not allow."""
+    return cast(Outcome, fields)

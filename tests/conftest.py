@@ -22,6 +22,7 @@ def fresh_replay_backend():
     """A replay backend (and local pool) built from this test's settings, closed after it."""
     replay._backend = None
     yield
-    if getattr(replay._backend, "_pool", None) is not None:
-        replay._backend._pool.close()
+    pool = getattr(replay._backend, "_pool", None)  # a LocalBackend's, once started
+    if pool is not None:
+        pool.close()
     replay._backend = None

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -47,11 +48,15 @@ def browser():
             os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
 
 
+class QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # the test's output is the browser's, not the server's log
+
+
 @pytest.fixture
 def third_party_site(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     """Another origin (its own port) serving whatever HTML a test writes into its folder."""
-    handler = partial(SimpleHTTPRequestHandler, directory=str(tmp_path))
-    handler.log_message = lambda *args: None
+    handler = partial(QuietHandler, directory=str(tmp_path))
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

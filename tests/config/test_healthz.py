@@ -1,11 +1,12 @@
 import importlib
 import sys
-from unittest import skipUnless
+from unittest import mock, skipUnless
 
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.test import SimpleTestCase, TestCase, override_settings
 
+from kernels.backends import LocalBackend
 from kernels.replay import backend
 
 NO_CACHE = "max-age=0, no-cache, no-store, must-revalidate, private"
@@ -62,11 +63,8 @@ class HealthzTestCase(TestCase):
         def full() -> dict:
             return {**original(), "ok": True, "full": True}
 
-        live.health = full
-        try:
+        with mock.patch.object(live, "health", full):
             self.assertEqual(self.client.get("/healthz").json(), {"status": "busy"})
-        finally:
-            del live.health
 
 
 class BadHostTestCase(TestCase):
@@ -87,7 +85,9 @@ class ServerStartTestCase(SimpleTestCase):
         sys.modules.pop("config.wsgi", None)
         try:
             importlib.import_module("config.wsgi")
-            pool = replay.backend().pool()
+            local = replay.backend()
+            assert isinstance(local, LocalBackend)
+            pool = local.pool()
             # Loading returned at once: no worker has opened its device yet.
             self.assertIsNone(pool.status()["environment"])
             # Each opens its device and runs its warm-up jobs before it says hello.

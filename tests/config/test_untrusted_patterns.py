@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from re import _constants as sre
-from re import _parser as sre_parse
+
+# re's parser, private: typeshed has no types for it.
+from re import _constants as sre  # type: ignore[attr-defined]
+from re import _parser as sre_parse  # type: ignore[attr-defined]
 
 import pytest
 

@@ -13,6 +13,7 @@ import pytest
 
 from kernels.engine.device import Environment, open_device
 from kernels.engine.host.program import program_outcome, run_program
+from kernels.engine.outcome import Outcome
 from kernels.engine.run import execute
 from kernels.engine.uniformity import uniformity_error
 
@@ -78,7 +79,7 @@ def gpu() -> tuple[object, Environment]:
     return open_device()
 
 
-def run(gpu: tuple[object, Environment], source: str, harness: dict | None = HARNESS) -> dict:
+def run(gpu: tuple[object, Environment], source: str, harness: dict | None = HARNESS) -> Outcome:
     device, env = gpu
     return execute(device, env, {"self": source}, harness, Path(__file__).parent)
 

@@ -16,7 +16,7 @@ from django.test import TransactionTestCase, override_settings
 from django.utils import timezone
 
 from config.celery import app
-from kernels import replay
+from kernels import jobs
 from kernels.models import Run
 from tests.base import add_kernel, make_session
 from tests.kernels.test_replay_views import HOSTILE, HOSTILE_HARNESS
@@ -51,7 +51,7 @@ class DeadBrokerTestCase(TransactionTestCase):
         self.assertEqual(self.client.get("/healthz").json(), {"status": "degraded"})
 
     def test_stored_results_still_show(self) -> None:
-        job = replay.job_for(self.version)
+        job = jobs.job_for(self.version)
         Run.objects.create(
             source_sha256=job.source_sha256,
             harness_digest=job.harness_digest,

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from kernels.engine.device import Environment, open_device
+from kernels.engine.outcome import Outcome
 from kernels.engine.references import REFERENCES
 from kernels.engine.resident import DeviceBuffers
 from kernels.engine.run import execute
@@ -75,9 +76,7 @@ def both(gpu: tuple[Any, Environment], tmp_path: Path):
     CPU alone."""
     device, env = gpu
 
-    def both(
-        d: np.ndarray, skip: int = NOWHERE, **tolerance: float
-    ) -> tuple[dict[str, Any], dict[str, Any]]:
+    def both(d: np.ndarray, skip: int = NOWHERE, **tolerance: float) -> tuple[Outcome, Outcome]:
         a, b = inputs()
         for name, array in (("a", a), ("b", b), ("d", d)):
             np.save(tmp_path / f"{name}.npy", array.reshape(ROWS, COLS))

@@ -5,6 +5,7 @@ gets a clear answer."""
 from __future__ import annotations
 
 import json
+from typing import Any
 from unittest import mock
 
 import pytest
@@ -209,7 +210,8 @@ class ForkTestCase(TransactionTestCase):
     def test_a_harness_cannot_be_changed_by_a_fork(self) -> None:
         spec = json.dumps({"entry_point": "main"})
         for field in ("harness", "harness_override"):
-            r = self.fork(source=SWAPPED, **{field: spec})
+            posted: dict[str, Any] = {"source": SWAPPED, field: spec}
+            r = self.fork(**posted)
             self.assertContains(r, "the harness cannot be changed here", status_code=400)
             # The reader's edit is back in the editor.
             self.assertContains(r, "b[id.x] + a[id.x];\n}\n</textarea>", status_code=400)

@@ -81,7 +81,7 @@ def test_a_bind_group_webgpu_refused_is_drawn_with_the_error_and_a_used_one_is_n
     )
     assert host_picture(trace, {})["unbound"] == []
     # A program that stopped at its second createBindGroup: the trace holds it, undispatched.
-    refused = {
+    refused: Any = {
         "name": "bind group 2",
         "entries": [{"binding": 3, "buffer": "out", "offset": 0, "size": None}],
         "line": 40,

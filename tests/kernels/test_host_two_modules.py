@@ -8,6 +8,7 @@ import pytest
 from kernels.engine.device import Environment, open_device
 from kernels.engine.host.program import program_outcome, run_program
 from kernels.engine.host.trace import module_sources
+from kernels.engine.run_warnings import warnings_of
 from kernels.trace_pictures import host_picture
 from pages.host_context import host_of
 from sessions.programs import KernelVersion
@@ -81,7 +82,7 @@ def test_each_dispatch_is_measured_against_the_buffer_its_own_module_writes(gpu)
 
 def loop_caps(program: str, gpu: tuple[object, Environment]) -> list[tuple[str, str, int]]:
     outcome = program_outcome(run_program(gpu[0], gpu[1], program), gpu[1])
-    return [(w["code"], w["data"]["kernel"], w["data"]["line"]) for w in outcome["warnings"]]
+    return [(w["code"], w["data"]["kernel"], w["data"]["line"]) for w in warnings_of(outcome)]
 
 
 def test_a_programs_warnings_are_read_from_the_modules_it_dispatched(gpu):

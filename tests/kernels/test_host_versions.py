@@ -16,7 +16,7 @@ from django.contrib.auth.models import User
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import TestCase, TransactionTestCase, override_settings
 
-from kernels import replay
+from kernels import jobs
 from sessions.export import export_session
 from sessions.importers.kernelbin import import_session
 from sessions.programs import Kernel, KernelVersion, SessionFile
@@ -148,28 +148,28 @@ class HostVersionTests(TransactionTestCase):
 
     def test_the_run_key_changes_with_the_host_program_and_the_files(self) -> None:
         (version,) = add_program(self.session, [VECTOR_ADD], HARNESS)
-        keyed = replay.job_for(version)
+        keyed = jobs.job_for(version)
         self.assertEqual(keyed.payload["kind"], "program")
         version.host_program = FLOOR
         version.save()
-        changed = replay.job_for(version)
+        changed = jobs.job_for(version)
         self.assertNotEqual(changed.source_sha256, keyed.source_sha256)
         SessionFile.objects.create(session=self.session, name="w.bin", data=b"\0" * 8)
-        with_file = replay.job_for(version)
+        with_file = jobs.job_for(version)
         self.assertNotEqual(with_file.source_sha256, changed.source_sha256)
         self.assertIsNone(with_file.payload["files"])  # read only when the job is sent
-        self.assertEqual(replay.with_files(with_file).payload["files"], {"w.bin": "AAAAAAAAAAA="})
+        self.assertEqual(jobs.with_files(with_file).payload["files"], {"w.bin": "AAAAAAAAAAA="})
         # For the local pool's workers, the file goes by its sha256 on this machine's disk.
         folder = Path(tempfile.mkdtemp(prefix="kernelbin-files-"))
         self.addCleanup(shutil.rmtree, folder, ignore_errors=True)
         with self.settings(REPLAY_FILES_DIR=folder):
-            on_disk = replay.with_files(with_file, on_disk=True).payload
+            on_disk = jobs.with_files(with_file, on_disk=True).payload
         sha = hashlib.sha256(b"\0" * 8).hexdigest()
         self.assertEqual((on_disk["files"], on_disk["file_refs"]), (None, {"w.bin": sha}))
         self.assertEqual((folder / sha).read_bytes(), b"\0" * 8)
         version.host_program = ""
         version.save()
-        self.assertNotIn("kind", replay.job_for(version).payload)
+        self.assertNotIn("kind", jobs.job_for(version).payload)
 
     def test_export_and_import_carry_the_host_program_and_the_files(self) -> None:
         add_program(self.session, [FLOOR, VECTOR_ADD], HARNESS)

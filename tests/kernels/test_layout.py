@@ -157,11 +157,12 @@ def test_each_struct_is_laid_out_once_however_often_it_is_used(monkeypatch) -> N
     source += f"struct P {{ {', '.join(f'p{j}: S4' for j in range(40))} }}\n"
     laid_out = []
     real = layout._Types._struct
-    monkeypatch.setattr(
-        layout._Types,
-        "_struct",
-        lambda self, name, depth: laid_out.append(name) or real(self, name, depth),
-    )
+
+    def counted(self, name, depth):
+        laid_out.append(name)
+        return real(self, name, depth)
+
+    monkeypatch.setattr(layout._Types, "_struct", counted)
     with pytest.raises(LayoutError, match="struct P is too large"):
         struct_layout(source, "P")
     assert sorted(laid_out) == ["P", "S0", "S1", "S2", "S3", "S4"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from unittest import mock
 
+import pygments
 import pytest
 from django.contrib.auth.models import User
 from django.core.cache import cache
@@ -31,7 +32,7 @@ class LongSourceTests(TransactionTestCase):
 
     def test_the_page_is_bounded_and_the_source_highlighted_once(self) -> None:
         highlighted = []
-        real = markdown.highlight
+        real = pygments.highlight
 
         def counting(code, lexer, formatter):
             highlighted.append(len(code))

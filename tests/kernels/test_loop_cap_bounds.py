@@ -4,6 +4,8 @@ as the worker records one."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from kernels.engine.run_warnings import program_warnings
 from tests.growth import growth_problem
 
@@ -60,7 +62,7 @@ def trace(source: str, written: list[list[int]], dispatches: int = 1) -> dict:
     }
 
 
-def lines(source: str, written: list[list[int]], **kwargs: object) -> list[int]:
+def lines(source: str, written: list[list[int]], **kwargs: Any) -> list[int]:
     found = program_warnings(True, trace(source, written, **kwargs))
     return [w["data"]["line"] for w in found if w["code"] == "llvmpipe_loop_cap"]
 

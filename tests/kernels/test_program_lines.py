@@ -3,6 +3,8 @@ uploaded export may carry malformed is not read, and the outcome's words follow 
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.test import SimpleTestCase
 
 from kernels.program_lines import FileLines, file_lines, in_file
@@ -43,7 +45,7 @@ class FileLinesTestCase(SimpleTestCase):
 
     def test_the_engines_words_name_the_files_line_and_the_programs_are_kept(self) -> None:
         lines = FileLines("index.html", ((1, 100),))
-        outcome = {
+        outcome: Any = {
             "status": "threw",
             "message": "Line 3: Error: line 3 of 3 at WGSL line 3",
             "program": {

@@ -14,7 +14,8 @@ from django.test import TransactionTestCase, override_settings
 from django.utils import timezone
 
 from config import processes
-from kernels import replay
+from kernels import jobs, replay
+from kernels.backends import LocalBackend
 from kernels.models import Run
 from tests.base import add_kernel, make_session
 from tests.kernels.test_pool import NAGA_CRASH
@@ -27,7 +28,9 @@ pytestmark = [
 
 
 def pool_status() -> dict:
-    return replay.backend().pool().status()
+    local = replay.backend()
+    assert isinstance(local, LocalBackend)
+    return local.pool().status()
 
 
 class CrashedKernelTestCase(TransactionTestCase):
@@ -71,7 +74,7 @@ class CrashedKernelTestCase(TransactionTestCase):
 
     def test_a_run_that_lost_its_worker_is_not_kept(self) -> None:
         version = add_kernel(make_session("lost", turns=1))
-        job = replay.job_for(version)
+        job = jobs.job_for(version)
         run = Run.objects.create(
             source_sha256=job.source_sha256, harness_digest=job.harness_digest, environment_id="x"
         )
@@ -84,7 +87,7 @@ class CrashedKernelTestCase(TransactionTestCase):
 class LostRunTestCase(TransactionTestCase):
     def test_a_run_whose_process_is_gone_from_this_host_is_replaced_at_once(self) -> None:
         version = add_kernel(make_session("orphan", turns=1))
-        job = replay.job_for(version)
+        job = jobs.job_for(version)
         server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
         orphan = Run.objects.create(
             source_sha256=job.source_sha256,

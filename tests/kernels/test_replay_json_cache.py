@@ -8,7 +8,7 @@ from kernels import replay
 from kernels.engine.outcome import WarningCode
 from kernels.engine.run_warnings import coded
 from kernels.models import Run
-from tests.base import BaseTestCase, add_kernel, make_session, store_run
+from tests.base import BaseTestCase, add_kernel, make_session, store_run, stored_outcome
 
 URL = "/s/demo/turns/2/replay.json"
 
@@ -96,7 +96,7 @@ class WarningsShapeTestCase(BaseTestCase):
         run = store_run(self.version, "passed")
         Run.objects.filter(pk=run.pk).update(state=Run.State.RUNNING)
         outcome = {**run.outcome, "warnings": [LOOP_CAP]}
-        self.assertIsNotNone(replay.finish(run.pk, outcome))
+        self.assertIsNotNone(replay.finish(run.pk, stored_outcome(outcome)))
         stored = Run.objects.get(pk=run.pk).outcome
         self.assertEqual(stored["warnings"], [LOOP_CAP["text"]])
         self.assertEqual(stored["warning_items"], [LOOP_CAP])

@@ -14,7 +14,7 @@ from django.core.cache import cache
 from django.db import connection, transaction
 from django.test import TransactionTestCase, override_settings
 
-from kernels import replay
+from kernels import jobs, replay
 from kernels.models import Run
 from sessions.programs import KernelVersion
 from tests.base import add_kernel, make_session
@@ -50,7 +50,7 @@ class FreshReplayQueriesTestCase(TransactionTestCase):
 
     def test_a_fresh_run_is_one_insert(self) -> None:
         replay.run_now(self.version)
-        job = replay.job_for(self.version)
+        job = jobs.job_for(self.version)
 
         with self.assertNumQueries(1):
             run = replay.start_run(job, fresh=True)
@@ -59,7 +59,7 @@ class FreshReplayQueriesTestCase(TransactionTestCase):
         self.assertEqual(Run.objects.count(), 2)
 
     def test_the_outcome_is_stored_in_one_update(self) -> None:
-        job = replay.job_for(self.version)
+        job = jobs.job_for(self.version)
         run = replay._new_run(job, self.environment_id)
         outcome = replay.failed_outcome("The worker running it stopped.")
 
@@ -87,7 +87,7 @@ class FreshReplayQueriesTestCase(TransactionTestCase):
         self.assertEqual(replay.wait(shown.run, 10).status, "passed")
 
     def test_a_run_in_flight_is_joined_without_an_insert(self) -> None:
-        job = replay.job_for(self.version)
+        job = jobs.job_for(self.version)
         in_flight = replay._new_run(job, self.environment_id)
 
         with self.assertNumQueries(1):
@@ -100,7 +100,7 @@ class FreshReplayQueriesTestCase(TransactionTestCase):
         self.assertEqual(Run.objects.count(), 1)
 
     def test_a_clash_on_the_insert_is_shared_and_spoils_no_transaction(self) -> None:
-        job = replay.job_for(self.version)
+        job = jobs.job_for(self.version)
         first = replay._new_run(job, self.environment_id)
 
         self.assertIsNone(replay._new_run(job, self.environment_id))
@@ -110,7 +110,7 @@ class FreshReplayQueriesTestCase(TransactionTestCase):
             self.assertEqual(Run.objects.get().pk, first.pk)
 
     def test_concurrent_requests_for_one_job_share_one_run(self) -> None:
-        job = replay.job_for(self.version)
+        job = jobs.job_for(self.version)
         together = threading.Barrier(2)
         runs: list[Run] = []
 
@@ -137,7 +137,7 @@ class RunsFoundByIndexTestCase(TransactionTestCase):
         self.addCleanup(cache.clear)  # the "Run again" rate limit counts in the cache
         statements: list[tuple[str, tuple]] = []
 
-        def record(execute, sql, params, many, context):  # type: ignore[no-untyped-def]
+        def record(execute, sql, params, many, context):
             statements.append((sql, params))
             return execute(sql, params, many, context)
 
@@ -159,7 +159,7 @@ class RunsFoundByIndexTestCase(TransactionTestCase):
 @override_settings(REPLAY_BACKEND="celery")
 class QueuedForCeleryTestCase(TransactionTestCase):
     def test_a_run_for_the_queue_is_created_untaken_for_a_worker_to_claim(self) -> None:
-        job = replay.job_for(add_kernel(make_session("queued", turns=1)))
+        job = jobs.job_for(add_kernel(make_session("queued", turns=1)))
 
         run = replay._new_run(job, "")
 

@@ -2,6 +2,7 @@
 they could mislead; naga's words read as code."""
 
 import re
+from typing import Any
 
 from django.template.loader import render_to_string
 from django.test import SimpleTestCase
@@ -12,7 +13,7 @@ from kernels.engine.run_warnings import coded, unused_binding, warnings_of
 from pages.outcome_context import shown_warnings
 from pages.templatetags.kernelbin import code_spans, naga_text
 from sessions.models import Turn
-from tests.base import BaseTestCase, add_kernel, make_session, store_run
+from tests.base import BaseTestCase, add_kernel, make_session, store_run, stored_outcome
 from tests.kernels.test_replay_embed import OUTPUT
 
 LEGACY_OUT_OF_BOUNDS = (
@@ -32,7 +33,7 @@ UNUSED = unused_binding(1, "self", 0, 3, "extra")
 class WarningsTestCase(SimpleTestCase):
     def shown(self, status: str, warnings: list | None = None) -> list[str]:
         outcome = {"status": status, "warnings": warnings or [DROPPED, LOOP_CAP, UNUSED]}
-        return [w["code"] for w in shown_warnings(outcome)]
+        return [w["code"] for w in shown_warnings(stored_outcome(outcome))]
 
     def test_nothing_ran_so_the_backend_cannot_mislead(self) -> None:
         for status in ("compile_error", "pipeline_error", "rejected"):
@@ -56,7 +57,11 @@ class WarningsTestCase(SimpleTestCase):
     def test_the_page_shows_the_text_and_the_code(self) -> None:
         html = render_to_string(
             "kernels/_outcome.html",
-            {"warnings": shown_warnings({"status": "passed", "warnings": [DROPPED]})},
+            {
+                "warnings": shown_warnings(
+                    stored_outcome({"status": "passed", "warnings": [DROPPED]})
+                )
+            },
         )
         self.assertIn('data-code="llvmpipe_dropped_writes"', html)
         self.assertIn("out[i] on line 4", html)
@@ -79,7 +84,7 @@ class TextTestCase(SimpleTestCase):
 
 class PicturesTestCase(SimpleTestCase):
     def test_a_heatmap_has_axes_a_scale_and_values_on_hover(self) -> None:
-        [figure] = pictures.figures({"outputs": [OUTPUT]})
+        [figure] = pictures.figures(stored_outcome({"outputs": [OUTPUT]}))
         expected, got, error = (str(svg) for _, svg in figure["panels"])
         self.assertIn("<title>[1, 2] expected 1, got 5</title>", got)
         self.assertIn("<title>[0, 0] expected 0, got 0</title>", expected)
@@ -97,7 +102,7 @@ class PicturesTestCase(SimpleTestCase):
             "bad": 0,
             "grid": {"rows": 63, "cols": 10, "cells": "." * 630, "block": [16, 1]},
         }
-        [figure] = pictures.figures({"outputs": [output]})
+        [figure] = pictures.figures(stored_outcome({"outputs": [output]}))
         self.assertEqual(figure, {"title": "probs: all 10,000 values right", "summary": True})
 
     def test_a_classifier_is_shown_by_its_labelled_confusion_matrix(self) -> None:
@@ -110,27 +115,29 @@ class PicturesTestCase(SimpleTestCase):
         }
         confusion = [[5 if r == c else 0 for c in range(10)] for r in range(10)]
         report = {"kind": "classification", "accuracy": 0.5, "count": 1000, "confusion": confusion}
-        summary, matrix = pictures.figures({"outputs": [output], "report": report})
+        summary, matrix = pictures.figures(stored_outcome({"outputs": [output], "report": report}))
         self.assertTrue(summary["summary"])
         self.assertIn("predicted digit", str(matrix["svg"]))
         self.assertIn("true digit", str(matrix["svg"]))
         self.assertIn("<title>5 × right</title>", str(matrix["svg"]))
-        self.assertEqual(pictures.headline({"outputs": [output], "report": report}), matrix)
+        self.assertEqual(
+            pictures.headline(stored_outcome({"outputs": [output], "report": report})), matrix
+        )
 
     def test_a_large_wrong_output_says_where_on_hover(self) -> None:
-        output = {
+        output: Any = {
             "name": "y",
             "shape": [4096],
             "count": 4096,
             "bad": 64,
             "grid": {"rows": 1, "cols": 64, "cells": "x" + "." * 63, "block": [1, 64]},
         }
-        [figure] = pictures.figures({"outputs": [output]})
+        [figure] = pictures.figures(stored_outcome({"outputs": [output]}))
         self.assertIn("<title>[0–63]: wrong</title>", str(figure["svg"]))
         # A run stored before blocks were counted: the worst cell colours its square.
         self.assertIn("each square stands for 64 values, coloured by the worst", figure["title"])
         output["grid"]["counts"] = {"x": [64] + [0] * 63}
-        [figure] = pictures.figures({"outputs": [output]})
+        [figure] = pictures.figures(stored_outcome({"outputs": [output]}))
         self.assertIn("<title>[0–63]: 64 wrong, 0 right</title>", str(figure["svg"]))
         self.assertIn("each square stands for 64 values, filled in proportion", figure["title"])
 

@@ -15,7 +15,7 @@ from django.db import connection
 from django.test import Client, TransactionTestCase, override_settings
 from django.utils import timezone
 
-from kernels import replay
+from kernels import jobs, replay
 from kernels.models import Run
 from tests.base import ADD_HARNESS, ADD_SOURCE, add_kernel, make_session
 
@@ -152,7 +152,7 @@ class ReplayTestCase(TransactionTestCase):
         self.assertContains(self.client.get(embed), outcome, html=True)
 
     def test_identical_concurrent_requests_share_one_run(self) -> None:
-        job = replay.job_for(self.version)
+        job = jobs.job_for(self.version)
         runs = [replay.start_run(job), replay.start_run(job)]
         self.assertEqual(runs[0].pk, runs[1].pk)
         self.assertEqual(replay.wait(runs[0], 10).status, "passed")
@@ -266,7 +266,7 @@ class ReplayTestCase(TransactionTestCase):
             self.finished(f"/s/{session.slug}/turns/1/replay.json")
 
     def test_a_run_lost_with_its_worker_is_replaced(self) -> None:
-        job = replay.job_for(self.version)
+        job = jobs.job_for(self.version)
         lost = Run.objects.create(
             source_sha256=job.source_sha256,
             harness_digest=job.harness_digest,

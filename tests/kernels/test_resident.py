@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from kernels.engine.device import Environment, open_device
+from kernels.engine.outcome import Outcome
 from kernels.engine.resident import DeviceBuffers
 from kernels.engine.run import execute
 from tests.kernels.test_runner import ADD, add_harness
@@ -52,7 +53,7 @@ def run(gpu: tuple[Any, Environment], tmp_path: Path):
     device, env = gpu
     counting = CountingDevice(device)
 
-    def run(source: str, harness: dict, kept: DeviceBuffers) -> tuple[dict, list[str]]:
+    def run(source: str, harness: dict, kept: DeviceBuffers) -> tuple[Outcome, list[str]]:
         counting.uploads.clear()
         outcome = execute(counting, env, {"self": source}, harness, tmp_path, kept=kept)
         return outcome, list(counting.uploads)

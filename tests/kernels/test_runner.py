@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ from kernels.engine.device import Environment, open_device
 from kernels.engine.harness import parse_harness
 from kernels.engine.host.harness_program import harness_host
 from kernels.engine.limits import Limits
-from kernels.engine.outcome import output_list
+from kernels.engine.outcome import Outcome, output_list
 from kernels.engine.run import execute
 
 ADD = """@group(0) @binding(0) var<storage, read> a: array<f32>;
@@ -105,7 +106,7 @@ def gpu() -> tuple[object, Environment]:
 def run(gpu: tuple[object, Environment], tmp_path: Path):
     device, env = gpu
 
-    def run(sources: str | dict, harness: dict | None, **kwargs: object) -> dict:
+    def run(sources: str | dict, harness: dict | None, **kwargs: Any) -> Outcome:
         if isinstance(sources, str):
             sources = {"self": sources}
         outcome = execute(device, env, sources, harness, kwargs.pop("fixtures", tmp_path), **kwargs)
@@ -599,7 +600,11 @@ def test_a_worker_computes_inputs_and_compiles_each_source_once(run, gpu) -> Non
     memo = Memo()
 
     def counting(key: tuple, compute):
-        return memo(key, lambda: computed.append(key[0]) or compute())
+        def counted():
+            computed.append(key[0])
+            return compute()
+
+        return memo(key, counted)
 
     # Each source is compiled (a module, whether a browser refuses it, a pipeline) and its
     # harness program written once; on llvmpipe it is also read once for its warnings
@@ -708,7 +713,7 @@ def test_it_reads_raw_bin_and_npy_slices(run, tmp_path: Path) -> None:
     pixels = np.arange(200, dtype=np.uint8)
     (tmp_path / "images.bin").write_bytes(bytes(16) + pixels.tobytes())
     np.save(tmp_path / "values.npy", np.arange(100, dtype=np.float32).reshape(10, 10))
-    harness = {
+    harness: dict[str, Any] = {
         "buffers": {
             "x": {
                 "usage": "read",

@@ -22,7 +22,7 @@ from django.test import TransactionTestCase
 from kernels.engine.device import open_device
 from kernels.engine.harness import parse_harness
 from kernels.engine.host.program import run_program_job
-from kernels.engine.outcome import output_list
+from kernels.engine.outcome import Outcome, output_list
 from kernels.engine.references import mlp_forward
 from kernels.engine.run import execute
 from tests.kernels.test_replay_views import finished
@@ -70,7 +70,7 @@ def gpu():
 def run(gpu):
     device, env = gpu
 
-    def run(sources: dict[str, str], harness: dict | None) -> dict:
+    def run(sources: dict[str, str], harness: dict | None) -> Outcome:
         return execute(device, env, sources, harness, FIXTURES)
 
     return run
@@ -84,7 +84,7 @@ def run_program(gpu):
     device, env = gpu
     files = {file["name"]: file["data"] for file in DATA["files"]}
 
-    def run_program(kernel: dict, version: dict) -> dict:
+    def run_program(kernel: dict, version: dict) -> Outcome:
         wgsl = {"kernel.wgsl": version["source"], f"{kernel['name']}.wgsl": version["source"]}
         job = {
             "kind": "program",

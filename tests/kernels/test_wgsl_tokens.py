@@ -18,7 +18,6 @@ import pytest
 
 from kernels.engine import analysis, uniformity, wgsl
 from kernels.engine.webgpu import workgroup_storage
-from sessions.importers.claude_code.kernels import entry_points as importer_entry_points
 
 SHOWCASE = Path(__file__).resolve().parents[2] / "fixtures/showcase/gpu-inference-from-scratch.json"
 SIZES = (1000, 2000, 4000, 8000, 16000)  # characters
@@ -128,7 +127,7 @@ def test_the_backtracking_pattern_of_old_is_a_few_steps_a_character() -> None:
     source = "@a " * 30 + "f"
     assert wgsl.tokenize(source).steps == len(source)
     assert steps(source) < 10 * len(source)
-    assert importer_entry_points("@compute" + " @x()" * 18 + " fm main") == []
+    assert wgsl.entry_points("@compute" + " @x()" * 18 + " fm main") == []
 
 
 def test_constants_stay_within_64_bits() -> None:
@@ -274,7 +273,7 @@ def test_the_showcase_reads_as_it_did() -> None:
         for name in names:
             source = sources[name]
             assert wgsl.entry_points(source) == list(sizes), name
-            assert importer_entry_points(source) == list(sizes), name
+            assert wgsl.entry_points(source) == list(sizes), name
             assert {e: wgsl.workgroup_size(source, e) for e in sizes} == sizes, name
             assert sorted(wgsl.declared_bindings(source)) == bindings, name
             facts = analysis.source_facts(source)

@@ -30,7 +30,7 @@ class _Counted(io.FileIO):
         super().__init__(path, "r")
         self.total = total
 
-    def readinto(self, buffer) -> int | None:  # type: ignore[override]
+    def readinto(self, buffer) -> int | None:
         n = super().readinto(buffer)
         self.total[0] += n or 0
         return n

@@ -134,7 +134,7 @@ class NamingTestCase(ImportingTestCase):
     def history(self) -> KernelHistory:
         return KernelHistory(cwd="/home/u/proj")
 
-    def write(self, history: KernelHistory, path: str, content: str) -> list:
+    def write_file(self, history: KernelHistory, path: str, content: str) -> list:
         return history.tool_call(
             "Write", {"file_path": path, "content": content}, Outcome(ok=True), {}
         )
@@ -142,7 +142,7 @@ class NamingTestCase(ImportingTestCase):
     def test_file_stems_then_folders_then_numbers(self) -> None:
         history = self.history()
         names = [
-            self.write(history, path, f"{ADD}// {k}\n")[0].kernel
+            self.write_file(history, path, f"{ADD}// {k}\n")[0].kernel
             for k, path in enumerate(
                 [
                     "/home/u/proj/kernels/matmul.wgsl",
@@ -155,20 +155,20 @@ class NamingTestCase(ImportingTestCase):
         ]
         # The same content again is not a new version.
         self.assertEqual(
-            self.write(history, "/home/u/proj/kernels/matmul.wgsl", f"{ADD}// 3\n"), []
+            self.write_file(history, "/home/u/proj/kernels/matmul.wgsl", f"{ADD}// 3\n"), []
         )
         self.assertEqual(names, ["matmul", "naive-matmul", "naive-matmul-2", "matmul", "soft-max"])
 
     def test_shader_names_use_the_entry_point(self) -> None:
         history = self.history()
         js = "const a = `@compute @workgroup_size(1) fn main() {}`;\nconst b = `@compute @workgroup_size(2) fn main() {}`;"
-        versions = self.write(history, "/home/u/proj/src/app.ts", js)
+        versions = self.write_file(history, "/home/u/proj/src/app.ts", js)
         self.assertEqual([v.kernel for v in versions], ["app-main", "app-main-2"])
         self.assertEqual(versions[0].kernel_title, "src/app.ts · fn main")
 
     def test_learner_blocks(self) -> None:
         history = self.history()
-        self.write(history, "/home/u/proj/kernels/add.wgsl", ADD)
+        self.write_file(history, "/home/u/proj/kernels/add.wgsl", ADD)
         named = history.learner_text("```wgsl\n// add.wgsl\n" + ADD + "```", {})
         self.assertEqual((named[0].kernel, named[0].number), ("add", 2))
         matching = history.learner_text("```wgsl\n" + ADD.replace("64", "32") + "```", {})

@@ -28,7 +28,7 @@ def every_stored_string() -> list[tuple[str, str]]:
         ]
         if not fields:
             continue
-        for row in model.objects.all():
+        for row in model._default_manager.all():
             for field in fields:
                 value = getattr(row, field.attname)
                 if value is None:

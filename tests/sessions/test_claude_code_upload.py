@@ -10,6 +10,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile, TemporaryUploaded
 from django.test import override_settings
 
 from sessions import uploads
+from sessions.importers import files
 from sessions.models import Session
 from tests.sessions.importing import MATMUL, ImportingTestCase
 from tests.sessions.transcripts.build import ANTHROPIC_KEY
@@ -82,7 +83,7 @@ class UploadTestCase(ImportingTestCase):
         self.client.force_login(self.charlie)
         seen = []
         spooled = []
-        real_import, real_spool = uploads.import_file, uploads._spool
+        real_import, real_spool = files.import_file, uploads._spool
 
         def spy(stream, **options):
             seen.append(stream.name)

@@ -1,3 +1,5 @@
+from typing import Any
+
 from tests.base import BaseTestCase, make_session
 
 
@@ -62,7 +64,7 @@ class EmbedTestCase(BaseTestCase):
         self.assertContains(self.get(**{"from": 1, "to": 1}), 'data-theme="light"')
 
     def test_bad_bounds_say_what_is_wrong(self) -> None:
-        cases = [
+        cases: list[tuple[dict[str, Any], str]] = [
             ({"to": 2}, "The &#x27;from&#x27; parameter is required"),
             ({"from": 2}, "The &#x27;to&#x27; parameter is required"),
             ({"from": "two", "to": 3}, "must be a whole turn number"),

@@ -23,10 +23,10 @@ class ImportedHiddenTestCase(ImportingTestCase):
     def setUp(self) -> None:
         super().setUp()
         self.out = self.run_import(MATMUL, "--visibility", "public")
-        self.session = Session.objects.get(slug=SLUG)
+        self.imported = Session.objects.get(slug=SLUG)
 
     def turn(self, number: int) -> Turn:
-        return self.session.turns.get(number=number)
+        return self.imported.turns.get(number=number)
 
     def test_unknown_line_types_are_kept_hidden_and_reported(self) -> None:
         self.assertTrue(self.turn(BOOKMARK).hidden)
@@ -78,42 +78,42 @@ class CuratorTestCase(ImportingTestCase):
     def setUp(self) -> None:
         super().setUp()
         self.run_import(MATMUL, "--visibility", "public")
-        self.session = Session.objects.get(slug=SLUG)
+        self.imported = Session.objects.get(slug=SLUG)
         self.charlie.is_superuser = True
         self.charlie.save()
         self.client.login(username="charlie", password="password")
 
     def act(self, action: str, *numbers: int) -> None:
-        pks = list(self.session.turns.filter(number__in=numbers).values_list("pk", flat=True))
+        pks = list(self.imported.turns.filter(number__in=numbers).values_list("pk", flat=True))
         r = self.client.post(
             "/admin/tutoring_sessions/turn/", {"action": action, "_selected_action": pks}
         )
         self.assertEqual(r.status_code, 302)
 
     def test_hiding_many_turns_costs_what_hiding_one_does(self) -> None:
-        already = set(self.session.turns.filter(hidden=True).values_list("number", flat=True))
+        already = set(self.imported.turns.filter(hidden=True).values_list("number", flat=True))
         counts = []
         for numbers in ((2,), (3, 4, 5, 6, 7, 8)):
             with CaptureQueriesContext(connection) as queries:
                 self.act("hide", *numbers)
             counts.append(len(queries))
         self.assertEqual(counts[0], counts[1])
-        hidden = self.session.turns.filter(hidden=True).values_list("number", flat=True)
+        hidden = self.imported.turns.filter(hidden=True).values_list("number", flat=True)
         self.assertEqual(set(hidden) - already, {2, 3, 4, 5, 6, 7, 8})
 
     def test_a_published_turn_is_hidden_without_renumbering_and_stays_so_on_reimport(self) -> None:
-        numbers = list(self.session.turns.values_list("number", flat=True))
+        numbers = list(self.imported.turns.values_list("number", flat=True))
         self.act("hide", 5)
         self.act("show", BOOKMARK)
-        self.assertEqual(list(self.session.turns.values_list("number", flat=True)), numbers)
+        self.assertEqual(list(self.imported.turns.values_list("number", flat=True)), numbers)
         self.client.logout()
         page = self.client.get(f"/s/{SLUG}/").content.decode()
         self.assertNotIn('id="turn-5"', page)
         self.assertIn(f'id="turn-{BOOKMARK}"', page)
         # A re-import of the recording keeps the curator's choices.
         out = self.run_import(MATMUL)
-        self.session = Session.objects.get(slug=SLUG)
-        hidden = set(self.session.turns.filter(hidden=True).values_list("number", flat=True))
+        self.imported = Session.objects.get(slug=SLUG)
+        hidden = set(self.imported.turns.filter(hidden=True).values_list("number", flat=True))
         self.assertEqual(hidden, {5, TELEMETRY})
         self.assertIn("Kept the curator's choice to hide or show 2 turn(s).", out)
 

@@ -12,7 +12,7 @@ KERNELBIN = "sessions.importers.kernelbin"
 
 def imported_modules(path: Path) -> set[str]:
     """Every module an import statement in the file names (the project uses no relative ones)."""
-    names = set()
+    names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)

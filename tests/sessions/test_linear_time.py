@@ -14,8 +14,10 @@ from __future__ import annotations
 import re
 import string
 from collections.abc import Callable
-from re import _constants as sre
-from re import _parser as sre_parse
+
+# re's parser, private: typeshed has no types for it.
+from re import _constants as sre  # type: ignore[attr-defined]
+from re import _parser as sre_parse  # type: ignore[attr-defined]
 
 from sessions import ansi
 from sessions.diffs import to_html as diff_html

@@ -1,5 +1,5 @@
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from django.conf import settings
 from django.test import SimpleTestCase
@@ -81,7 +81,7 @@ class PathologicalInputTestCase(SimpleTestCase):
         text = (unit * (size // len(unit) + 1))[:size]
         return "|a|b|\n|-|-|\n" + text if name == "table rows" else text
 
-    def assert_linear(self, cases: dict[str, Callable[[int], str]], work, n: int) -> None:
+    def assert_linear(self, cases: Mapping[str, Callable[[int], str]], work, n: int) -> None:
         for name, make in cases.items():
             with self.subTest(name):
                 self.assertTrue(work(make(GROWTH * n)))

@@ -124,7 +124,7 @@ class OEmbedTestCase(BaseTestCase):
 class _Discovery(HTMLParser):
     def __init__(self) -> None:
         super().__init__()
-        self.href = None
+        self.href: str | None = None
 
     def handle_starttag(self, tag, attrs):
         attrs = dict(attrs)

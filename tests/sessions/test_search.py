@@ -50,8 +50,8 @@ class ShowcaseSearchTestCase(TestCase):
         # "alignment" (or "aligned"), the turns about the uniform buffer "uniform".
         r = self.client.get("/", {"q": "uniform alignment"})
         self.assertContains(r, "1 session matching")
-        padding = Turn.objects.filter(session__slug=SHOWCASE, content__contains="vec3<u32>")
-        padding = padding.filter(content__icontains="align").values_list("number", flat=True)
+        vec3 = Turn.objects.filter(session__slug=SHOWCASE, content__contains="vec3<u32>")
+        padding = vec3.filter(content__icontains="align").values_list("number", flat=True)
         shown = matching_turns(SHOWCASE, "uniform alignment")
         self.assertTrue(set(padding) & set(shown), (list(padding), shown))
         self.assertContains(r, "<mark>alignment</mark>")

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 import anthropic
@@ -271,7 +272,7 @@ def status_error(status: int, error_type: str, headers: dict | None = None) -> h
     )
 
 
-def raises(error: type[Exception]) -> Callable[[httpx2.Request], httpx2.Response]:
+def raises(error: type[httpx2.RequestError]) -> Callable[[httpx2.Request], httpx2.Response]:
     def handler(request: httpx2.Request) -> httpx2.Response:
         raise error("simulated failure", request=request)
 
@@ -348,7 +349,8 @@ def streamed_text(events: list[tuple[str, dict]]) -> str:
 
 
 class TutorMixin:
-    stream_headers = {"HTTP_ACCEPT": "text/event-stream"}
+    client: Client  # the test case's
+    stream_headers: dict[str, Any] = {"HTTP_ACCEPT": "text/event-stream"}
 
     def make_users(self) -> None:
         cache.clear()  # rate-limit counters live in the cache

@@ -174,7 +174,7 @@ class DeadlineTestCase(TutorTestCase):
 @override_settings(**FAST)
 class DeadlineTransportTestCase(TutorTestCase):
     def test_a_request_past_its_deadline_is_never_sent(self) -> None:
-        sent = []
+        sent: list[httpx2.Request] = []
         transport = llm.DeadlineTransport(httpx2.MockTransport(sent.append))
         request = httpx2.Request(
             "POST", "http://mock.invalid/v1/messages", headers=llm.deadline_headers(time.time())

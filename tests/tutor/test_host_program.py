@@ -11,7 +11,7 @@ from django.conf import settings
 from django.test import override_settings
 from django.urls import reverse
 
-from kernels import replay
+from kernels import jobs
 from sessions.models import Turn
 from sessions.programs import KernelVersion
 from tests.tutor.helpers import (
@@ -419,8 +419,8 @@ class FreeFormProgramTestCase(TutorRunTestCase):
             page, 'replay kernel v2 <span class="badge-status">wrong results</span>', count=2
         )
         # The run key covers the choice: without it, v2 has a run of its own.
-        chosen = replay.job_for(two, compare_with=guided.kernel.versions.get(number=1))
-        self.assertNotEqual(chosen.harness_digest, replay.job_for(two).harness_digest)
+        chosen = jobs.job_for(two, compare_with=guided.kernel.versions.get(number=1))
+        self.assertNotEqual(chosen.harness_digest, jobs.job_for(two).harness_digest)
 
     def test_a_version_not_in_the_list_is_refused(self) -> None:
         guided = self.start_free()

@@ -5,33 +5,37 @@ from __future__ import annotations
 
 import math
 
+from kernels.engine.outcome import Outcome
+from tests.base import stored_outcome
 from tutor.review import offline_review
 
 SOFTMAX_TOLERANCE = {"tolerance": {"atol": 1e-6, "rtol": 1e-4}}
 
 
-def outcome(got: list, expected: list, shape: list[int]) -> dict:
+def outcome(got: list, expected: list, shape: list[int]) -> Outcome:
     bad = sum(1 for g, e in zip(got, expected, strict=True) if abs(g - e) > 1e-6 + 1e-4 * abs(e))
-    return {
-        "status": "mismatch",
-        "message": f"{bad} of {len(got)} cells wrong",
-        "outputs": [
-            {
-                "name": "y",
-                "shape": shape,
-                "count": len(got),
-                "bad": bad,
-                "unwritten": 0,
-                "nonfinite": 0,
-                "got": got,
-                "expected": expected,
-            }
-        ],
-    }
+    return stored_outcome(
+        {
+            "status": "mismatch",
+            "message": f"{bad} of {len(got)} cells wrong",
+            "outputs": [
+                {
+                    "name": "y",
+                    "shape": shape,
+                    "count": len(got),
+                    "bad": bad,
+                    "unwritten": 0,
+                    "nonfinite": 0,
+                    "got": got,
+                    "expected": expected,
+                }
+            ],
+        }
+    )
 
 
 def softmax_rows(rows: int, cols: int) -> list[float]:
-    values = []
+    values: list[float] = []
     for r in range(rows):
         logits = [((r * 7 + c * 13) % 29) * 0.2 for c in range(cols)]
         top = max(logits)

@@ -13,10 +13,13 @@ import ast
 import itertools
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from kernels.engine.outcome import Outcome
 from kernels.engine.uniformity import uniformity_error
+from tests.base import stored_outcome
 from tutor.guardrail import MAX_CHARS, NOTE, StreamGuard, redact
 from tutor.review import offline_review
 
@@ -119,7 +122,7 @@ def test_the_review_takes_the_workgroup_size_from_the_outcome_not_the_source() -
         },
         "passes": [{"entry_point": "main", "bind": {"0": "a", "1": "out"}, "dispatch": [2]}],
     }
-    entry = {
+    entry: Any = {
         "name": "main",
         "stage": "compute",
         "line": 3,
@@ -129,7 +132,7 @@ def test_the_review_takes_the_workgroup_size_from_the_outcome_not_the_source() -
         "writes": [{"buffer": "out", "index": "id.x", "line": 5}],
         "loops": [],
     }
-    outcome = {
+    outcome: Outcome = {
         "status": "mismatch",
         "message": "64 of 128 cells differ.",
         "environment": {},
@@ -170,7 +173,7 @@ def test_the_web_side_parses_no_kernel() -> None:
 
 def test_compile_causes_are_found_in_one_pass_over_a_long_message() -> None:
     line = "expected " * 20_000
-    outcome = {
+    outcome: Outcome = {
         "status": "compile_error",
         "message": "The kernel does not compile.",
         "environment": {},
@@ -199,7 +202,9 @@ def test_the_review_of_a_barrier_a_browser_refuses_names_tint_and_the_cause() ->
     )
     info = uniformity_error("self", source)
     assert info is not None
-    outcome = {"status": "compile_error", "message": "", "compile": info, "outputs": []}
+    outcome = stored_outcome(
+        {"status": "compile_error", "message": "", "compile": info, "outputs": []}
+    )
 
     review = offline_review(outcome, source, {})
 
