@@ -7,7 +7,7 @@ from kernels.models import Fork, Run
 
 
 @admin.register(Fork)
-class ForkAdmin(admin.ModelAdmin):
+class ForkAdmin(admin.ModelAdmin[Fork]):
     """Readers' forks are public text written by anyone: curators read and delete them."""
 
     list_display = ("id", "version", "created")
@@ -19,11 +19,11 @@ class ForkAdmin(admin.ModelAdmin):
 
 
 @admin.register(Run)
-class RunAdmin(admin.ModelAdmin):
+class RunAdmin(admin.ModelAdmin[Run]):
     list_display = ("pk", "state", "status", "adapter", "created", "finished")
     list_filter = ("state", "status", "adapter")
     search_fields = ("source_sha256", "harness_digest")
     readonly_fields = [field.name for field in Run._meta.fields]
 
-    def has_add_permission(self, request) -> bool:
+    def has_add_permission(self, request: HttpRequest) -> bool:
         return False

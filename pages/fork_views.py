@@ -16,7 +16,7 @@ from django.views.decorators.http import require_GET, require_POST
 from config.context_processors import site_origin
 from config.ratelimit import client_key, hit
 from kernels import forks, replay
-from kernels.models import Fork, KernelVersion
+from kernels.models import Fork
 from pages import embedding, reader_pages
 from pages.host_context import host_context
 from pages.outcome_context import editor_marks, outcome_context
@@ -24,6 +24,7 @@ from pages.pass_context import passes_context
 from pages.replay_views import get_reviewed_turn, replay_json_response, replay_turn_number
 from pages.stamps import Prepared, stamp_of
 from sessions.models import Turn
+from sessions.programs import KernelVersion
 
 
 def _see_other(url: str) -> HttpResponse:

@@ -16,7 +16,7 @@ from typing import Any
 
 from kernels import jobs, replay, trace_pictures
 from kernels.engine.host.harness_program import harness_host
-from kernels.engine.host.trace import Trace, module_sources
+from kernels.engine.host.trace import module_sources
 from kernels.engine.outcome import Outcome, Status, run_trace
 from kernels.engine.run import SEVERITY
 from kernels.models import Run
@@ -31,7 +31,7 @@ class Host:
 
     code: str = ""
     is_program: bool = False
-    trace: Trace | None = None
+    trace: Mapping[str, Any] | None = None
     module_sources: dict[str, str] = field(default_factory=dict)
     case: str = ""  # the harness case whose inputs the trace shows
 

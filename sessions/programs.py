@@ -11,6 +11,7 @@ import difflib
 import hashlib
 import json
 import re
+from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import models
@@ -58,7 +59,7 @@ class Kernel(models.Model):
     def __str__(self) -> str:
         return f"{self.session.slug}/{self.name}"
 
-    def save(self, *args, **kwargs) -> None:
+    def save(self, *args: Any, **kwargs: Any) -> None:
         super().save(*args, **kwargs)
         self.session.touch()
 
@@ -68,8 +69,10 @@ class Kernel(models.Model):
     @classmethod
     def name_problem(cls, name: str) -> str:
         """Why name cannot name a kernel, in the words the admin uses; "" if it can."""
+        field = cls._meta.get_field("name")
+        assert isinstance(field, models.CharField)
         try:
-            cls._meta.get_field("name").clean(name, None)
+            field.clean(name, None)
         except ValidationError as error:
             return " ".join(error.messages)
         return ""
@@ -129,14 +132,16 @@ class KernelVersion(models.Model):
     def __str__(self) -> str:
         return f"{self.kernel} v{self.number}"
 
-    def save(self, *args, **kwargs) -> None:
+    def save(self, *args: Any, **kwargs: Any) -> None:
         self.sha256 = sha256_text(self.source)
         super().save(*args, **kwargs)
         self.kernel.session.touch()
 
     @property
-    def harness(self) -> dict:
-        return self.harness_override if self.harness_override is not None else self.kernel.harness
+    def harness(self) -> dict[str, Any]:
+        own = self.harness_override
+        spec: dict[str, Any] = own if own is not None else self.kernel.harness
+        return spec
 
     def previous(self) -> KernelVersion | None:
         return self.kernel.versions.filter(number__lt=self.number).order_by("-number").first()
@@ -208,7 +213,7 @@ class SessionFile(models.Model):
     def __str__(self) -> str:
         return f"{self.session.slug}/{self.name}"
 
-    def save(self, *args, **kwargs) -> None:
+    def save(self, *args: Any, **kwargs: Any) -> None:
         data = bytes(self.data)
         self.size = len(data)
         self.sha256 = hashlib.sha256(data).hexdigest()
@@ -230,14 +235,14 @@ class Blob(models.Model):
     def __str__(self) -> str:
         return f"{self.sha256[:12]} ({self.size:,} bytes)"
 
-    @classmethod
-    def store(cls, contents: list[bytes]) -> list[str]:
+    @staticmethod
+    def store(contents: list[bytes]) -> list[str]:
         """Store each content not stored yet, in one insert; their sha256s, in order."""
         blobs = {hashlib.sha256(data).hexdigest(): data for data in contents}
-        have = set(cls.objects.filter(pk__in=list(blobs)).values_list("pk", flat=True))
-        cls.objects.bulk_create(
+        have = set(Blob.objects.filter(pk__in=list(blobs)).values_list("pk", flat=True))
+        Blob.objects.bulk_create(
             (
-                cls(sha256=key, size=len(data), data=data)
+                Blob(sha256=key, size=len(data), data=data)
                 for key, data in blobs.items()
                 if key not in have
             ),

@@ -25,7 +25,7 @@ def imported_modules(path: Path, package: str) -> set[str]:
     """Every module an import statement in the file names, as absolute names; for `from m
     import n`, both m and m.n (n may be a module or a name in m). package: the package a
     relative import in this file starts from (for a package's __init__, itself)."""
-    names = set()
+    names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)

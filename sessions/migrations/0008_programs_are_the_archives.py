@@ -7,12 +7,14 @@ Their content types move with them, so staff permissions and the admin's history
 
 import django.db.models.deletion
 import django.utils.timezone
+from django.apps.registry import Apps
 from django.db import migrations, models
+from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 
 MOVED = ["blob", "kernel", "kernelversion", "programstate", "sessionfile", "statefile"]
 
 
-def _relabel(apps, old: str, new: str) -> None:
+def _relabel(apps: Apps, old: str, new: str) -> None:
     ContentType = apps.get_model("contenttypes", "ContentType")
     # A database migrated before content types existed for them has nothing to move; one
     # where both labels exist keeps the old rows (never two rows for one model).
@@ -20,11 +22,11 @@ def _relabel(apps, old: str, new: str) -> None:
     ContentType.objects.filter(app_label=old, model__in=set(MOVED) - taken).update(app_label=new)
 
 
-def move_content_types(apps, schema_editor) -> None:
+def move_content_types(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> None:
     _relabel(apps, "kernels", "tutoring_sessions")
 
 
-def move_content_types_back(apps, schema_editor) -> None:
+def move_content_types_back(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> None:
     _relabel(apps, "tutoring_sessions", "kernels")
 
 

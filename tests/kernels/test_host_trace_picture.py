@@ -16,7 +16,7 @@ from tests.kernels.test_host_program import ADD_WGSL
 
 @pytest.fixture
 def traced(gpu: tuple[Any, Any], tmp_path: Path):
-    def traced(harness: dict) -> dict:
+    def traced(harness: dict) -> Any:
         outcome = execute(gpu[0], gpu[1], {"self": ADD_WGSL}, harness, tmp_path)
         return outcome["trace"]
 
