@@ -35,11 +35,13 @@ from pages.stamps import Prepared, stamp_of
 
 RENDER_WAIT_S = 5.0
 # Per key of a page being rendered: its lock, and how many requests hold or wait for it.
-_rendering: dict[str, list] = {}
+_rendering: dict[str, list[Any]] = {}  # [its lock, how many hold or wait for it]
 _rendering_guard = threading.Lock()
 
 
-def one_render_at_a_time(kind: str) -> Callable:
+def one_render_at_a_time(
+    kind: str,
+) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:
     """A view of a page kept for readers (kind: its key's first part; the URL's values
     follow), called with the page's key (None: not kept for this request); a request
     for a page another thread of this process is rendering waits for it first."""

@@ -18,7 +18,7 @@ from django.test.utils import CaptureQueriesContext
 
 from kernels import replay
 from kernels.models import Fork
-from pages import replay_views
+from pages import outcome_context, replay_views
 from tests.base import BaseTestCase, add_kernel, make_session, store_run
 
 PAGE = "/s/demo/turns/2/replay/"
@@ -112,7 +112,7 @@ class ReadersAtOnceTestCase(TransactionTestCase):
         version = add_kernel(make_session("demo", turns=3), turn=2)
         store_run(version, "passed", "All 6 cells match the reference.")
         renders: list[int] = []
-        real = replay_views.outcome_context
+        real = outcome_context.outcome_context
 
         def slow(shown):
             renders.append(1)

@@ -15,6 +15,7 @@ import pytest
 from kernels.engine.device import TIMESTAMPS, open_device
 from kernels.engine.host.gpu import REPEATS
 from kernels.engine.host.program import run_program_job
+from kernels.engine.outcome import Outcome
 from kernels.engine.peaks import measure_peaks
 from kernels.engine.run import execute
 from kernels.engine.speed import fractions
@@ -30,7 +31,7 @@ def version(kernel: str, number: int) -> dict:
     return next(v for v in KERNELS[kernel]["versions"] if v["number"] == number)
 
 
-def run_harness(device, env, kernel: str, number: int) -> dict:
+def run_harness(device, env, kernel: str, number: int) -> Outcome:
     k = KERNELS[kernel]
     v = version(kernel, number)
     outcome = execute(device, env, sources_for(k, v), harness_of(k, v), FIXTURES)

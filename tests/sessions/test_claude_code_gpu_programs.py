@@ -4,6 +4,8 @@ the states are Triton or CUDA programs whose entry is the script."""
 
 from __future__ import annotations
 
+from functools import partial
+
 from sessions.importers.claude_code.gpu_sources import (
     cuda_kernels,
     read_gpu_program,
@@ -140,8 +142,8 @@ class GpuSourcesTestCase(ImportingTestCase):
             for path in ("x.py", "x.cu"):
                 problem = growth_problem(
                     f"{name} in {path}",
-                    lambda text, path=path: read_gpu_program(path, text),
-                    lambda n, unit=unit: unit * n,
+                    partial(read_gpu_program, path),
+                    unit.__mul__,
                     500,
                 )
                 self.assertEqual(problem, "")
