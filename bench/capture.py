@@ -81,7 +81,7 @@ read.unmap();
 """
 
 
-def workloads(device: Any, env: Any, memo: Memo) -> dict[str, Callable[[bool], dict]]:
+def workloads(device: Any, env: Any, memo: Memo) -> dict[str, Callable[[bool], dict[str, Any]]]:
     fixtures = Path(".")
     layer = harness(64)
     x, w, b = inputs(64)
@@ -93,19 +93,19 @@ def workloads(device: Any, env: Any, memo: Memo) -> dict[str, Callable[[bool], d
     }
     big = double_harness(1024)
 
-    def layer_harness(capture: bool) -> dict:
+    def layer_harness(capture: bool) -> dict[str, Any]:
         return dict(
             execute(device, env, {"self": SOURCE}, layer, fixtures, memo=memo, capture=capture)
         )
 
-    def layer_program(capture: bool) -> dict:
+    def layer_program(capture: bool) -> dict[str, Any]:
         return dict(replay_program(device, env, PROGRAM, files, memo=memo, capture=capture))
 
-    def chain(capture: bool) -> dict:
+    def chain(capture: bool) -> dict[str, Any]:
         wgsl = {"kernel.wgsl": CHAIN_WGSL.encode()}
         return dict(replay_program(device, env, CHAIN, wgsl, memo=memo, capture=capture))
 
-    def large(capture: bool) -> dict:
+    def large(capture: bool) -> dict[str, Any]:
         return dict(
             execute(device, env, {"self": DOUBLE}, big, fixtures, memo=memo, capture=capture)
         )
@@ -118,7 +118,7 @@ def workloads(device: Any, env: Any, memo: Memo) -> dict[str, Callable[[bool], d
     }
 
 
-def captured_bytes(outcome: dict) -> int:
+def captured_bytes(outcome: dict[str, Any]) -> int:
     buffers = [b for p in outcome.get("passes", []) for b in p.get("buffers", [])]
     return len(json.dumps(buffers))
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import io
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from html import escape
 from typing import TYPE_CHECKING, Any
 
@@ -445,7 +445,7 @@ def headline(outcome: Outcome) -> dict[str, Any] | None:
     return next((f for f in shown if f.get("kind") == "confusion"), shown[0] if shown else None)
 
 
-def buffer_figure(buffer: dict[str, Any], before: dict[str, Any] | None) -> dict[str, Any]:
+def buffer_figure(buffer: Mapping[str, Any], before: Mapping[str, Any] | None) -> dict[str, Any]:
     """A storage buffer after a pass (outcome["passes"][i]["buffers"]), drawn as outputs
     are: bars for a short vector, else a heatmap of its first MAX_SIDE rows and columns
     (a long vector in rows of MAX_SIDE), never-written cells struck; the cells this pass
@@ -496,7 +496,7 @@ def buffer_figure(buffer: dict[str, Any], before: dict[str, Any] | None) -> dict
     return {"title": title, "svg": svg, "scales": scales, "marks": True}
 
 
-def _changed(buffer: dict[str, Any], before: dict[str, Any] | None) -> np.ndarray:
+def _changed(buffer: Mapping[str, Any], before: Mapping[str, Any] | None) -> np.ndarray:
     """For each cell kept, whether it differs from the same buffer after an earlier pass
     (none differ without one; all where the two cannot be compared)."""
     now = output_values(buffer, "values")

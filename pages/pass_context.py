@@ -15,7 +15,7 @@ NEAR = 6
 def passes_context(outcome: Outcome | None, asked: str | None) -> dict[str, Any] | None:
     """The pass asked for (?pass=N; by default the last, what the run ended with), its
     buffers' pictures and links to the others; None for a run that captured nothing."""
-    passes = [p for p in (outcome or {}).get("passes") or [] if "buffers" in p]
+    passes = [p for p in (outcome.get("passes") if outcome else None) or [] if "buffers" in p]
     if not passes:
         return None
     numbers = [p["number"] for p in passes]
@@ -48,5 +48,5 @@ def passes_context(outcome: Outcome | None, asked: str | None) -> dict[str, Any]
         "near": near,
         "figures": figures,
         "legend": any(f.get("marks") for f in figures),
-        "read_back": bool((outcome or {}).get("outputs")),
+        "read_back": bool(outcome and outcome.get("outputs")),
     }

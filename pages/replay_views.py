@@ -308,8 +308,8 @@ def _run_json(shown: replay.Replay, extra: dict[str, Any]) -> str:
     if text is None or '"warning_items":' not in text:
         return json.dumps({**_run_payload(shown), **extra}, cls=DjangoJSONEncoder)
     marker = f"stored-outcome-{uuid.uuid4().hex}"
-    body = json.dumps({**_run_payload(shown, outcome=marker), **extra}, cls=DjangoJSONEncoder)
-    return body.replace(json.dumps(marker), text, 1)
+    framed = json.dumps({**_run_payload(shown, outcome=marker), **extra}, cls=DjangoJSONEncoder)
+    return framed.replace(json.dumps(marker), text, 1)
 
 
 def _done(run: Run | None) -> TypeIs[Run]:
@@ -321,17 +321,15 @@ def timeline(request: HttpRequest, slug: str, name: str) -> HttpResponse:
     session = get_session_for_user(request, slug)
     kernel = get_object_or_404(Kernel, session=session, name=name)
     versions = list(kernel.versions.select_related("turn", "kernel__session"))
-    rows = [
-        {
-            "version": version,
-            "link": _version_link(version),
-            # One that cannot be replayed shows as not run; its replay page says why.
-            "run": replay.for_reader(version).run,
-        }
-        for version in versions
+    # One that cannot be replayed shows as not run; its replay page says why.
+    runs = [replay.for_reader(version).run for version in versions]
+    rows: list[dict[str, Any]] = [
+        {"version": version, "link": _version_link(version), "run": run}
+        for version, run in zip(versions, runs, strict=True)
     ]
     finished = [
-        (row["version"].number, row["run"].outcome if _done(row["run"]) else None) for row in rows
+        (version.number, run.outcome if _done(run) else None)
+        for version, run in zip(versions, runs, strict=True)
     ]
     for row, speed in zip(rows, timeline_speeds(finished), strict=True):
         row["speed"] = speed

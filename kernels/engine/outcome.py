@@ -481,7 +481,7 @@ def pack_values(values: np.ndarray, dtype: str) -> list[int | float | str | None
     return shown
 
 
-def output_values(output: dict[str, Any], key: str) -> np.ma.MaskedArray | None:
+def output_values(output: Mapping[str, Any], key: str) -> np.ma.MaskedArray | None:
     """An output's "got" or "expected" cells as an array of the output's shape, the
     never-written cells masked; None when the outcome does not carry them.
 
@@ -513,7 +513,7 @@ def output_values(output: dict[str, Any], key: str) -> np.ma.MaskedArray | None:
     return np.ma.MaskedArray(flat.reshape(shape), mask=never.reshape(shape))
 
 
-def output_list(output: dict[str, Any], key: str) -> list[Any] | None:
+def output_list(output: Mapping[str, Any], key: str) -> list[Any] | None:
     """output_values as a flat list of Python numbers, None for never-written cells."""
     values = output_values(output, key)
     if values is None:

@@ -6,6 +6,8 @@ here), through URLs where a reader would go."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 from django.test import TransactionTestCase
@@ -62,7 +64,7 @@ DOUBLED = [2.0 * (i + 1) for i in range(12)] + [None] * 4
 BUMPED = [v + 1.0 for v in DOUBLED[:6]] + DOUBLED[6:]
 
 
-def values(buffer: dict) -> list:
+def values(buffer: Mapping[str, Any]) -> list:
     return output_list(buffer, "values") or []
 
 
@@ -112,8 +114,8 @@ class ProgramCaptureTests(TransactionTestCase):
         self.assertIn("y: 16 f32; 4 never written", section)
         # A pass that is not there shows the last one.
         for asked in ("9", "x", "-1"):
-            page = self.client.get("/s/capture/turns/2/replay/", {"pass": asked})
-            self.assertContains(page, "Pass 2: <code>bump</code>")
+            shown = self.client.get("/s/capture/turns/2/replay/", {"pass": asked})
+            self.assertContains(shown, "Pass 2: <code>bump</code>")
 
     def test_a_program_that_reads_back_keeps_its_verdict_and_its_buffers(self) -> None:
         program_version(self.session, "", VECTOR_ADD)
@@ -201,7 +203,7 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>) {
         )
         .replace("dispatchWorkgroups(4)", "dispatchWorkgroups(2)")
     )
-    outcome = replay_program(*gpu, program, {"kernel.wgsl": wgsl.encode()})
+    outcome = replay_program(gpu[0], gpu[1], program, {"kernel.wgsl": wgsl.encode()})
 
     v, p = outcome["passes"][0]["buffers"]
     assert (v["name"], v["dtype"], v["shape"]) == ("y", "u32", [4, 4])
@@ -212,7 +214,7 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>) {
 
 def test_a_buffer_over_the_cap_keeps_its_first_cells_and_says_so(gpu, monkeypatch) -> None:
     monkeypatch.setattr(captures, "MAX_CELLS", 100)
-    result = run_program(*gpu, VECTOR_ADD, capture=True)
+    result = run_program(gpu[0], gpu[1], VECTOR_ADD, capture=True)
     outcome = program_outcome(result, gpu[1], vector_add_expected())
 
     assert outcome["status"] == "passed"
@@ -224,7 +226,9 @@ def test_a_buffer_over_the_cap_keeps_its_first_cells_and_says_so(gpu, monkeypatc
 
 def test_the_runs_budget_leaves_later_passes_uncaptured_and_says_so(gpu, monkeypatch) -> None:
     monkeypatch.setattr(captures, "MAX_RUN_BYTES", 64)
-    result = run_program(*gpu, TWO_PASSES, {"kernel.wgsl": TWO_PASSES_WGSL.encode()}, capture=True)
+    result = run_program(
+        gpu[0], gpu[1], TWO_PASSES, {"kernel.wgsl": TWO_PASSES_WGSL.encode()}, capture=True
+    )
     passes = program_outcome(result, gpu[1])["passes"]
 
     assert passes[0]["buffers"][0]["kept"] == 16
@@ -235,7 +239,9 @@ def test_the_runs_budget_leaves_later_passes_uncaptured_and_says_so(gpu, monkeyp
 
 def test_a_pass_never_submitted_says_so(gpu) -> None:
     program = TWO_PASSES.replace("device.queue.submit([encoder.finish()]);", "encoder.finish();")
-    result = run_program(*gpu, program, {"kernel.wgsl": TWO_PASSES_WGSL.encode()}, capture=True)
+    result = run_program(
+        gpu[0], gpu[1], program, {"kernel.wgsl": TWO_PASSES_WGSL.encode()}, capture=True
+    )
 
     for record in program_outcome(result, gpu[1])["passes"]:
         (y,) = record["buffers"]
@@ -248,7 +254,7 @@ def test_a_capture_that_fails_never_changes_the_verdict(gpu, monkeypatch) -> Non
         raise RuntimeError("the capture broke")
 
     monkeypatch.setattr(captures.Capture, "end_pass", broken)
-    result = run_program(*gpu, VECTOR_ADD, capture=True)
+    result = run_program(gpu[0], gpu[1], VECTOR_ADD, capture=True)
     outcome = program_outcome(result, gpu[1], vector_add_expected())
 
     assert outcome["status"] == "passed"
@@ -269,7 +275,7 @@ def test_copies_webgpu_would_refuse_are_dropped_and_the_program_runs(gpu, monkey
             gpu_encoder.copy_buffer_to_buffer(source, 0, staging.gpu, staging.size - 4, 8)
 
     monkeypatch.setattr(captures.Capture, "end_pass", overrun)
-    result = run_program(*gpu, VECTOR_ADD, capture=True)
+    result = run_program(gpu[0], gpu[1], VECTOR_ADD, capture=True)
     outcome = program_outcome(result, gpu[1], vector_add_expected())
 
     assert result.error is None, result.error
@@ -278,13 +284,13 @@ def test_copies_webgpu_would_refuse_are_dropped_and_the_program_runs(gpu, monkey
 
 
 def test_runs_that_no_reader_sees_capture_nothing(gpu) -> None:
-    result = run_program(*gpu, VECTOR_ADD)
+    result = run_program(gpu[0], gpu[1], VECTOR_ADD)
     assert result.captured == {}
     assert "buffers" not in program_outcome(result, gpu[1])["passes"][0]
 
 
 def test_an_outcome_over_the_workers_cap_drops_buffers_before_failing(gpu, monkeypatch) -> None:
-    outcome = replay_program(*gpu, TWO_PASSES, {"kernel.wgsl": TWO_PASSES_WGSL.encode()})
+    outcome = replay_program(gpu[0], gpu[1], TWO_PASSES, {"kernel.wgsl": TWO_PASSES_WGSL.encode()})
     outcome["program"]["trace"] = None  # what else is cut, biggest first
     whole = worker.result_frame(1, outcome)
     monkeypatch.setattr(worker, "MAX_OUTCOME_BYTES", len(whole) - 100)

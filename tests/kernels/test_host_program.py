@@ -612,7 +612,7 @@ def test_a_job_may_name_its_files_by_sha256_in_a_folder_read_once_and_checked(gp
     from kernels.engine.worker import Memo
 
     device, env = gpu
-    data = np.float32([1]).tobytes()
+    data = np.array([1], dtype=np.float32).tobytes()
     sha = hashlib.sha256(data).hexdigest()
     (tmp_path / sha).write_bytes(data)
     job = {
@@ -629,7 +629,7 @@ def test_a_job_may_name_its_files_by_sha256_in_a_folder_read_once_and_checked(gp
     (tmp_path / sha).unlink()  # the worker kept what it read
     assert run_program_job(device, env, job, memo)["status"] == "passed"
     # A file that is not the one its name says is refused, as is a name that is no sha256.
-    (tmp_path / sha).write_bytes(np.float32([2]).tobytes())
+    (tmp_path / sha).write_bytes(np.array([2], dtype=np.float32).tobytes())
     with pytest.raises(ValueError, match="is not the file of that sha256"):
         run_program_job(device, env, job)
     with pytest.raises(ValueError, match="not a sha256"):

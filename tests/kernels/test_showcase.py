@@ -585,7 +585,11 @@ def test_a_program_run_again_on_the_same_inputs_computes_its_reference_once(gpu)
     memo, computed = Memo(), []
 
     def counting(key: tuple, compute):
-        return memo(key, lambda: computed.append(key[0]) or compute())
+        def counted():
+            computed.append(key[0])
+            return compute()
+
+        return memo(key, counted)
 
     first = run_program_job(device, env, job, counting)
     again = run_program_job(device, env, job, counting)
