@@ -85,7 +85,7 @@ def job_for(
     """The job replaying this version, under its own harness or the one given; its host
     program when it has one (compared with another version's, when one is given)."""
     spec = version.harness if spec is None else spec
-    if version.state_id is not None and version.state.kind in GPU_KINDS:
+    if version.state is not None and version.state.kind in GPU_KINDS:
         return gpu_program_job(version)
     if version.host_program:
         return program_job(version, spec, compare_with)
@@ -197,7 +197,7 @@ def gpu_program_job(version: KernelVersion) -> Job:
     files = program_files(version)
     content = {"@entry": state.entry, "@kind": state.kind}
     content |= {f"@file:{name}": sha256 for name, sha256 in files.items()}
-    payload: dict = {
+    payload: dict[str, Any] = {
         "kind": state.kind,
         "entry": state.entry,
         "files": None,

@@ -180,8 +180,8 @@ class Fork(models.Model):
         )
 
 
-class WorkerQuerySet(models.QuerySet):
-    def connected(self):
+class WorkerQuerySet(models.QuerySet["Worker"]):
+    def connected(self) -> WorkerQuerySet:
         """Workers whose announcement is recent enough (WORKER_SEEN_WITHIN seconds)."""
         since = timezone.now() - timedelta(seconds=settings.WORKER_SEEN_WITHIN)
         return self.filter(seen__gte=since)

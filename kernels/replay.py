@@ -219,8 +219,8 @@ def _start_gpu_run(job: Job, fresh: bool) -> Run:
         raise ReplayUnavailable(missing, retry_after=60)
     run = _new_run(job, "", claimed=False)
     if run is None:
-        joined = Run.objects.for_key(job.source_sha256, job.harness_digest, "")
-        joined = joined.exclude(state=Run.State.DONE).first()
+        same = Run.objects.for_key(job.source_sha256, job.harness_digest, "")
+        joined = same.exclude(state=Run.State.DONE).first()
         if joined is not None:
             return joined
         return _start_gpu_run(job, fresh=False)

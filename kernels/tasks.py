@@ -37,10 +37,7 @@ def worker_pool() -> Pool:
     return _pool
 
 
-# Celery ships no types: the task keeps the signature below.
-@shared_task(  # type: ignore[untyped-decorator]
-    name="kernels.replay", acks_late=True, reject_on_worker_lost=True, ignore_result=True
-)
+@shared_task(name="kernels.replay", acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def run_replay(run_id: int, key: str, payload: dict[str, Any]) -> None:
     # acks_late + reject_on_worker_lost: if this process is killed mid-job the broker
     # hands the job to another worker, and claim() counts the attempt.
@@ -53,7 +50,7 @@ def run_replay(run_id: int, key: str, payload: dict[str, Any]) -> None:
 @shared_task(
     name="kernels.gpu_replay", acks_late=True, reject_on_worker_lost=True, ignore_result=True
 )
-def run_gpu_replay(run_id: int, key: str, payload: dict) -> None:
+def run_gpu_replay(run_id: int, key: str, payload: dict[str, Any]) -> None:
     """A Triton or CUDA program, in the sandbox, on this worker's GPU. The sandbox is the
     process boundary: a program that hangs or crashes its GPU context is killed with
     everything it started, and the worker goes on."""

@@ -18,7 +18,7 @@ from django.test import TestCase
 from django.utils import timezone
 
 from kernels import replay, tasks, workers
-from kernels.jobs import job_for, with_files
+from kernels.jobs import Job, job_for, with_files
 from kernels.models import Run, Worker
 from sessions.models import Session
 from sessions.programs import Kernel, KernelVersion
@@ -160,9 +160,9 @@ class GpuTaskTestCase(TestCase):
         self.assertEqual(replay.missing_capability(job_for_payload(payload)), "")
 
 
-def job_for_payload(payload: dict) -> replay.Job:
+def job_for_payload(payload: dict) -> Job:
     Worker.objects.create(name="g", capabilities=["triton"])
-    return replay.Job("s", "h", payload)
+    return Job("s", "h", payload)
 
 
 class GpuShowcaseTestCase(TestCase):

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import copy
 import json
+from typing import Any
 
 import pytest
 
 from kernels.engine.device import open_device
+from kernels.engine.outcome import Outcome
 from kernels.engine.run import execute
 from tests.base import ADD_HARNESS, ADD_SOURCE
 from tests.kernels.test_showcase import FIXTURES
@@ -19,15 +21,15 @@ H100 = "NVIDIA H100 80GB HBM3 via Vulkan"
 
 
 @pytest.fixture(scope="module")
-def llvmpipe_run() -> dict:
+def llvmpipe_run() -> Outcome:
     device, env = open_device()
     outcome = execute(device, env, {"self": ADD_SOURCE}, ADD_HARNESS, FIXTURES)
     assert outcome["status"] == "passed" and outcome["speed"]["emulated"]
     return outcome
 
 
-def on_a_gpu(outcome: dict) -> dict:
-    gpu = copy.deepcopy(outcome)
+def on_a_gpu(outcome: Outcome) -> Outcome:
+    gpu: Any = copy.deepcopy(outcome)
     gpu["passes"][0].update(gpu_ms=0.01, bytes=1536)
     gpu["speed"].update(
         adapter=H100,

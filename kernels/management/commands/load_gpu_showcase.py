@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
@@ -19,7 +21,7 @@ class Command(BaseCommand):
         "H100 (fixtures/triton_cuda/h100_outcomes.json), so a site without a GPU shows them."
     )
 
-    def handle(self, *args, **options) -> None:
+    def handle(self, *args: Any, **options: Any) -> None:
         folder = settings.FIXTURES_DIR / "triton_cuda"
         try:
             report = import_path(

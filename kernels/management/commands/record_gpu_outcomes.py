@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
@@ -12,7 +14,7 @@ class Command(BaseCommand):
         "(fixtures/triton_cuda/h100_outcomes.json) as the runs of the versions they are of."
     )
 
-    def handle(self, *args, **options) -> None:
+    def handle(self, *args: Any, **options: Any) -> None:
         folder = settings.FIXTURES_DIR / "triton_cuda"
         stored = record(folder / "h100_outcomes.json", folder / "programs")
         self.stdout.write(f"Stored {stored} recorded GPU run(s).")
