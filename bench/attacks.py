@@ -28,6 +28,8 @@ the order written; --only picks some by name):
   big-import     staff upload a 200,000-line transcript while alice signs in every 2 s
                  until its upload's page says it is done; the front page is timed before
                  and after
+  big-reimport   the same upload again, a re-import, while alice signs in and a reader
+                 without cookies reads the session's last page every 2 s
   sign-in        30 wrong passwords for alice from one address, then hers from another
   bad-urls       /?q=a%00b, ?turn= of 4,301 digits (gunicorn refuses the line) and of
                  4,000, turn numbers past 64 bits, ?wait=nan,
@@ -818,54 +820,72 @@ def front_page_ms(port: int, times: int = 5) -> float:
     return 1000 * statistics.median(request(port, "GET", "/").seconds for _ in range(times))
 
 
-@attack("big-import")
-def big_import(context: Context) -> Result:
+def upload_while_signing_in(
+    context: Context, body: bytes, headers: dict[str, str], readers: str = ""
+) -> tuple[Answer, list[Answer], list[Answer]]:
+    """Staff upload to /import/ (followed until its page says it is done) while alice
+    signs in every SIGN_IN_EVERY_S and, given a path, a reader without cookies GETs it
+    as often: the upload's end, the sign-ins and the reads."""
     curator = context.setup["cookies"]["curator"]
-    content = big_transcript(BIG_IMPORT_LINES)
-    fields = {"title": "A long session", "slug": "long", "visibility": "public"}
-    body, headers = multipart(fields, "long.jsonl", content)
-    with phase(context, "big-import") as result:
-        before = front_page_ms(context.port)
-        done: list[Answer] = []
-        upload = threading.Thread(
-            target=lambda: done.append(
-                imported(
-                    context.port,
-                    request(
-                        context.port,
-                        "POST",
-                        "/import/",
-                        body,
-                        headers | cookie_header(curator),
-                        timeout=600,
-                    ),
-                    curator,
-                )
-            )
-        )
-        upload.start()
-        signins: list[Answer] = []
-        while upload.is_alive() and len(signins) < 300:
-            login, login_headers = form({"username": "alice", "password": PASSWORD})
-            signins.append(
+    done: list[Answer] = []
+    upload = threading.Thread(
+        target=lambda: done.append(
+            imported(
+                context.port,
                 request(
                     context.port,
                     "POST",
-                    "/accounts/login/",
-                    login,
-                    login_headers | cookie_header(),
-                    "10.0.0.8",
-                )
+                    "/import/",
+                    body,
+                    headers | cookie_header(curator),
+                    timeout=600,
+                ),
+                curator,
             )
-            upload.join(SIGN_IN_EVERY_S)
-        upload.join()
-        [answer] = done
+        )
+    )
+    upload.start()
+    signins: list[Answer] = []
+    reads: list[Answer] = []
+    while upload.is_alive() and len(signins) < 300:
+        login, login_headers = form({"username": "alice", "password": PASSWORD})
+        signins.append(
+            request(
+                context.port,
+                "POST",
+                "/accounts/login/",
+                login,
+                login_headers | cookie_header(),
+                "10.0.0.8",
+            )
+        )
+        if readers:
+            reads.append(request(context.port, "GET", readers, client="10.0.0.9"))
+        upload.join(SIGN_IN_EVERY_S)
+    upload.join()
+    return done[0], signins, reads
+
+
+def big_upload() -> tuple[bytes, dict[str, str], int]:
+    content = big_transcript(BIG_IMPORT_LINES)
+    fields = {"title": "A long session", "slug": "long", "visibility": "public"}
+    body, headers = multipart(fields, "long.jsonl", content)
+    return body, headers, len(content)
+
+
+@attack("big-import")
+def big_import(context: Context) -> Result:
+    curator = context.setup["cookies"]["curator"]
+    body, headers, size = big_upload()
+    with phase(context, "big-import") as result:
+        before = front_page_ms(context.port)
+        answer, signins, _ = upload_while_signing_in(context, body, headers)
         after = front_page_ms(context.port)
         result.statuses[f"import {answer.status}"] += 1
         result.statuses.update(f"sign-in {signin.status}" for signin in signins)
         slowest = max((signin.seconds for signin in signins), default=0.0)
         result.notes.append(
-            f"{BIG_IMPORT_LINES:,} lines ({len(content) / 1e6:.0f} MB) imported in "
+            f"{BIG_IMPORT_LINES:,} lines ({size / 1e6:.0f} MB) imported in "
             f"{answer.seconds:.1f} s; {len(signins)} sign-ins meanwhile, the slowest "
             f"{slowest:.2f} s"
         )
@@ -878,6 +898,29 @@ def big_import(context: Context) -> Result:
                 f"{path} (uncached, staff): {page.seconds:.2f} s, "
                 f"{len(page.body) / 1e3:.0f} KB ({page.status})"
             )
+    return result
+
+
+@attack("big-reimport")
+def big_reimport(context: Context) -> Result:
+    """The same upload again, a re-import of the session big-import made (made first,
+    untimed, when big-import did not run): sign-ins, and a reader of its last page."""
+    body, headers, _ = big_upload()
+    if request(context.port, "GET", "/s/long/").status != 200:
+        upload_while_signing_in(context, body, headers)
+    with phase(context, "big-reimport") as result:
+        answer, signins, reads = upload_while_signing_in(
+            context, body, headers, readers="/s/long/?page=1000"
+        )
+        result.statuses[f"import {answer.status}"] += 1
+        result.statuses.update(f"sign-in {signin.status}" for signin in signins)
+        result.statuses.update(f"read {read.status}" for read in reads)
+        slowest = max((signin.seconds for signin in signins), default=0.0)
+        read = max((read.seconds for read in reads), default=0.0)
+        result.notes.append(
+            f"re-imported in {answer.seconds:.1f} s; {len(signins)} sign-ins meanwhile, the "
+            f"slowest {slowest:.2f} s; the slowest read of the session's last page {read:.2f} s"
+        )
     return result
 
 

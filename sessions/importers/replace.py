@@ -3,7 +3,8 @@
 The new import is written, a batch per transaction (sessions/importers/batches.py), into
 a stand-in: a private session no reader sees. Meanwhile readers read the old session and
 other writers get in between two batches. When every batch is in, one short transaction
-swaps them (its work grows with the kernel versions, not the turns): the old session's
+swaps them (its work grows with the kernel versions and the turns linked to them, not
+with all the turns): the old session's
 kept kernels and versions move to the stand-in, rewritten with what the import made of
 them, so that their ids, and so their forks' ids, stay; its files and whatever else
 points at it follow; the stand-in takes its slug, and the old session, now private under
