@@ -27,10 +27,13 @@ import sys
 import time
 import urllib.parse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import quickjs
+
+if TYPE_CHECKING:
+    from kernels.engine.device import Environment
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -115,10 +118,10 @@ def text_crossings(data: bytes) -> tuple[float, float]:
     return handed_in, taken_out
 
 
-def round_trip(gpu: tuple[object, object], data: bytes) -> float:
+def round_trip(gpu: tuple[Any, Environment], data: bytes) -> float:
     device, env = gpu
     started = time.perf_counter()
-    result = run_program(device, env, ROUND_TRIP, {"data.bin": data})  # type: ignore[arg-type]
+    result = run_program(device, env, ROUND_TRIP, {"data.bin": data})
     took = time.perf_counter() - started
     assert result.error is None, result.error
     assert result.readbacks[0].data == data, "the readback differs from what was written"

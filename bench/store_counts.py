@@ -43,6 +43,7 @@ def main() -> None:
         counted = None
         for round in range(runs + 1):
             for on, elapsed in times.items():
+                # The store counts switched off by replacing the method for the run.
                 _Run.count_stores = counting if on else lambda *args: []  # type: ignore[method-assign]
                 started = time.perf_counter()
                 outcome = execute(
@@ -52,7 +53,7 @@ def main() -> None:
                     elapsed.append(time.perf_counter() - started)
                 if on:
                     counted = outcome.get("store_counts")
-        _Run.count_stores = counting  # type: ignore[method-assign]
+        _Run.count_stores = counting  # type: ignore[method-assign]  # put back
         without, with_ = median_ms(times[False]), median_ms(times[True])
         stores = counted[0]["stores"] if counted else None
         ratio = with_ / without

@@ -130,6 +130,7 @@ def render_page(
     # A token of our choosing, so that it can be found in the page and put back per reader.
     token = get_token(request)
     response = render(request, template, {**context, "csrf_token": token})
+    # django-csp's middleware gives the request its nonce; HttpRequest's type has none.
     return response, {"token": token, "nonce": str(request.csp_nonce)}  # type: ignore[attr-defined]
 
 
@@ -139,6 +140,6 @@ def serve_page(request: HttpRequest, kept: dict[str, Any]) -> HttpResponse:
     body: bytes = kept["body"]
     swaps = kept["swaps"]
     body = body.replace(swaps["token"].encode(), get_token(request).encode())
-    nonce = str(request.csp_nonce)  # type: ignore[attr-defined]
+    nonce = str(request.csp_nonce)  # type: ignore[attr-defined]  # set by django-csp
     body = body.replace(swaps["nonce"].encode(), nonce.encode())
     return HttpResponse(body)

@@ -150,5 +150,6 @@ def _move_the_rest(old: Session, new: Session) -> None:
         if relation.related_model in REBUILT or relation.many_to_many:
             continue
         field = relation.field
+        # Typed as a model or "self"; a relation to Session from another model is never "self".
         model: type[models.Model] = relation.related_model  # type: ignore[assignment]
         model._base_manager.filter(**{field.name: old}).update(**{field.name: new})

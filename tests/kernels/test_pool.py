@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -94,7 +95,10 @@ def compile_only(source: str) -> dict:
     return {"sources": {"self": source}, "harness": None, "fixtures_dir": "fixtures"}
 
 
-def wait_for(condition: Callable[[], object], timeout: float = 20.0) -> object:
+T = TypeVar("T")
+
+
+def wait_for(condition: Callable[[], T], timeout: float = 20.0) -> T:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         value = condition()
@@ -106,7 +110,7 @@ def wait_for(condition: Callable[[], object], timeout: float = 20.0) -> object:
 
 def busy_pid(pool: Pool, other_than: int = 0) -> int:
     pids = wait_for(lambda: [p for p in pool.status()["busy_pids"] if p != other_than])
-    return pids[0]  # type: ignore[index]
+    return pids[0]
 
 
 def kill_twice(pool: Pool) -> list[int]:
