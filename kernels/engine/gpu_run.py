@@ -236,6 +236,7 @@ def run_program(payload: dict[str, Any], limits: sandbox.Limits | None = None) -
         shutil.copyfile(DRIVER, scratch / "driver.py")
         env = _environment({}, gpu)
         memcheck: list[dict[str, str]] = []
+        checked: sandbox.Finished | None = None
         with gpu_lock(gpu):
             sanitizer = shutil.which("compute-sanitizer", path=env["PATH"])
             if gpu is not None and sanitizer:
@@ -260,12 +261,18 @@ def run_program(payload: dict[str, Any], limits: sandbox.Limits | None = None) -
                     gpu,
                 )
                 memcheck = memcheck_errors(checked.stdout + checked.stderr)
-            finished = sandbox.run(
-                scratch,
-                [python, "/work/driver.py", entry, "/work/report.json"],
-                env,
-                limits,
-                gpu,
+            # A program that never ends under memcheck would not end timed either: its
+            # deadline is spent once.
+            finished = (
+                checked
+                if checked is not None and checked.timed_out
+                else sandbox.run(
+                    scratch,
+                    [python, "/work/driver.py", entry, "/work/report.json"],
+                    env,
+                    limits,
+                    gpu,
+                )
             )
         report = _report(scratch / "report.json")
         source = base64.b64decode(files[entry]).decode("utf-8", "replace")
