@@ -301,3 +301,26 @@ def test_an_outcome_over_the_workers_cap_drops_buffers_before_failing(gpu, monke
     assert sent["status"] == "no_reference"
     assert sent["cut"] and sent["cut"][0].startswith("the buffers after pass")
     assert sum("buffers" in p for p in sent["passes"]) == 1
+
+
+class ShowcaseCaptureTests(TransactionTestCase):
+    def test_each_matmul_version_lists_each_pass_with_its_buffers_and_time(self) -> None:
+        from sessions.importers.kernelbin import import_session
+        from tests.kernels.test_showcase import DATA, KERNELS
+
+        import_session(DATA)
+        slug = DATA["session"]["slug"]
+        checked = []
+        for version in KERNELS["matmul"]["versions"]:
+            path = f"/s/{slug}/turns/{version['turn']}/replay.json"
+            outcome = finished(self.client, path)["outcome"]
+            if outcome["status"] in ("compile_error", "pipeline_error", "rejected"):
+                continue  # nothing ran
+            assert outcome["passes"], (version["number"], outcome["message"])
+            for record in outcome["passes"]:
+                assert "gpu_ms" in record, version["number"]
+                assert record["buffers"], version["number"]
+                for buffer in record["buffers"]:
+                    assert buffer["kept"] == buffer["count"] and "values" in buffer
+            checked.append(version["number"])
+        assert len(checked) >= 2, checked  # v1 and v2 stop before a pass runs
