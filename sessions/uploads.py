@@ -155,10 +155,13 @@ def _add(upload: Upload, folder: Path) -> dict[str, Any]:
 
 
 def unless_lost(upload: Upload) -> Upload:
-    """The upload, recorded as failed if the process importing it has ended."""
+    """The upload, recorded as failed (its spooled files deleted) if the process
+    importing it has ended."""
     if not upload.is_finished and processes.is_gone(upload.worker):
         Upload.objects.filter(pk=upload.pk, state=upload.state).update(
             state=Upload.State.FAILED, error=LOST, finished=timezone.now()
         )
+        if upload.spool:
+            shutil.rmtree(upload.spool, ignore_errors=True)
         upload.refresh_from_db()
     return upload

@@ -115,15 +115,11 @@ def _run_context(guided: GuidedSession, execution: replay.Replay | None) -> dict
     program did and what its readbacks were compared with."""
     context = {**outcome_context(execution), "execution": execution}
     if execution is not None and execution.version.host_program:
-        # The archive's findings name the fix ("round the workgroup count up"); in a
-        # lesson the review leads the learner there with a question instead.
+        # No findings (False): the archive's name the fix ("round the workgroup count up");
+        # in a lesson the review leads the learner there with a question instead.
         chosen = guided.compared_with(execution.version)
         context["host"] = host_context(
-            execution.version,
-            execution.outcome,
-            findings=False,
-            compare_with=chosen,
-            run=execution.run,
+            execution.version, execution.outcome, False, chosen, run=execution.run
         )
     return context
 

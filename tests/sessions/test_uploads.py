@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 from unittest import mock
 
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client, TransactionTestCase, override_settings
@@ -93,16 +95,21 @@ class BackgroundUploadTests(TransactionTestCase):
     def test_an_upload_whose_process_ended_is_lost(self) -> None:
         gone = processes.this_process().rsplit(":", 2)[0] + ":0:999999999"
         self.assertTrue(processes.is_gone(gone))
+        spool = Path(settings.UPLOAD_SPOOL_DIR) / "lost"
+        spool.mkdir(parents=True)
+        (spool / "main").write_bytes(b"half a transcript")
         upload = Upload.objects.create(
             kind=Upload.Kind.IMPORT,
             owner=self.curator,
             options={"name": "long.jsonl"},
+            spool=str(spool),
             state=Upload.State.RUNNING,
             worker=gone,
         )
         page = done(self.client, upload.get_absolute_url())
         self.assertIn("This upload stopped", page)
         self.assertEqual(Upload.objects.get().state, Upload.State.FAILED)
+        self.assertFalse(spool.exists())
 
     def test_only_staff_see_an_upload(self) -> None:
         done(self.client, self.upload(b"not json\n"))
