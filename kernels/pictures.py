@@ -229,9 +229,14 @@ def status_map(output: dict[str, Any]) -> SafeString:
     return _svg(cols * size, rows * size, body, f"status of each cell of {output['name']}")
 
 
-def bars(name: str, expected: list[float | None] | None, got: list[float | None]) -> SafeString:
+def bars(
+    name: str,
+    expected: list[float | None] | None,
+    got: list[float | None],
+    changed: Sequence[bool] = (),
+) -> SafeString:
     """Side by side bars per index: expected (light) and got (dark), each with its value
-    on hover."""
+    on hover; the indices changed (a buffer's cells a pass changed) outlined."""
     values = [v for v in (expected or []) + got if _finite(v)]
     scale = max((abs(v) for v in values), default=1.0) or 1.0
     count, height, label_space = len(got), 160, 16
@@ -246,6 +251,10 @@ def bars(name: str, expected: list[float | None] | None, got: list[float | None]
         title = f"[{i}] got {_number(got[i])}"
         if expected is not None:
             title += f", expected {_number(expected[i])}"
+        if changed and changed[i]:
+            title += " (changed by this pass)"
+            outline = ' stroke="currentColor" stroke-width="1.5" pointer-events="none"'
+            body.append(_rect(i * step + 1.5, 1.5, step - 3, height - label_space, "none", outline))
         for k, (data, fill) in enumerate(series):
             x, value = i * step + 3 + k * bar, data[i]
             if not _finite(value):
@@ -480,7 +489,8 @@ def buffer_figure(buffer: Mapping[str, Any], before: Mapping[str, Any] | None) -
         parts.append(f"{int(never.sum()):,} never written")
     title = "; ".join([f"{name}: {'×'.join(str(s) for s in shape)} {buffer['dtype']}", *parts])
     if rows == 1:
-        return {"title": title, "svg": bars(name, None, cells)}
+        svg = bars(name, None, cells, changed)
+        return {"title": title, "svg": svg, "marks": before is not None or bool(never.any())}
     scale = max((abs(v) for v in cells if _finite(v)), default=1.0) or 1.0
 
     def colour(v: float | None, scale: float = scale) -> str:

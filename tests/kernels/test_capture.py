@@ -106,6 +106,8 @@ class ProgramCaptureTests(TransactionTestCase):
             "y: 16 f32; 6 of the cells drawn changed by this pass; 4 never written", section
         )
         self.assertIn("<svg", section)
+        self.assertEqual(section.count("(changed by this pass)</title>"), 6)
+        self.assertIn("changed by this pass <span", section)  # the legend
 
         first = self.client.get("/s/capture/turns/2/replay/", {"pass": 1}).content.decode()
         section = first[first.index('<section class="passes"') :]
