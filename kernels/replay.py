@@ -555,6 +555,9 @@ def run_now(
 
 def replay_health() -> dict[str, Any]:
     try:
-        return backend().health()
+        health = backend().health()
+        # The workers that announced what they offer (kernels/workers.py), for staff.
+        workers = Worker.objects.connected().values("name", "capabilities", "gpu", "seen")
+        return {**health, "workers": [{**w, "seen": w["seen"].isoformat()} for w in workers]}
     except Exception as error:  # health must answer whatever is broken
         return {"ok": False, "error": str(error)[:200]}

@@ -333,9 +333,10 @@ def timeline(request: HttpRequest, slug: str, name: str) -> HttpResponse:
     ]
     for row, speed in zip(rows, timeline_speeds(finished), strict=True):
         row["speed"] = speed
-    return render(
-        request, "kernels/timeline.html", {"session": session, "kernel": kernel, "rows": rows}
-    )
+    # A Triton or CUDA kernel replays its program on a GPU worker, never a harness.
+    gpu = any(forks.is_gpu_version(version) for version in versions)
+    context = {"session": session, "kernel": kernel, "rows": rows, "gpu_kernel": gpu}
+    return render(request, "kernels/timeline.html", context)
 
 
 def _digits_figure(version: KernelVersion, run: Run) -> dict[str, Any] | None:

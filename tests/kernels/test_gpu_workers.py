@@ -13,6 +13,7 @@ from datetime import timedelta
 from unittest import mock
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.test import TestCase
 from django.utils import timezone
@@ -126,6 +127,18 @@ class GpuJobTestCase(TestCase):
 
 
 class WorkerCapabilityTestCase(TestCase):
+    def test_staff_see_the_workers_and_what_they_offer(self) -> None:
+        with mock.patch("kernels.workers.shutil.which", return_value="/usr/bin/bwrap"):
+            workers.announce("gpu0@h100", ["triton", "cuda"], "NVIDIA H100 80GB HBM3")
+        self.assertNotIn("replay", self.client.get("/healthz").json())
+        user = get_user_model().objects.create_user("staff", password="pw", is_staff=True)
+        self.client.force_login(user)
+        (worker,) = self.client.get("/healthz").json()["replay"]["workers"]
+        self.assertEqual(
+            (worker["name"], worker["capabilities"], worker["gpu"]),
+            ("gpu0@h100", ["triton", "cuda"], "NVIDIA H100 80GB HBM3"),
+        )
+
     def test_what_a_worker_offers(self) -> None:
         with mock.patch("kernels.workers.shutil.which", return_value="/usr/bin/bwrap"):
             self.assertEqual(workers.offered(["replay"], ""), ["webgpu"])
@@ -175,7 +188,9 @@ class GpuShowcaseTestCase(TestCase):
         self.assertEqual(session.source, Session.Source.FIXTURE)
         self.assertContains(self.client.get("/"), "Triton and CUDA with Claude")
         timeline = self.client.get(f"/s/{session.slug}/kernels/add_relu-add_relu_kernel/")
-        self.assertContains(timeline, "add_relu_kernel")
+        self.assertContains(timeline, "replays the program it was written in")
+        self.assertNotContains(timeline, "no harness yet")
+        self.assertContains(timeline, "0.0819 ms")
         page = self.client.get(page_of(version_of("add_relu-add_relu_kernel", 3)))
         self.assertContains(page, "recorded on <strong>NVIDIA H100 80GB HBM3</strong> on ")
         # Loading again refreshes the session and keeps the runs.
