@@ -19,7 +19,7 @@ import functools
 import hashlib
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,19 +27,13 @@ import numpy as np
 
 from kernels.engine import store_counts
 from kernels.engine.analysis import analyse, misleading_on_cpu
+from kernels.engine.case_results import CaseResult, case_entry, compare_case
 from kernels.engine.cases import Case
-from kernels.engine.compare import (
-    classification_report,
-    compare_output,
-    mark_unwritten,
-    no_reference_message,
-    verdict,
-)
 from kernels.engine.device import Environment, import_wgpu
 from kernels.engine.gpu_compare import BY_ADAPTER, CHECK_FROM, DeviceCheck
 from kernels.engine.harness import Harness, HarnessError, canonical_digest, parse_harness
 from kernels.engine.host.capture import Captured, with_buffers
-from kernels.engine.host.gpu import SENTINEL_WORD, VERSION_WGSL, HostError, Timeline
+from kernels.engine.host.gpu import VERSION_WGSL, HostError, Timeline
 from kernels.engine.host.harness_program import COUNTERS, Counting, HarnessHost, harness_host
 from kernels.engine.host.trace import Trace
 from kernels.engine.inputs import (
@@ -85,37 +79,6 @@ class Inputs:
     key: tuple[Any, ...]
     host: dict[str, np.ndarray]
     expected: dict[str, np.ndarray]
-
-
-@dataclass
-class CaseResult:
-    """One case's verdict; a harness without cases is one unnamed case."""
-
-    name: str
-    description: str
-    status: Status
-    message: str
-    outputs: list[dict[str, Any]]
-    report: dict[str, Any] | None
-    layout: list[dict[str, Any]]
-    store_counts: list[dict[str, Any]] = field(default_factory=list)
-    trace: Trace | None = None
-    passes: list[PassRecord] = field(default_factory=list)
-    speed: SpeedReport | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        entry: dict[str, Any] = {
-            "name": self.name,
-            "status": str(self.status),
-            "message": self.message,
-            "outputs": self.outputs,
-            "layout": self.layout,
-        }
-        if self.description:
-            entry["description"] = self.description
-        if self.report is not None:
-            entry["report"] = self.report
-        return entry
 
 
 @dataclass
@@ -296,12 +259,12 @@ class _Run:
             if warning not in self.warnings:
                 self.warnings.append(warning)
         got = self.arrays(harness, replayed.read)
-        result = self.compare(harness, host, got, expected, None, replayed.passed)
+        result = compare_case(harness, host, got, expected, None, replayed.passed)
         fresh = frozenset(b.name for b in harness.bound_buffers() if b.fill == "fresh")
         marks = None
         if result.status in (Status.MISMATCH, Status.NONFINITE) and fresh:
             diagnostic = self.replay(program, inputs, sentinel=fresh, capture=self.capture)
-            result = self.compare(
+            result = compare_case(
                 harness, host, got, expected, self.arrays(harness, diagnostic.read), replayed.passed
             )
             marks = diagnostic.captured
@@ -358,7 +321,7 @@ class _Run:
             outcome["message"] = (
                 f"{passed} of {len(results)} cases pass; case {worst.name}: {worst.message}"
             )
-        outcome["cases"] = [_case_entry(r, shown=r is worst) for r in results]
+        outcome["cases"] = [case_entry(r, shown=r is worst) for r in results]
         return outcome
 
     def compile_only(self) -> Outcome:
@@ -560,71 +523,6 @@ class _Run:
                 f"{counts[1]}" + (f"; not bound: {', '.join(unbound)}" if unbound else "") + "."
             )
         return Stop(Status.PIPELINE_ERROR, message, text)
-
-    # -- after the device --------------------------------------------------------------
-
-    def compare(
-        self,
-        harness: Harness,
-        host: dict[str, np.ndarray],
-        got: dict[str, np.ndarray],
-        expected: dict[str, np.ndarray],
-        diagnostic: dict[str, np.ndarray] | None,
-        passed: dict[str, dict[str, Any]],
-    ) -> CaseResult:
-        """Each output against the reference (cells wrong here and never written in the
-        diagnostic run marked so; passed holds those the device passed), then the buffers
-        the report asks to see."""
-        atol, rtol = harness.tolerance.atol, harness.tolerance.rtol
-        names = list(harness.reference.outputs) if harness.reference else self.shown(harness, got)
-        outputs = []
-        for name in names:
-            if name in passed:
-                outputs.append(passed[name])
-                continue
-            buf = harness.buffer(name)
-            # An output no pass binds was never written: it still holds its start value.
-            values = got[name] if name in got else host[name]
-            want = expected.get(name)
-            if diagnostic is not None and want is not None and name in diagnostic:
-                values = mark_unwritten(values, want, diagnostic[name], SENTINEL_WORD, atol, rtol)
-            outputs.append(compare_output(buf, values, want, atol, rtol))
-        checked = list(outputs)
-        report = None
-        if harness.report is not None:
-            for name in harness.report.show:
-                if name not in names:
-                    values = got[name] if name in got else host[name]
-                    shown = compare_output(harness.buffer(name), values, None, atol, rtol)
-                    outputs.append({**shown, "intermediate": True})
-            if harness.report.kind:
-                probs = got.get(harness.report.probabilities, host[harness.report.probabilities])
-                labels = got.get(harness.report.labels, host[harness.report.labels])
-                report = classification_report(probs, labels)
-        if harness.reference is None:
-            message = no_reference_message(outputs)
-            return CaseResult("", "", Status.NO_REFERENCE, message, outputs, report, [])
-        status, message = verdict(checked)
-        return CaseResult("", "", status, message, outputs, report, [])
-
-    def shown(self, harness: Harness, got: dict[str, np.ndarray]) -> list[str]:
-        report = set()
-        if harness.report is not None:
-            report = {harness.report.probabilities, harness.report.labels, *harness.report.show}
-        marked = [b.name for b in harness.outputs()]
-        return marked or [name for name in got if name not in report]
-
-
-def _case_entry(result: CaseResult, shown: bool) -> dict[str, Any]:
-    """A case in the outcome's list; the values of its cells only for the case shown at the
-    top (the worst), so sixty-four cases do not carry sixty-four copies of every output."""
-    entry = result.as_dict()
-    if not shown:
-        entry["outputs"] = [
-            {key: value for key, value in output.items() if key not in ("got", "expected")}
-            for output in result.outputs
-        ]
-    return entry
 
 
 def _ms(started: float) -> float:

@@ -133,11 +133,12 @@ class GaveUpTestCase(TransactionTestCase):
 
         # The slow run ends at its deadline; the five are dropped, not run to theirs.
         self.assertEqual(replay.wait(running, 30).status, "timeout")
-        # Their runs are forgotten once a pool thread has dropped them.
+        # Their runs are forgotten once a pool thread has dropped them (the bound only
+        # keeps a broken pool from hanging the test).
         while pool_status()["abandoned"] < 5 or Run.objects.filter(pk__in=gave_up).exists():
             self.assertLess(time.monotonic() - started, 5 * settings.REPLAY_DEADLINE)
             time.sleep(0.05)
-        self.assertLess(time.monotonic() - started, 2 * settings.REPLAY_DEADLINE)
+        # None of the five ran to its deadline: the slow run is the pool's only timeout.
         self.assertEqual(pool_status()["timeouts"], 1)
 
         # Nothing was kept: a later visit starts it again.
