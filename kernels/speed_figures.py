@@ -72,7 +72,9 @@ def speed_summary(outcome: Mapping[str, Any] | None) -> dict[str, Any] | None:
         headline = f"{ms(total)} on the GPU"
         if against:
             headline += f", {against}"
+    program = speed.get("program_ms")
     return {
+        "program": ms(program) if program is not None else "",
         "headline": headline,
         "emulated": emulated,
         "adapter": speed.get("adapter", ""),
@@ -135,22 +137,28 @@ def peak_picture(rows: list[dict[str, Any]], emulated: bool) -> SafeString:
 REGRESSION = 1.10
 
 
-def timed(outcome: Mapping[str, Any] | None) -> tuple[float, str, bool] | None:
-    """A run's GPU total, its adapter and whether it was emulated; None if untimed."""
+def timed(outcome: Mapping[str, Any] | None) -> tuple[float, str, bool, str] | None:
+    """What a version is compared by, its adapter, whether it was emulated and what the
+    figure is: a host program's time from its first submit to its last readback (its
+    round trips are part of its speed), else its passes' GPU total; None if untimed."""
     speed = (outcome or {}).get("speed") or {}
     if speed.get("gpu_ms") is None:
         return None
-    return speed["gpu_ms"], speed.get("adapter", ""), bool(speed.get("emulated"))
+    emulated = bool(speed.get("emulated"))
+    if speed.get("program_ms") is not None:
+        return speed["program_ms"], speed.get("adapter", ""), emulated, "program"
+    return speed["gpu_ms"], speed.get("adapter", ""), emulated, "passes"
 
 
 def version_change(
     outcome: Mapping[str, Any] | None, before: Mapping[str, Any] | None, number: int
 ) -> dict[str, Any] | None:
     """This version's time against version `number`'s (before), measured on the same
-    adapter: "3.1x faster than v3"; regression when it is slower past REGRESSION. None
-    when either is untimed or they ran on different adapters."""
+    adapter and of the same kind (timed): "3.1x faster than v3"; regression when it is
+    slower past REGRESSION. None when either is untimed, or they ran on different adapters,
+    or one is a program and the other not."""
     now, then = timed(outcome), timed(before)
-    if now is None or then is None or now[1] != then[1] or now[0] <= 0:
+    if now is None or then is None or now[1:] != then[1:] or now[0] <= 0:
         return None
     factor = then[0] / now[0]
     text = f"{times(factor)} than v{number}"
@@ -163,7 +171,7 @@ def timeline_speeds(
     versions: list[tuple[int, Mapping[str, Any] | None]],
 ) -> list[dict[str, Any] | None]:
     """Each version's time and its change from the latest version before it timed on the
-    same adapter; versions are (number, outcome) in order."""
+    same adapter and of the same kind; versions are (number, outcome) in order."""
     rows: list[dict[str, Any] | None] = []
     for index, (_, outcome) in enumerate(versions):
         now = timed(outcome)
@@ -172,8 +180,9 @@ def timeline_speeds(
             continue
         change = None
         for number, earlier in reversed(versions[:index]):
-            if (then := timed(earlier)) is not None and then[1] == now[1]:
+            if (then := timed(earlier)) is not None and then[1:] == now[1:]:
                 change = version_change(outcome, earlier, number)
                 break
-        rows.append({"time": ms(now[0]), "emulated": now[2], "change": change})
+        shown = ms(now[0]) + (" submit to readback" if now[3] == "program" else "")
+        rows.append({"time": shown, "emulated": now[2], "kind": now[3], "change": change})
     return rows

@@ -251,7 +251,11 @@ class SpeedReport(TypedDict):
                  a cheap harness run is repeated after it, its outputs already read)
     gpu_ms       the passes' total on the device (sum of their gpu_ms); None without a clock
     upload_ms    host-to-device writes (writeBuffer, mapped writes), wall clock
-    readback_ms  device-to-host reads (mapAsync of a read), wall clock, waiting included
+    readback_ms  device-to-host reads (mapAsync of a read), wall clock, the wait for the
+                 work before each read excluded
+    program_ms   for a host program: from its first submit to the end of its last
+                 readback, wall clock: its passes, the round trips between them and its
+                 own work in between (what versions of a program are compared by)
     peaks        the worker's Peaks, where measured
     reference    the reference implementation's time on the same machine, where there is
                  one: name (e.g. "numpy"), ms (median of the same repeats), and speedup
@@ -266,6 +270,7 @@ class SpeedReport(TypedDict):
     gpu_ms: float | None
     upload_ms: float
     readback_ms: float
+    program_ms: NotRequired[float]
     peaks: NotRequired[Peaks]
     reference: NotRequired[dict[str, Any]]
     problem: str

@@ -23,8 +23,10 @@ def speed_report(
     repeats: int,
     upload_ms: float,
     readback_ms: float,
+    program_ms: float | None = None,
 ) -> SpeedReport:
-    """The run's speed from its timed passes, on the device env describes."""
+    """The run's speed from its timed passes, on the device env describes; program_ms for
+    a host program (Timeline.program_ms)."""
     times = [p["gpu_ms"] for p in passes if p.get("gpu_ms") is not None]
     total = round(sum(t for t in times if t is not None), 4) if times else None
     problem = ""
@@ -42,6 +44,8 @@ def speed_report(
         "readback_ms": round(readback_ms, 3),
         "problem": problem,
     }
+    if program_ms is not None:
+        report["program_ms"] = round(program_ms, 3)
     if env.peaks:
         report["peaks"] = {
             "bandwidth_gbs": env.peaks["bandwidth_gbs"],

@@ -283,7 +283,8 @@ class ShowcaseProgramPageTests(TransactionTestCase):
         # reads back probs, checked against the harness's mlp_forward.
         program = KernelVersion.objects.get(kernel__name="mnist", number=1)
         # The same kernel under the same harness, with no host program: the harness run.
-        turn = program.kernel.session.turns.get(number=92)
+        submitted = program.turn.number
+        turn = program.kernel.session.turns.get(number=submitted + 1)
         harness_run = KernelVersion.objects.create(
             kernel=program.kernel,
             number=99,
@@ -294,15 +295,15 @@ class ShowcaseProgramPageTests(TransactionTestCase):
         turn.kernel_version = harness_run
         turn.save()
 
-        by_program = finished(self.client, f"{SHOWCASE}/turns/91/replay.json")["outcome"]
-        by_harness = finished(self.client, f"{SHOWCASE}/turns/92/replay.json")["outcome"]
+        by_program = finished(self.client, f"{SHOWCASE}/turns/{submitted}/replay.json")["outcome"]
+        by_harness = finished(self.client, f"{SHOWCASE}/turns/{turn.number}/replay.json")["outcome"]
 
         self.assertEqual(by_program["status"], "mismatch")
         self.assertEqual(by_program["message"], by_harness["message"])
         self.assertEqual([o["shape"] for o in by_program["outputs"]], [[100, 10]])
         self.assertEqual(by_program["report"], by_harness["report"])
-        program_page = self.client.get(f"{SHOWCASE}/turns/91/replay/").content.decode()
-        harness_page = self.client.get(f"{SHOWCASE}/turns/92/replay/").content.decode()
+        program_page = self.client.get(f"{SHOWCASE}/turns/{submitted}/replay/").content.decode()
+        harness_page = self.client.get(f"{SHOWCASE}/turns/{turn.number}/replay/").content.decode()
         self.assertEqual(pictures_of(program_page), pictures_of(harness_page))
         self.assertIn('aria-label="confusion matrix: rows are true digits', program_page)
         accuracy = by_harness["report"]["accuracy"]

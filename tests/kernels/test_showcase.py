@@ -147,13 +147,14 @@ def test_a_submission_shows_its_host_program_where_it_changed() -> None:
         as_diff = "```diff\n" in content and any(f"\n+{line}\n" in content for line in changed)
         assert whole or as_diff, f"{kernel['name']} v{version['number']}"
         shown += 1
-    assert shown == 4  # scale v1, add v1 and v2 (as a diff), mnist v1
+    # scale v1, add v1 and v2 (as a diff), forward v3 and v4 (as a diff), mnist v1
+    assert shown == 6
 
 
-def test_lessons_1_2_and_7_replay_the_learners_host_programs() -> None:
+def test_lessons_1_2_6_and_7_replay_the_learners_host_programs() -> None:
     lessons = {TURNS[version["turn"]]["meta"]["lesson"] for _, version in PROGRAMS}
-    assert lessons == {1, 2, 7}
-    assert {kernel["name"] for kernel, _ in PROGRAMS} == {"scale", "add", "mnist"}
+    assert lessons == {1, 2, 6, 7}
+    assert {kernel["name"] for kernel, _ in PROGRAMS} == {"scale", "add", "forward", "mnist"}
     for kernel, version in PROGRAMS:
         # The shader comes from the version's WGSL, which the replay serves by this name.
         assert f'fetch("{kernel["name"]}.wgsl")' in version["host_program"]
@@ -269,6 +270,8 @@ CONSOLE = [
     ("add", 1, "out[999] = 0"),
     ("add", 2, "out[999] = 2997"),
     ("add", 2, "workgroups: 16"),
+    ("forward", 3, "row 0: class 8, p = 0.242"),
+    ("forward", 4, "row 0: class 8, p = 0.242"),
     ("mnist", 1, "right: 34 of 100"),
     ("mnist", 1, "answers for 0 to 9: 12 0 2 4 4 0 9 0 65 4"),
     ("mnist", 2, "right: 97 of 100"),
@@ -286,6 +289,23 @@ def test_the_story_quotes_what_the_program_printed(run_program, name, number, te
     printed = "\n".join(line["text"] for line in outcome["program"]["console"])
     assert text in printed
     assert text in reviews_of(kernel, version)
+
+
+def test_lesson_6s_forward_pass_read_back_each_step_and_chained_are_both_timed(
+    run_program,
+) -> None:
+    kernel = KERNELS["forward"]
+    read_back, chained = (next(v for v in kernel["versions"] if v["number"] == n) for n in (3, 4))
+
+    slow, fast = run_program(kernel, read_back), run_program(kernel, chained)
+
+    assert slow["status"] == fast["status"] == "passed"
+    assert slow["program"]["trace"]["submits"] == 3 and fast["program"]["trace"]["submits"] == 1
+    assert [p["dispatches"] for p in slow["passes"]] == [1, 1, 1]
+    assert [p["dispatches"] for p in fast["passes"]] == [3]
+    for outcome in (slow, fast):  # measured, whatever the figures are
+        assert outcome["speed"]["program_ms"] > 0
+        assert all(p["gpu_ms"] is not None for p in outcome["passes"])
 
 
 def test_lesson_1s_bind_group_does_not_fit_the_shader_and_the_story_quotes_why(

@@ -92,7 +92,7 @@ class SpeedPageTests(TransactionTestCase):
         self.assertNotContains(r, "speed-pill")
 
 
-def timed_run(version, gpu_ms: float, adapter: str = H100, emulated: bool = False):
+def timed_run(version, gpu_ms: float, adapter: str = H100, emulated: bool = False, **more):
     speed = {
         "clock": "timestamp-query",
         "adapter": adapter,
@@ -102,6 +102,7 @@ def timed_run(version, gpu_ms: float, adapter: str = H100, emulated: bool = Fals
         "upload_ms": 0.1,
         "readback_ms": 0.1,
         "problem": "",
+        **more,
     }
     passes = [{"number": 1, "name": "pass 1", "line": 3, "dispatches": 1, "gpu_ms": gpu_ms}]
     return store_run(version, "passed", speed=speed, passes=passes)
@@ -156,3 +157,15 @@ class SpeedAcrossVersionsTests(BaseTestCase):
 
         r = self.client.get("/s/demo/kernels/add/")
         self.assertContains(r, "3.1x faster than v1 (CPU emulation)")
+
+    def test_programs_are_compared_by_their_time_from_first_submit_to_last_readback(self) -> None:
+        timed_run(self.versions[0], 0.5)  # a harness run: its passes' time
+        timed_run(self.versions[1], 0.19, program_ms=1.2)  # read back after every kernel
+        timed_run(self.versions[2], 0.19, program_ms=0.4)  # chained: the same passes
+
+        r = self.client.get("/s/demo/kernels/add/")
+        self.assertContains(r, "0.4 ms submit to readback: 3x faster than v2")
+        # A program and a harness run are not compared.
+        self.assertContains(r, "1.2 ms submit to readback</span>")
+        page = self.client.get("/s/demo/turns/6/replay/")
+        self.assertContains(page, "From the program's first submit to the end of its last readback: 0.4 ms")

@@ -233,7 +233,7 @@ MNIST_BUFFERS = ("x", "w1", "b1", "w2", "b2", "hidden", "logits", "probs")
 SHOWCASE_FACTS = [
     (("add-v1", "add-v2"), {"main": 64}, [(0, 0, "a"), (0, 1, "b"), (0, 2, "out")], False),
     (
-        ("forward-v1", "forward-v2"),
+        ("forward-v1", "forward-v2", "forward-v3", "forward-v4"),
         {"dense": 64},
         [(0, 0, "dims"), (0, 1, "a"), (0, 2, "w"), (0, 3, "bias"), (0, 4, "out")],
         True,

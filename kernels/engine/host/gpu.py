@@ -212,6 +212,9 @@ class Timeline:
         self.ran: list[Encoder] = []  # the encoders of the command buffers submitted, in order
         self.upload_ms = 0.0
         self.readback_ms = 0.0
+        # From the first submit to the end of the last readback (perf_counter seconds).
+        self.first_submit: float | None = None
+        self.last_read = 0.0
         self.capture = Capture(device) if capture else None
 
     def apply(self, entry: Entry, blob: Blob) -> Any:
@@ -251,6 +254,7 @@ class Timeline:
                     ms = (time.perf_counter() - started) * 1000
                     if reading:
                         self.readback_ms += ms
+                        self.last_read = time.perf_counter()
                     else:
                         self.upload_ms += ms
             else:
@@ -823,6 +827,8 @@ class Timeline:
             )
 
     def op_submit(self, entry: Entry, blob: Blob) -> None:
+        if self.first_submit is None:
+            self.first_submit = time.perf_counter()
         self.device.queue.submit([self.objects[i] for i in entry["commandBuffers"]])
         self.trace["submits"] += 1
         for i in entry["commandBuffers"]:
@@ -832,6 +838,13 @@ class Timeline:
             self.captured(functools.partial(self.capture.submit, entry["commandBuffers"]))
 
     # -- timing -------------------------------------------------------------------------------
+
+    def program_ms(self) -> float | None:
+        """From the first submit to the end of the last readback, in ms: what a program
+        waited for the device, its round trips included; None without both."""
+        if self.first_submit is None or self.last_read < self.first_submit:
+            return None
+        return (self.last_read - self.first_submit) * 1000
 
     def time_passes(self, repeat: bool = False) -> int:
         """Read the passes' timestamps and set each pass's gpu_ms; return how many runs

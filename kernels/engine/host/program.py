@@ -163,7 +163,12 @@ def run_program(
     result.dispatches = timeline.dispatches
     result.passes = timeline.passes
     result.speed = speed_report(
-        env, timeline.passes, repeats, timeline.upload_ms, timeline.readback_ms
+        env,
+        timeline.passes,
+        repeats,
+        timeline.upload_ms,
+        timeline.readback_ms,
+        timeline.program_ms(),
     )
     result.captured = timeline.capture.read if timeline.capture else {}
     result.written = {timeline.names[key]: bytes(data) for key, data in timeline.written.items()}
