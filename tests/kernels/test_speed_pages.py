@@ -168,4 +168,6 @@ class SpeedAcrossVersionsTests(BaseTestCase):
         # A program and a harness run are not compared.
         self.assertContains(r, "1.2 ms submit to readback</span>")
         page = self.client.get("/s/demo/turns/6/replay/")
-        self.assertContains(page, "From the program's first submit to the end of its last readback: 0.4 ms")
+        self.assertContains(
+            page, "From the program's first submit to the end of its last readback: 0.4 ms"
+        )
