@@ -7,7 +7,9 @@ time as a speed-up; then a replay with timestamps against one on a device opened
 them, interleaved in one run, as a ratio; and lesson 6's point measured: the showcase's
 MNIST forward pass as a host program chained on the GPU (mnist v2's program) against the
 same passes each read back to JavaScript and written into the next (programs/
-forward_readback.js), interleaved, as a ratio.
+forward_readback.js), interleaved, as a ratio; and the showcase's own lesson 6 versions
+(forward v3 reading back, v4 chained) as their replays run them, with the words the
+kernel's timeline shows.
 
     python bench/speed.py [--runs 10]
 """
@@ -33,6 +35,7 @@ from kernels.engine.host.program import run_program_job  # noqa: E402
 from kernels.engine.peaks import measure_peaks  # noqa: E402
 from kernels.engine.run import execute  # noqa: E402
 from kernels.engine.speed import fractions  # noqa: E402
+from kernels.speed_figures import version_change  # noqa: E402
 
 FIXTURES = ROOT / "fixtures"
 SHOWCASE = json.loads(
@@ -105,6 +108,40 @@ def forward_programs(device: Any, env: Any, runs: int) -> None:
     )
 
 
+def lesson_six(device: Any, env: Any, runs: int) -> None:
+    """The showcase's forward v3 (read back after every kernel) and v4 (chained), as their
+    replays run them (checked against the harness's reference), interleaved; the words the
+    kernel's timeline shows for v4."""
+    kernel = KERNELS["forward"]
+    outcomes: dict[int, list[dict[str, Any]]] = {3: [], 4: []}
+    for run in range(runs + 1):
+        for number in (3, 4):
+            version = next(v for v in kernel["versions"] if v["number"] == number)
+            job = {
+                "source": version["host_program"],
+                "files": {},
+                "wgsl": {"kernel.wgsl": version["source"], "forward.wgsl": version["source"]},
+                "harness": kernel["harness"],
+            }
+            outcome = run_program_job(device, env, job)
+            if run:
+                outcomes[number].append(dict(outcome))
+    medians = {}
+    for number, samples in outcomes.items():
+        speeds = [o["speed"] for o in samples]
+        medians[number] = {
+            key: statistics.median(s[key] for s in speeds)
+            for key in ("program_ms", "gpu_ms", "readback_ms")
+        }
+        shown = ", ".join(f"{key} {value:.3f}" for key, value in medians[number].items())
+        print(f"showcase forward v{number} ({samples[0]['status']}), median of {runs}: {shown}")
+    typical = {
+        n: {**outcomes[n][0], "speed": {**outcomes[n][0]["speed"], **medians[n]}} for n in (3, 4)
+    }
+    change = version_change(typical[4], typical[3], 3)
+    print(f"the timeline's words for forward v4: {change['text'] if change else 'not compared'}")
+
+
 def show(label: str, outcome: Mapping[str, Any]) -> None:
     speed = outcome.get("speed") or {}
     reference = speed.get("reference") or {}
@@ -145,6 +182,7 @@ def main() -> None:
     show(f"matmul v4 at {args.size}^3", execute(device, env, sources, harness, FIXTURES))
 
     forward_programs(device, env, args.runs)
+    lesson_six(device, env, args.runs)
 
     # What timing costs: the same replays on a device with and without timestamp queries,
     # interleaved so that both see the same machine.
