@@ -1,6 +1,6 @@
 """What issue 15 is done by, in a real browser: a range URL pasted into an oEmbed consumer
 embeds that range, a script embed on another origin grows to its content, search finds
-the showcase's turn, and the 109-turn showcase has a heading per lesson."""
+the showcase's turn, and the 115-turn showcase has a heading per lesson."""
 
 from __future__ import annotations
 
@@ -182,7 +182,7 @@ def test_searching_softmax_overflow_lists_the_turn_that_says_it(
     page.close()
 
 
-def test_the_109_turn_showcase_has_one_heading_per_lesson(live_server, browser, showcase) -> None:
+def test_the_115_turn_showcase_has_one_heading_per_lesson(live_server, browser, showcase) -> None:
     notes = Turn.objects.filter(session__slug=SHOWCASE, role="system", meta__has_key="lesson")
     lessons = notes.count()
     assert lessons == 8
@@ -198,7 +198,7 @@ def test_the_109_turn_showcase_has_one_heading_per_lesson(live_server, browser, 
         assert page.locator(".session-toc li").count() == lessons
     assert len(headings) == lessons
     assert headings[0].startswith("Lesson 1") and headings[-1].startswith("Lesson 8")
-    assert len(pages) == 2  # 55 + 54 turns, not 100 + 9
+    assert len(pages) == 2  # 58 + 57 turns, not 100 + 15
 
     # j moves to the next turn; "Next kernel" to the first turn with a kernel.
     page.goto(f"{live_server.url}/s/{SHOWCASE}/")
