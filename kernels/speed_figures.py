@@ -184,5 +184,7 @@ def timeline_speeds(
                 change = version_change(outcome, earlier, number)
                 break
         shown = ms(now[0]) + (" submit to readback" if now[3] == "program" else "")
-        rows.append({"time": shown, "emulated": now[2], "kind": now[3], "change": change})
+        rows.append(
+            {"time": shown, "adapter": now[1], "emulated": now[2], "kind": now[3], "change": change}
+        )
     return rows

@@ -137,6 +137,7 @@ class SpeedAcrossVersionsTests(BaseTestCase):
         self.assertContains(r, "1 ms: 3.1x faster than v1")
         self.assertContains(r, "2 ms: 2x slower than v2 (slower: a speed regression)")
         self.assertContains(r, "speed-pill regression", count=1)
+        self.assertContains(r, f"its passes' time on the device, measured on {H100}", count=3)
 
         page = self.client.get("/s/demo/turns/4/replay/")
         self.assertContains(page, "this version: 3.1x faster than v1")
