@@ -18,7 +18,7 @@ from kernels.engine.outcome import Outcome
 from sessions.models import Turn
 from sessions.programs import KernelVersion, text_diff
 from tutor import host_review, progress
-from tutor.review import outcome_for_model
+from tutor.run_facts import outcome_for_model
 
 if TYPE_CHECKING:
     from tutor.models import GuidedSession

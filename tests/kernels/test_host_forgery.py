@@ -297,11 +297,11 @@ def test_missing_or_outsized_data_is_refused_at_its_line(gpu):
 
 def test_a_refused_record_is_the_program_s_error_with_its_line(gpu):
     timeline = fresh_timeline(gpu)
-    from kernels.engine.host.program import _host_error
+    from kernels.engine.host.program_errors import host_error
 
     with pytest.raises(HostError) as refused:
         timeline.apply({"op": "__init__", "line": 2}, no_blob)
-    error = _host_error(refused.value)
+    error = host_error(refused.value)
 
     assert error["line"] == 2
     assert error["message"].startswith("Line 2")

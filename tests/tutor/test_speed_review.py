@@ -15,7 +15,8 @@ from kernels.engine.outcome import Outcome
 from kernels.engine.run import execute
 from tests.base import ADD_HARNESS, ADD_SOURCE
 from tests.kernels.test_showcase import FIXTURES
-from tutor.review import offline_review, outcome_for_model
+from tutor.review import offline_review
+from tutor.run_facts import outcome_for_model
 
 H100 = "NVIDIA H100 80GB HBM3 via Vulkan"
 

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NotRequired, TypedDict
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -36,12 +36,23 @@ from kernels.engine.host.check import (
 )
 from kernels.engine.host.gpu import SENTINEL_WORD, HostError, Readback, Timeline
 from kernels.engine.host.js import Interrupted, OutOfMemory, Script, ScriptError
+from kernels.engine.host.program_errors import (
+    JS_HEAP_BYTES,
+    STATUS_OF_ERROR,
+    ProgramError,
+    host_error,
+    js_message,
+    out_of_memory,
+    program_error,
+    stuck,
+    thrown,
+    timed_out,
+)
 from kernels.engine.host.trace import NP_VIEWS, Trace, new_trace
 from kernels.engine.inputs import Memo, no_memo
-from kernels.engine.limits import DEFAULT_LIMITS, Limits, MiB
+from kernels.engine.limits import DEFAULT_LIMITS, Limits
 from kernels.engine.outcome import (
     CheckReport,
-    CompileError,
     Outcome,
     PassRecord,
     ProgramReport,
@@ -52,29 +63,7 @@ from kernels.engine.outcome import (
 from kernels.engine.run_warnings import program_warnings
 from kernels.engine.speed import reference_entry, speed_report, time_reference
 
-JS_HEAP_BYTES = 256 * MiB
 COMPARABLE = ("f32", "u32", "i32")
-
-
-class ProgramError(TypedDict):
-    """Why a program stopped before its end.
-
-    kind     "javascript" (it threw), "syntax", "webgpu" (a validation error WebGPU would
-             report), "compile" (WGSL), "limit" (over Kernelbin's caps), "timeout",
-             "memory" (the JavaScript heap cap), "unsupported" (an API the shim lacks),
-             "record" (a call the shim's record cannot stand for: record.SCHEMA)
-    message  one sentence, naming the line
-    line     the program line (1-based) of the call or statement at fault, when known
-    call     the WebGPU call at fault ("device.createBindGroup"), "" for JavaScript errors
-    detail   the full text behind the message (wgpu's or naga's, or the JavaScript stack)
-    """
-
-    kind: str
-    message: str
-    line: int | None
-    call: str
-    detail: str
-    compile: NotRequired[CompileError]
 
 
 class ConsoleLine(TypedDict):
@@ -186,7 +175,7 @@ def _drive(script: Script, timeline: Timeline) -> ProgramError | None:
             for entry in taken.record:
                 # Replaying is Python's time, which QuickJS's deadline does not cover.
                 if time.monotonic() > script.deadline:
-                    return _timed_out(entry.get("line") if isinstance(entry, dict) else None)
+                    return timed_out(entry.get("line") if isinstance(entry, dict) else None)
                 answer = timeline.apply(entry, script.blob)
                 if "request" in entry:
                     data = None
@@ -199,166 +188,28 @@ def _drive(script: Script, timeline: Timeline) -> ProgramError | None:
                         raise OutOfMemory(e.line or entry.get("line")) from None
             script.drop_blobs()
             if taken.state == "failed":
-                return _thrown(taken.error or {}, script.source)
+                return thrown(taken.error or {}, script.source)
             if time.monotonic() >= script.deadline:
                 # Busy to its deadline in a job whose interruption nothing observed (a
                 # loop in a then() callback the program dropped): no line to name.
-                return _timed_out(None)
+                return timed_out(None)
             if taken.record:
                 continue
             if taken.state == "done" and not taken.timers:
                 return None
             if not script.run_timer():
-                return _stuck(taken)
+                return stuck(taken)
     except HostError as e:
-        return _host_error(e)
+        return host_error(e)
     except Interrupted as e:
-        return _timed_out(e.line)
+        return timed_out(e.line)
     except OutOfMemory as e:
-        return _out_of_memory(e.line)
+        return out_of_memory(e.line)
     except ScriptError as e:
         kind = "syntax" if e.name == "SyntaxError" else "javascript"
-        return _error(
-            kind, _js_message(e.name, e.message, e.line), e.line, f"{e.name}: {e.message}"
+        return program_error(
+            kind, js_message(e.name, e.message, e.line), e.line, f"{e.name}: {e.message}"
         )
-
-
-# Where a program may throw or reject with a value of its own choosing.
-THROWS = re.compile(r"\b(?:throw|reject)\b")
-
-
-def _thrown(error: dict[str, Any], source: str = "") -> ProgramError:
-    """The error that ended the program's promise (shim.js describe()). QuickJS's interrupt
-    and out-of-memory errors end up here too: an async function turns them into its
-    rejection; when QuickJS cannot even allocate its out-of-memory error it throws null, so
-    null from a program that throws and rejects nothing is that."""
-    name, message, line = error.get("name", "Error"), error.get("message", ""), error.get("line")
-    if not name and error.get("thrown"):
-        if error["thrown"] == "null" and not THROWS.search(source):
-            return _out_of_memory(line)
-        where = f" at line {line}" if line else ""
-        return _error(
-            "javascript",
-            f"The program threw {error['thrown']}{where}: a value that is not an Error, so "
-            "it carries no line of its own (throw new Error(...) would).",
-            line,
-            f"threw {error['thrown']}",
-        )
-    if (name, message) == ("InternalError", "interrupted"):
-        return _timed_out(line)
-    if (name, message) == ("InternalError", "out of memory"):
-        return _out_of_memory(line)
-    if (name, message) == ("RangeError", "invalid array buffer length"):
-        return _too_large(line)
-    missing = BROWSER_ONLY.fullmatch(message) if name == "ReferenceError" else None
-    if missing and missing.group(1) in BROWSER_GLOBALS:
-        name, message = "NotSupportedError", f"{missing.group(1)} {NOT_ON_THE_SERVER}"
-    kind = "unsupported" if name == "NotSupportedError" else "javascript"
-    # As a browser's console prints a rejection nobody awaited (shim.js floating()).
-    shown = f"Uncaught (in promise) {name}" if error.get("inPromise") else name
-    return _error(kind, _js_message(shown, message, line), line, error.get("stack", ""))
-
-
-# What a browser's window has and a page's script may use, that the server does not give it
-# (page.js gives a few inert elements): using one is an unsupported API, not a typo.
-BROWSER_GLOBALS = frozenset(
-    {
-        *("requestAnimationFrame", "cancelAnimationFrame", "setInterval", "clearInterval"),
-        *("localStorage", "sessionStorage", "indexedDB", "location", "history", "screen"),
-        *("innerWidth", "innerHeight", "devicePixelRatio", "getComputedStyle", "matchMedia"),
-        *("prompt", "confirm", "XMLHttpRequest", "WebSocket", "Worker", "Image", "Blob"),
-        *("OffscreenCanvas", "createImageBitmap", "HTMLCanvasElement", "URL", "FileReader"),
-        *("TextEncoder", "TextDecoder"),
-    }
-)
-BROWSER_ONLY = re.compile(r"'(\w+)' is not defined")
-NOT_ON_THE_SERVER = (
-    "is not available on the server: Kernelbin runs a page's script without its page "
-    "(WebGPU compute, the console, and text written into elements)."
-)
-
-
-def _timed_out(line: int | None) -> ProgramError:
-    where = f" at line {line}" if line else ""
-    return _error("timeout", f"The program was still running{where} at its deadline.", line)
-
-
-def _out_of_memory(line: int | None) -> ProgramError:
-    where = f" at line {line}" if line else ""
-    message = f"The program ran out of JavaScript memory{where}."
-    return _error("memory", message, line, "out of memory")
-
-
-def _too_large(line: int | None) -> ProgramError:
-    where = f"Line {line}" if line else "The program"
-    message = (
-        f"{where}: RangeError: invalid array buffer length: an array of 2 GiB or more, where "
-        f"a program's JavaScript may use {JS_HEAP_BYTES // MiB} MiB in all."
-    )
-    return _error("memory", message, line, "invalid array buffer length")
-
-
-def _stuck(taken: Any) -> ProgramError:
-    return _error(
-        "javascript",
-        "The program is waiting on a promise that never settles (nothing the shim does is "
-        "left to wait for).",
-        None,
-    )
-
-
-def _host_error(e: HostError) -> ProgramError:
-    where = f"Line {e.line}" if e.line else "The program"
-    kind = {"validation": "webgpu"}.get(e.kind, e.kind)
-    call = f" ({e.call})" if e.call else ""
-    error = _error(kind, f"{where}{call}: {e.message}", e.line, e.detail or e.message, e.call)
-    if e.compile is not None:
-        error["compile"] = e.compile
-    return error
-
-
-def _js_message(name: str, message: str, line: int | None) -> str:
-    where = f"Line {line}" if line else "The program"
-    return f"{where}: {name}: {message}"
-
-
-# What a program's error may carry: its text comes from the program (a thrown message, a
-# label inside wgpu's text), cut here in the worker before it is stored.
-MAX_MESSAGE_CHARS = 2000
-MAX_DETAIL_CHARS = 8000
-
-
-def _error(
-    kind: str, message: str, line: int | None, detail: str = "", call: str = ""
-) -> ProgramError:
-    return {
-        "kind": kind,
-        "message": _cut(message, MAX_MESSAGE_CHARS),
-        "line": line,
-        "call": call,
-        "detail": _cut(detail, MAX_DETAIL_CHARS),
-    }
-
-
-def _cut(text: str, limit: int) -> str:
-    return (
-        text if len(text) <= limit else text[:limit] + f"… ({len(text) - limit:,} more characters)"
-    )
-
-
-# -- outcomes -----------------------------------------------------------------------------------
-
-STATUS_OF_ERROR = {
-    "compile": Status.COMPILE_ERROR,
-    "webgpu": Status.PIPELINE_ERROR,
-    "limit": Status.REJECTED,
-    "memory": Status.REJECTED,
-    "unsupported": Status.REJECTED,
-    "timeout": Status.TIMEOUT,
-    "syntax": Status.THREW,
-    "javascript": Status.THREW,
-    "record": Status.THREW,
-}
 
 
 def readback_values(readback: Readback) -> np.ndarray:
