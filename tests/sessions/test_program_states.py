@@ -21,7 +21,7 @@ from django.test import TransactionTestCase
 
 from kernels.models import Fork
 from kernels.program_lines import FileLines
-from sessions.importers.claude_code.kernels import likeness
+from sessions.importers.claude_code.likeness import likeness
 from sessions.models import Session, Turn
 from sessions.programs import Blob, Kernel, ProgramState, SessionFile
 from tests.kernels.test_replay_views import finished
@@ -86,7 +86,7 @@ class ProgramStateImportTestCase(ImportingTestCase):
         }
         by_shader = {
             name: {
-                {ADD: "add", MATMUL: "matmul", MATMUL_BIAS: "matmul", RELU: "relu"}.get(
+                {ADD: "add", MATMUL: "matmul", MATMUL_BIAS: "matmul", RELU: "relu", "": ""}.get(
                     source, "softmax" if source == SOFTMAX else "?"
                 )
                 for source in sources
@@ -94,10 +94,12 @@ class ProgramStateImportTestCase(ImportingTestCase):
             for name, sources in timelines.items()
         }
         # Four `fn main` shaders, four kernels, each with one shader's versions (matmul
-        # grows a bias: the same shader's next version, a real diff).
+        # grows a bias: the same shader's next version, a real diff); and the first page's
+        # program, before it held a shader, under the page's own name, with no WGSL.
         self.assertEqual(
             by_shader,
             {
+                "index": {""},
                 "index-main": {"add"},
                 "index-main-2": {"matmul"},
                 "index-main-3": {"relu"},
@@ -123,9 +125,12 @@ class ProgramStateImportTestCase(ImportingTestCase):
         self.run_import(self.transcript, "--files", str(self.project))
 
         writers = [t for t in self.turns() if t.meta.get("tool") in ("Write", "Edit")]
-        # The first buffer has no shader: its state has nothing a replay page can show.
-        self.assertIsNone(writers[0].kernel_version)
-        for turn in writers[1:]:
+        # The first page holds no shader yet: its program is a version of the page's own
+        # kernel, with no WGSL, so its turn replays it too.
+        first = writers[0].kernel_version
+        self.assertEqual((first.kernel.name, first.number, first.source), ("index", 1, ""))
+        self.assertEqual(first.kernel.versions.count(), 1)
+        for turn in writers:
             version = turn.kernel_version
             self.assertEqual(version.state_id, turn.state_id)
             self.assertIn("main();", version.host_program)
@@ -204,6 +209,10 @@ class ProgramStateReplayTestCase(TransactionTestCase):
         ]
         printed = {t.state.number: self.printed(session.slug, t.number) for t in writers}
 
+        self.assertEqual(printed[1][0], "[1,2,3,4]")
+        first = next(t for t in writers if t.state.number == 1)
+        page = self.client.get(f"/s/{session.slug}/turns/{first.number}/replay/")
+        self.assertContains(page, "The program holds no shader module yet")
         self.assertEqual(printed[2][0], "[7]")
         self.assertEqual(printed[3][0], "[58,64,139,154]")
         self.assertEqual(printed[4][0], "[0,2,0,4,0,0]")
@@ -248,7 +257,8 @@ class ProgramStateReplayTestCase(TransactionTestCase):
     def test_a_fork_made_before_a_re_import_answers_at_the_same_url_after_it(self) -> None:
         self.import_it()
         session = Session.objects.get()
-        turn = session.turns.filter(kernel_version__isnull=False).order_by("number")[1]
+        turns = session.turns.filter(kernel_version__isnull=False).order_by("number")
+        turn = next(t for t in turns if "sum += a[" in t.kernel_version.source)  # matmul
         version = turn.kernel_version
         edited = version.source.replace("sum += a[", "sum -= a[")
         r = self.client.post(

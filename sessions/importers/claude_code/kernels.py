@@ -61,7 +61,6 @@ from __future__ import annotations
 
 import re
 import string
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,6 +74,7 @@ from sessions.importers.claude_code.gpu_sources import (
     gpu_versions,
     read_gpu_program,
 )
+from sessions.importers.claude_code.likeness import likeness
 from sessions.importers.claude_code.scripts import (
     HTML_SUFFIXES,
     RUNNABLE_SUFFIXES,
@@ -122,24 +122,6 @@ def _slug(text: str) -> str:
 def fenced_wgsl(text: str) -> list[str]:
     """The bodies of ```wgsl fenced blocks that hold a @compute entry point."""
     return [m["body"] for m in _FENCE.finditer(text) if entry_points(m["body"])]
-
-
-_WORD = re.compile(r"\w")
-
-
-def _lines(source: str) -> Counter[str]:
-    return Counter(
-        line
-        for raw in source.splitlines()
-        if (line := raw.strip()) and not line.startswith("//") and _WORD.search(line)
-    )
-
-
-def likeness(old: str, new: str) -> float:
-    """The share of lines two shaders have in common (0 to 1); one pass over each."""
-    a, b = _lines(old), _lines(new)
-    total = sum(a.values()) + sum(b.values())
-    return 2 * sum((a & b).values()) / total if total else 1.0
 
 
 @dataclass
@@ -210,6 +192,8 @@ class KernelHistory:
     host_lines: dict[str, dict[str, Any]] = field(default_factory=dict)
     # Each project file's shader modules now, by its path in the project.
     file_modules: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
+    # The kernel of each page whose program ran before it held any shader module.
+    program_kernels: dict[str, str] = field(default_factory=dict)
 
     # Naming ------------------------------------------------------------------
 
@@ -371,8 +355,23 @@ class KernelHistory:
                 versions.append(version)
         if program.host and not program.shaders and host_changed:
             versions += self._fetched_shaders(program.host, meta, note)
+            if not versions and state is not None and state.entry == self.project_path(path):
+                versions += self._shaderless(path, program.host, meta, note)
         self._modules_of(path, names, state)
         return self._in_state(versions, state, path)
+
+    def _shaderless(
+        self, path: str, host: str, meta: dict[str, Any], note: str
+    ) -> list[NewVersion]:
+        """A page that is its state's program but holds no shader module yet (a first page
+        that makes a buffer and reads it back): a version of the program's own kernel,
+        named after the file, whose WGSL is empty, so its turn replays that program."""
+        name = self.program_kernels.get(path)
+        if name is None:
+            name = self.program_kernels[path] = self._unique(_stem(path))
+        title = f"{self.title_for(path)} · the page's program"
+        version = self._record(name, "", {**meta, "program": True}, title, note, host=host)
+        return [version] if version else []
 
     def _fetched_shaders(self, host: str, meta: dict[str, Any], note: str) -> list[NewVersion]:
         """A program whose shaders are .wgsl files it fetches: a change of its host code
