@@ -62,6 +62,9 @@ CLASS_MARGINS = {
 }
 OUTCOME_PAD_X, OUTCOME_PAD_Y = 2 * REM + 6, 1.6 * REM + 2
 PILL = 0.85 * REM * LINE + 3
+# A table's cells (outcome.css, table.speed-passes): font size in rem, padding in px.
+TABLE_CELL = 0.85
+CELL_PAD_X, CELL_PAD_Y = 0.8 * REM, 0.4 * REM
 # Rows of items that wrap as wholes (flex-wrap), by class: the gap between items, in rem.
 FLEX_ROWS = {"outcome-foot": 1.0, "legend": 0.8}
 ITEM = "\x00"
@@ -127,6 +130,8 @@ class _Layout(HTMLParser):
         self.turns = 0
         self.closed = 0  # how deep in closed <details> we are
         self.summary = 0
+        # The cells of a table row as they close: laid out side by side, not stacked.
+        self.row: list[tuple[list[tuple[str, bool, bool]], float, float]] | None = None
 
     # -- where we are
     def _classes(self) -> str:
@@ -202,6 +207,8 @@ class _Layout(HTMLParser):
             self.indent += 0.8 * REM + 3
         elif tag == "pre":
             self.pre = []
+        elif tag == "tr":
+            self.row = []
         elif tag == "svg":
             self._picture(values)
         elif (
@@ -258,6 +265,8 @@ class _Layout(HTMLParser):
             self._block(height, 0.55 * REM)
         elif tag == "div" and classes == "panels" and self.panels is not None:
             self._place_panels()
+        elif tag == "tr" and self.row is not None:
+            self._place_row()
         elif tag == "figure":
             self.compact = False
             self.margin = 0.4 * REM if "compact" in classes else 0.8 * REM
@@ -296,7 +305,23 @@ class _Layout(HTMLParser):
         if self.panels is not None:
             self.panel_width = 0.0
             return
+        if self.row is not None and tag in ("td", "th"):
+            self.row.append((runs, TABLE_CELL * REM, TABLE_CELL * REM * LINE))
+            return
         self._block(lines * line + padding, margin)
+
+    def _place_row(self) -> None:
+        """A table row: its cells side by side, as tall as its tallest (each cell given an
+        equal share of the width, as an auto table with short cells comes out)."""
+        cells, self.row = self.row or [], None
+        if not cells:
+            return
+        share = self._width() / len(cells) - CELL_PAD_X
+        tallest = max(
+            (sum(_lines(part, size, share) for part in _split_lines(runs)) if runs else 1) * line
+            for runs, size, line in cells
+        )
+        self._block(tallest + CELL_PAD_Y + 1, 0)
 
     def _picture(self, values: dict[str, str | None]) -> None:
         try:
