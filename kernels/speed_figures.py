@@ -34,6 +34,10 @@ def percent(share: float | None) -> str:
     return "" if share is None else f"{100 * share:.2g}%"
 
 
+# Passes a page lists and draws, in order; replay.json carries every one.
+MAX_SHOWN_PASSES = 24
+
+
 def speed_summary(outcome: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """The speed section's context, or None for a run with no speed report."""
     speed = (outcome or {}).get("speed")
@@ -88,7 +92,11 @@ def speed_summary(outcome: Mapping[str, Any] | None) -> dict[str, Any] | None:
         "peaks": peaks,
         "problem": speed.get("problem", ""),
         "rows": rows,
-        "picture": peak_picture(rows, emulated) if peaks and total is not None else "",
+        "shown": rows[:MAX_SHOWN_PASSES],
+        "more": max(0, len(rows) - MAX_SHOWN_PASSES),
+        "picture": (
+            peak_picture(rows[:MAX_SHOWN_PASSES], emulated) if peaks and total is not None else ""
+        ),
     }
 
 

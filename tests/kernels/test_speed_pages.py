@@ -8,6 +8,7 @@ import pytest
 from django.test import TransactionTestCase
 
 from kernels.models import Run
+from kernels.speed_figures import MAX_SHOWN_PASSES
 from sessions.programs import KernelVersion
 from tests.base import BaseTestCase, add_kernel, make_session, store_run
 from tests.kernels.test_replay_views import finished
@@ -76,6 +77,24 @@ class SpeedPageTests(TransactionTestCase):
 
         embed = self.client.get("/s/demo/embed/?from=1&to=3")
         self.assertContains(embed, "0.5 ms on the GPU, 3.1x faster than numpy add")
+
+    def test_a_run_of_many_passes_lists_the_first_and_counts_the_rest(self) -> None:
+        finished(self.client, "/s/demo/turns/2/replay.json")
+        run = Run.objects.get()
+        outcome = on_a_gpu(run.outcome)
+        first = outcome["passes"][0]
+        outcome["passes"] = [
+            {**first, "number": n, "name": f"pass {n}"} for n in range(1, MAX_SHOWN_PASSES + 7)
+        ]
+        run.outcome = outcome
+        run.save(update_fields=["outcome"])
+
+        r = self.client.get("/s/demo/turns/2/replay/")
+        self.assertContains(r, f'<th scope="row">pass {MAX_SHOWN_PASSES}</th>', html=True)
+        self.assertNotContains(r, f"pass {MAX_SHOWN_PASSES + 1}</th>")
+        self.assertContains(r, "And 6 more passes: replay.json lists every one.")
+        answer = self.client.get("/s/demo/turns/2/replay.json").json()
+        self.assertEqual(len(answer["outcome"]["passes"]), MAX_SHOWN_PASSES + 6)
 
     def test_a_run_without_a_clock_says_why(self) -> None:
         finished(self.client, "/s/demo/turns/2/replay.json")
