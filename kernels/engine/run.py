@@ -355,7 +355,8 @@ class _Run:
         counts = None
         if counting is not None:
             counts = (counting.number, hashlib.sha256(counting.copy.source.encode()).hexdigest())
-        key = ("harness program", canonical_digest(harness), sources, inputs.key, counts)
+        # inputs.key holds the case's harness digest already (Run.inputs).
+        key = ("harness program", sources, inputs.key, counts)
         program: HarnessHost = self.memo(
             key,
             functools.partial(
