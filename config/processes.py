@@ -67,8 +67,16 @@ def process_name(pid: int) -> str:
     return f"{_host()}:{_start_time(pid) or ''}:{pid}"
 
 
+# This process's name, by pid: a forked child (a gunicorn worker) computes its own.
+_named: dict[int, str] = {}
+
+
 def this_process() -> str:
-    return process_name(os.getpid())
+    pid = os.getpid()
+    if pid not in _named:
+        # Read once: /proc's stat costs more than the INSERT of the run it names.
+        _named[pid] = process_name(pid)
+    return _named[pid]
 
 
 def claim_name() -> str:

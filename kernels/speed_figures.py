@@ -14,6 +14,7 @@ from typing import Any
 from django.utils.safestring import SafeString, mark_safe
 
 from kernels.engine.speed import fractions
+from kernels.trace_pictures import MAX_SHOWN_PASSES
 
 BAR_WIDTH, ROW, LEFT = 240, 22, 120
 
@@ -32,10 +33,6 @@ def times(factor: float) -> str:
 
 def percent(share: float | None) -> str:
     return "" if share is None else f"{100 * share:.2g}%"
-
-
-# Passes a page lists and draws, in order; replay.json carries every one.
-MAX_SHOWN_PASSES = 24
 
 
 def speed_summary(outcome: Mapping[str, Any] | None) -> dict[str, Any] | None:

@@ -30,6 +30,12 @@ from kernels.engine.wgsl import parse, resource_numbers
 
 MAX_SHOWN_BUFFERS = 40
 MAX_SHOWN_WORDS = 64
+# A page draws every pass and dispatch it keeps: a program of 200 passes of 200 dispatches
+# drew 40,000 rows (each with its bindings) on every view. Findings are read from all of
+# them; the picture keeps the first ones and counts the rest (replay.json lists them all).
+MAX_SHOWN_PASSES = 24
+MAX_SHOWN_DISPATCHES = 48
+MAX_SHOWN_FINDINGS = 12
 STRIP_WIDTH = 640  # px for a uniform's bytes, at most 24 px a byte
 
 
@@ -63,11 +69,15 @@ def host_picture(
     buffers = [_buffer(reading, b) for b in trace.get("buffers", [])[:MAX_SHOWN_BUFFERS]]
     passes = _passes(reading)
     _shared_uniforms(reading, {b["name"]: b.get("layout") for b in buffers})
+    shown_passes, more_dispatches = _shown(passes)
     return {
-        "findings": reading.findings,
+        "findings": reading.findings[:MAX_SHOWN_FINDINGS],
+        "more_findings": max(0, len(reading.findings) - MAX_SHOWN_FINDINGS),
         "buffers": buffers,
         "more_buffers": max(0, len(reading.buffers) - MAX_SHOWN_BUFFERS),
-        "passes": passes,
+        "passes": shown_passes,
+        "more_passes": max(0, len(passes) - len(shown_passes)),
+        "more_dispatches": more_dispatches,
         "unbound": _unbound_groups(reading, error),
         "copies": list(trace.get("copies", [])),
         "readbacks": [_readback(r) for r in trace.get("readbacks", [])],
@@ -278,6 +288,18 @@ def _passes(reading: _Reading) -> list[dict[str, Any]]:
     for dispatch in reading.dispatches:
         shown[dispatch.number]["dispatches"].append(_dispatch(reading, dispatch))
     return list(shown.values())
+
+
+def _shown(passes: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+    """The first MAX_SHOWN_PASSES passes, holding MAX_SHOWN_DISPATCHES dispatches between
+    them at most; and how many dispatches of those passes are left out."""
+    shown, room, left_out = [], MAX_SHOWN_DISPATCHES, 0
+    for drawn in passes[:MAX_SHOWN_PASSES]:
+        dispatches = drawn["dispatches"]
+        shown.append({**drawn, "dispatches": dispatches[:room]})
+        left_out += max(0, len(dispatches) - room)
+        room = max(0, room - len(dispatches))
+    return shown, left_out
 
 
 def _dispatch(reading: _Reading, dispatch: Dispatch) -> dict[str, Any]:

@@ -9,11 +9,14 @@ and travels in the outcome ("analysis"); the web process never parses a kernel.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from kernels.engine.harness import Harness, Pass
+from kernels.engine.inputs import Memo, no_memo
 from kernels.engine.outcome import BindingFacts, EntryPointFacts, SourceFacts
 from kernels.engine.webgpu import workgroup_storage
 from kernels.engine.wgsl import (
@@ -44,9 +47,16 @@ KEYWORDS = frozenset(("if", "for", "while", "switch", "return", "loop", "else"))
 ASSIGNMENTS = frozenset(("=", "+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=", "++", "--"))
 
 
-def analyse(sources: Mapping[str, str]) -> dict[str, SourceFacts]:
-    """The facts about each source, by kernel name ("self" is the kernel replayed)."""
-    return {name: source_facts(source) for name, source in list(sources.items())[:MAX_ITEMS]}
+def analyse(sources: Mapping[str, str], memo: Memo = no_memo) -> dict[str, SourceFacts]:
+    """The facts about each source, by kernel name ("self" is the kernel replayed); a
+    worker's memo keeps each source's (a version replayed again parses nothing)."""
+    return {
+        name: memo(
+            ("source facts", hashlib.sha256(source.encode()).digest()),
+            functools.partial(source_facts, source),
+        )
+        for name, source in list(sources.items())[:MAX_ITEMS]
+    }
 
 
 def source_facts(source: str) -> SourceFacts:

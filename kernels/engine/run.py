@@ -129,7 +129,7 @@ def execute(
     except Stop as stop:
         outcome = run.outcome(stop.status, stop.message, error=stop.error, compile=stop.compile)
     # Read here, under the job's deadline: the web process never parses a kernel.
-    outcome["analysis"] = analyse(sources)
+    outcome["analysis"] = analyse(sources, memo)
     return outcome
 
 
@@ -279,21 +279,24 @@ class _Run:
         result.trace = replayed.trace
         result.passes = with_buffers(replayed.passes, replayed.captured, marks, shapes)
         result.speed = replayed.speed
-        self.against_reference(harness, host, result)
+        self.against_reference(harness, inputs, result)
         return result
 
-    def against_reference(
-        self, harness: Harness, host: Mapping[str, np.ndarray], result: CaseResult
-    ) -> None:
+    def against_reference(self, harness: Harness, inputs: Inputs, result: CaseResult) -> None:
         """The reference's time on the same machine beside the passes', and the arithmetic
-        of a lone pass doing a known operation."""
+        of a lone pass doing a known operation. The reference's time is taken once per
+        worker and inputs: every version replayed on them compares with the same work."""
         ref = harness.reference
         if ref is None or result.speed is None or result.speed["gpu_ms"] is None:
             return
-        args = [host[name] for name in ref.args]
+        args = [inputs.host[name] for name in ref.args]
         if len(result.passes) == 1 and (flops := reference_flops(ref.name, args)):
             result.passes[0]["flops"] = flops
-        ms = time_reference(ref.name, args, result.speed["repeats"])
+        repeats = result.speed["repeats"]
+        ms = self.memo(
+            ("reference time", inputs.key, ref.name, repeats),
+            functools.partial(time_reference, ref.name, args, repeats),
+        )
         result.speed["reference"] = reference_entry(ref.name, ms, result.speed["gpu_ms"])
 
     def combine(self, results: list[CaseResult], named: bool) -> Outcome:

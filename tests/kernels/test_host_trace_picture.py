@@ -10,7 +10,12 @@ import pytest
 
 from kernels.engine.host.trace import module_sources
 from kernels.engine.run import execute
-from kernels.trace_pictures import host_picture
+from kernels.trace_pictures import (
+    MAX_SHOWN_DISPATCHES,
+    MAX_SHOWN_FINDINGS,
+    MAX_SHOWN_PASSES,
+    host_picture,
+)
 from tests.kernels.test_host_program import ADD_WGSL
 
 
@@ -100,3 +105,37 @@ def test_a_bind_group_webgpu_refused_is_drawn_with_the_error_and_a_used_one_is_n
     # Without the error it is a bind group no dispatch used, not a refused one.
     [unused] = host_picture(trace, {})["unbound"]
     assert unused["error"] == ""
+
+
+def test_a_picture_draws_the_first_passes_and_dispatches_and_counts_the_rest(run):
+    # 30 passes of 3 dispatches each, every one of 15 workgroups for 1,000 elements (short).
+    from tests.kernels.test_host_program import VECTOR_ADD
+
+    many = VECTOR_ADD.replace(
+        """const pass = encoder.beginComputePass();
+pass.setPipeline(pipeline);
+pass.setBindGroup(0, bindGroup);
+pass.dispatchWorkgroups(Math.ceil(n / 64));
+pass.end();""",
+        """for (let p = 0; p < 30; p++) {
+  const pass = encoder.beginComputePass({ label: `pass ${p}` });
+  pass.setPipeline(pipeline);
+  pass.setBindGroup(0, bindGroup);
+  for (let d = 0; d < 3; d++) pass.dispatchWorkgroups(15);
+  pass.end();
+}""",
+    )
+    assert many != VECTOR_ADD
+    trace = run(many).trace
+
+    picture = host_picture(trace, module_sources(trace))
+
+    assert len(trace["passes"]) == 30
+    assert len(picture["passes"]) == MAX_SHOWN_PASSES
+    assert picture["more_passes"] == 30 - MAX_SHOWN_PASSES
+    drawn = [d for p in picture["passes"] for d in p["dispatches"]]
+    assert len(drawn) == MAX_SHOWN_DISPATCHES
+    assert picture["more_dispatches"] == 3 * MAX_SHOWN_PASSES - MAX_SHOWN_DISPATCHES
+    # Each short dispatch is a finding, read from all 90 though only 48 are drawn.
+    assert len(picture["findings"]) == MAX_SHOWN_FINDINGS
+    assert picture["more_findings"] == 90 - MAX_SHOWN_FINDINGS

@@ -610,12 +610,15 @@ def test_a_worker_computes_inputs_and_compiles_each_source_once(run, gpu) -> Non
     # harness program written once; on llvmpipe it is also read once for its warnings
     # ("facts"); and 16 workgroups of 64 cover 1,024 invocations for 1,000 cells, so each
     # source's stores are counted once ("stores counted"): instrumented ("store counts"),
-    # and that copy written as a program and compiled once.
+    # and that copy written as a program and compiled once. The reviewer's facts about a
+    # source are read once ("source facts"), and numpy's time for the reference once per
+    # inputs ("reference time").
     facts = ["facts"] if gpu[1].software else []
     compiled = ["harness program", "module", "refusal", "pipeline"]
     counts = ["stores counted", "store counts", *compiled]
     first = run(ADD, add_harness(), memo=counting)
     expected = ["device answer", "inputs", *compiled, *counts, *facts]
+    expected += ["source facts", "reference time"]
     assert sorted(computed) == sorted(expected)
     # The same source again: nothing is computed or compiled twice...
     done = len(computed)
@@ -623,13 +626,19 @@ def test_a_worker_computes_inputs_and_compiles_each_source_once(run, gpu) -> Non
     assert len(computed) == done
     # ...another version under the same harness shares the inputs only...
     other = run(ADD.replace("a[i] + b[i]", "b[i] + a[i]"), add_harness(), memo=counting)
-    assert sorted(computed[done:]) == sorted([*compiled, *counts, *facts])
+    assert sorted(computed[done:]) == sorted([*compiled, *counts, *facts, "source facts"])
     assert first["status"] == again["status"] == other["status"] == "passed"
     # ...and a different harness gets its own inputs.
     done = len(computed)
     run(ADD, add_harness(n=512, dispatch=8), memo=counting)
     # (whether a pass needs its stores counted is decided once per harness: here not)
-    assert computed[done:] == ["inputs", "harness program", "stores counted", "store counts"]
+    assert computed[done:] == [
+        "inputs",
+        "harness program",
+        "stores counted",
+        "store counts",
+        "reference time",
+    ]
     host, expected = next(v for k, v in memo.values.items() if k[0] == "inputs")
     assert not host["a"].flags.writeable and not expected["c"].flags.writeable
 

@@ -8,7 +8,7 @@ import pytest
 from django.test import TransactionTestCase
 
 from kernels.models import Run
-from kernels.speed_figures import MAX_SHOWN_PASSES
+from kernels.trace_pictures import MAX_SHOWN_PASSES
 from sessions.programs import KernelVersion
 from tests.base import BaseTestCase, add_kernel, make_session, store_run
 from tests.kernels.test_replay_views import finished

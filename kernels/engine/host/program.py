@@ -409,7 +409,7 @@ def run_program_job(
         outcome["report"] = report
     # What the reviewer reads of the version's kernel, as after a harness run.
     if kernel := (job.get("wgsl") or {}).get("kernel.wgsl"):
-        outcome["analysis"] = analyse({"self": kernel})
+        outcome["analysis"] = analyse({"self": kernel}, memo)
     return outcome
 
 
