@@ -82,8 +82,9 @@ def speed_summary(outcome: Mapping[str, Any] | None) -> dict[str, Any] | None:
         "clock": speed.get("clock", ""),
         "repeats": speed.get("repeats", 1),
         "total": total,
-        "upload": ms(speed.get("upload_ms") or 0.0),
-        "readback": ms(speed.get("readback_ms") or 0.0),
+        # Blank where the copies were not timed apart (a Triton or CUDA program's own).
+        "upload": "" if (upload := speed.get("upload_ms")) is None else ms(upload),
+        "readback": "" if (readback := speed.get("readback_ms")) is None else ms(readback),
         "against": against,
         "reference": reference,
         "peaks": peaks,

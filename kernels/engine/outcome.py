@@ -250,9 +250,10 @@ class SpeedReport(TypedDict):
     repeats      how many runs each pass's gpu_ms is the median of (1: the run itself;
                  a cheap harness run is repeated after it, its outputs already read)
     gpu_ms       the passes' total on the device (sum of their gpu_ms); None without a clock
-    upload_ms    host-to-device writes (writeBuffer, mapped writes), wall clock
+    upload_ms    host-to-device writes (writeBuffer, mapped writes), wall clock; None
+                 where the program's own copies are not followed (Triton, CUDA)
     readback_ms  device-to-host reads (mapAsync of a read), wall clock, the wait for the
-                 work before each read excluded
+                 work before each read excluded; None as upload_ms
     program_ms   for a host program: from its first submit to the end of its last
                  readback, wall clock: its passes, the round trips between them and its
                  own work in between (what versions of a program are compared by)
@@ -268,8 +269,8 @@ class SpeedReport(TypedDict):
     emulated: bool
     repeats: int
     gpu_ms: float | None
-    upload_ms: float
-    readback_ms: float
+    upload_ms: float | None
+    readback_ms: float | None
     program_ms: NotRequired[float]
     peaks: NotRequired[Peaks]
     reference: NotRequired[dict[str, Any]]

@@ -85,6 +85,8 @@ class GpuJobTestCase(TestCase):
         benchmarked = self.client.get(page_of(version_of("add_relu-add_relu_kernel", 3)))
         self.assertContains(benchmarked, "1.4x faster than PyTorch on the same GPU")
         self.assertContains(benchmarked, "with CUDA events")
+        # The program's own copies are not timed apart: no "Uploads 0 µs" is claimed.
+        self.assertNotContains(benchmarked, "Uploads")
         unguarded = self.client.get(page_of(version_of("matmul-matmul_naive", 1)))
         self.assertContains(unguarded, "Invalid __global__ read of size 4 bytes")
         self.assertContains(unguarded, "A check failed at matmul.py line 34")
