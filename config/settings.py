@@ -243,6 +243,10 @@ REPLAY_FRESH_PER_MINUTE = envint("REPLAY_FRESH_PER_MINUTE", 6)
 # kernel or host program a fork may hold.
 FORK_RUNS_PER_MINUTE = envint("FORK_RUNS_PER_MINUTE", 6)
 FORK_MAX_CHARS = envint("FORK_MAX_CHARS", 20_000)
+# Runs of edited Triton and CUDA programs (forks of their versions) that a signed-in
+# reader may start on the GPU workers in 24 hours; staff are not limited. Forks served
+# from a stored run cost nothing; 0 leaves them to staff.
+GPU_FORKS_PER_DAY = envint("GPU_FORKS_PER_DAY", 10)
 FIXTURES_DIR = BASE_DIR / "fixtures"
 # Files a session's host programs fetch() (weights, test data), uploaded in the admin,
 # stored in the database and sent with every program job of the session.

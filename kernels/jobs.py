@@ -16,7 +16,14 @@ from typing import Any
 from django.conf import settings
 
 from kernels.engine.harness import Harness, HarnessError, canonical_digest, parse_harness
-from sessions.programs import Blob, KernelVersion, ProgramState, SessionFile, StateFile
+from sessions.programs import (
+    Blob,
+    KernelVersion,
+    ProgramState,
+    SessionFile,
+    StateFile,
+    sha256_text,
+)
 
 # The kinds of program a GPU worker runs (kernels/engine/gpu_run.py), each the name of the
 # Celery queue of the workers that offer it; WebGPU jobs go to "replay".
@@ -183,10 +190,29 @@ def capability(job: Job) -> str:
     return kind if kind in GPU_KINDS else "webgpu"
 
 
+def version_file(version: KernelVersion) -> str:
+    """The file of its program state that a Triton or CUDA version's kernel is in (its
+    path in the project), else the state's entry: what a reader's fork of it edits."""
+    assert version.state is not None
+    written = version.meta.get("file_path") if isinstance(version.meta, dict) else None
+    if isinstance(written, str):
+        # The importer keeps the path the session wrote to, from its own folder: the
+        # longest state path it ends with is the file (kernels/scale.cu, not scale.cu).
+        paths = StateFile.objects.filter(state=version.state_id).values_list("path", flat=True)
+        held = [path for path in paths if written == path or written.endswith(f"/{path}")]
+        if held:
+            return max(held, key=len)
+    return version.state.entry
+
+
 def gpu_program_job(version: KernelVersion) -> Job:
     """The job running the Triton or CUDA program of the state the version was written in
     (its entry script, on the state's files), on a GPU worker (kernels/engine/gpu_run.py).
-    Its key covers the entry, the kind and every file; the files join when it is sent."""
+    Its key covers the entry, the kind and every file; the files join when it is sent.
+
+    A reader's fork (unsaved: kernels.models.Fork.as_version) holds the whole text of the
+    version's file (version_file) as its source: it runs in that file's place, so an edit
+    that changes nothing is the archived version's job, and shares its runs."""
     state = version.state
     assert state is not None
     if not state.entry:
@@ -195,6 +221,8 @@ def gpu_program_job(version: KernelVersion) -> Job:
             "is nothing to replay."
         )
     files = program_files(version)
+    edited: dict[str, str] = {version_file(version): version.source} if version.pk is None else {}
+    files |= {path: sha256_text(text) for path, text in edited.items()}
     content = {"@entry": state.entry, "@kind": state.kind}
     content |= {f"@file:{name}": sha256 for name, sha256 in files.items()}
     payload: dict[str, Any] = {
@@ -203,6 +231,7 @@ def gpu_program_job(version: KernelVersion) -> Job:
         "files": None,
         "session_files": version.kernel.session_id,
         "state_files": state.pk,
+        "edited_files": edited,
         "deadline_s": settings.GPU_REPLAY_DEADLINE,
     }
     digest = hashlib.sha256(f"gpu/{state.kind}".encode()).hexdigest()
@@ -233,17 +262,23 @@ def with_files(job: Job, on_disk: bool = False) -> Job:
     payload = {
         key: value
         for key, value in job.payload.items()
-        if key not in ("session_files", "state_files")
+        if key not in ("session_files", "state_files", "edited_files")
     }
+    # A fork's edit, over the file it replaces (gpu_program_job).
+    edited = {path: text.encode() for path, text in job.payload.get("edited_files", {}).items()}
     sessions = SessionFile.objects.filter(session=session_id)
     states = StateFile.objects.filter(state=job.payload.get("state_files"))
     if not on_disk:
         rows = list(sessions.values_list("name", "data"))
         rows += states.values_list("path", "blob__data")
+        rows += edited.items()
         files = {name: base64.b64encode(bytes(data)).decode() for name, data in rows}
         return Job(job.source_sha256, job.harness_digest, {**payload, "files": files})
-    refs = dict(sessions.values_list("name", "sha256")) | dict(
-        states.values_list("path", "blob_id")
+    edited_shas = {path: hashlib.sha256(data).hexdigest() for path, data in edited.items()}
+    refs = (
+        dict(sessions.values_list("name", "sha256"))
+        | dict(states.values_list("path", "blob_id"))
+        | edited_shas
     )
     folder = Path(settings.REPLAY_FILES_DIR)
     folder.mkdir(parents=True, exist_ok=True)
@@ -251,8 +286,10 @@ def with_files(job: Job, on_disk: bool = False) -> Job:
     if missing:
         rows = list(sessions.filter(sha256__in=missing).values_list("sha256", "data"))
         rows += Blob.objects.filter(sha256__in=missing).values_list("sha256", "data")
+        rows += [(edited_shas[path], data) for path, data in edited.items()]
         for sha, data in dict(rows).items():
-            _write_file(folder, sha, bytes(data))
+            if sha in missing:
+                _write_file(folder, sha, bytes(data))
         _prune(folder, keep=set(refs.values()))
     return Job(
         job.source_sha256,

@@ -165,7 +165,9 @@ class Fork(models.Model):
 
     def as_version(self) -> KernelVersion:
         """The edited version, never saved: replayed and shown as an archived one is. It
-        has no id, so a host program is checked against the kernel's final program."""
+        has no id, so a host program is checked against the kernel's final program, and
+        a Triton or CUDA fork's source (the whole file it edits) runs in its file's place
+        (kernels.jobs.gpu_program_job)."""
         version = self.version
         return KernelVersion(
             kernel=version.kernel,
@@ -178,6 +180,41 @@ class Fork(models.Model):
             state_id=version.state_id,
             meta=version.meta,
         )
+
+
+class GpuForkRunQuerySet(models.QuerySet["GpuForkRun"]):
+    def started_by(self, user: User, since: timedelta) -> GpuForkRunQuerySet:
+        """The runs this reader started within the period up to now, oldest first."""
+        return self.filter(user=user, created__gte=timezone.now() - since).order_by("created")
+
+
+class GpuForkRun(models.Model):
+    """A run of a Triton or CUDA fork that a signed-in reader started: what their daily
+    quota counts (GPU_FORKS_PER_DAY, kernels/forks.py). A fork served from a stored run,
+    or joining one in flight, starts none and costs nothing. Kept when its run is gone:
+    the GPU time was spent."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="gpu_fork_runs"
+    )
+    fork = models.ForeignKey(Fork, on_delete=models.CASCADE, related_name="gpu_runs")
+    # One reader pays for a run, however many asked for it while it was in flight.
+    run = models.OneToOneField(
+        Run, null=True, blank=True, on_delete=models.SET_NULL, related_name="started_by"
+    )
+    created = models.DateTimeField(default=timezone.now)
+
+    objects = GpuForkRunQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created"]
+        indexes = [
+            # The quota: a reader's runs over the last 24 hours.
+            models.Index(fields=["user", "created"], name="gpu_fork_run_user_created"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} ran {self.fork_id} ({self.created:%Y-%m-%d %H:%M})"
 
 
 class WorkerQuerySet(models.QuerySet["Worker"]):

@@ -17,7 +17,7 @@ from config.context_processors import site_origin
 from config.ratelimit import client_key, hit
 from kernels import forks, replay
 from kernels.models import Fork
-from pages import embedding, reader_pages
+from pages import embedding, fork_form, reader_pages
 from pages.host_context import host_context
 from pages.outcome_context import editor_marks, outcome_context
 from pages.pass_context import passes_context
@@ -39,7 +39,7 @@ def fork(request: HttpRequest, slug: str, number: int) -> HttpResponse:
     """Run the reader's edit of the version this turn reviewed; 303 to the fork's page."""
     turn, version = get_reviewed_turn(request, slug, number)
     try:
-        source, host = forks.read_edit(version, request.POST)
+        source, host = forks.read_edit(version, request.POST, request.user)
         limit = settings.FORK_RUNS_PER_MINUTE
         if wait := hit("fork", client_key(request), limit, 60):
             raise forks.ForkRefused(
@@ -47,7 +47,7 @@ def fork(request: HttpRequest, slug: str, number: int) -> HttpResponse:
                 status=429,
                 retry_after=wait,
             )
-        made = forks.start_fork(version, source, host)
+        made = forks.start_fork(version, source, host, request.user)
     except forks.ForkRefused as refused:
         return _refused(request, turn, version, refused)
     return _see_other(made.get_absolute_url())
@@ -60,16 +60,20 @@ def _refused(
     to hold: then the archived version's)."""
     sent = {name: request.POST.get(name, "") for name in ("source", "host")}
     fits = all(len(text) <= settings.FORK_MAX_CHARS for text in sent.values())
+    gpu_file = fork_form.gpu_file(version, request.user)
+    archived_url = reverse("kernels:replay", args=[turn.session.slug, turn.number])
     context = {
         "session": version.kernel.session,
         "kernel": version.kernel,
         "archived": version,
         "turn": turn,
-        "archived_url": reverse("kernels:replay", args=[turn.session.slug, turn.number]),
+        "archived_url": archived_url,
         "message": str(refused),
         "retry_after": refused.retry_after,
+        "sign_in_url": fork_form.sign_in_url(archived_url) if refused.sign_in else "",
+        "gpu_file": gpu_file,
         "fork_action": request.path,
-        "fork_source": sent["source"] if fits else version.source,
+        "fork_source": sent["source"] if fits else (gpu_file or {}).get("text", version.source),
         "fork_host": (sent["host"] or version.host_program) if fits else version.host_program,
         "has_host": bool(version.host_program),
         "marks": editor_marks(None),
@@ -119,11 +123,13 @@ def fork_page(request: HttpRequest, fork_id: str, key: str | None) -> HttpRespon
     made = get_fork(request, fork_id)
     version = made.version
     session = version.kernel.session
-    # As on a replay page: a fork whose run is not stored (a new adapter) runs again.
-    shown = replay.for_reader(made.as_version(), start=True)
+    # As on a replay page: a fork whose run is not stored (a new adapter) runs again;
+    # a Triton or CUDA one's only when a reader runs it again from the form.
+    shown = replay.for_reader(made.as_version(), start=forks.runs_on_view(made))
     number = replay_turn_number(version)
     origin = site_origin(request)
     target = embedding.fork_target(made)
+    archived_url = reverse("kernels:replay", args=[session.slug, number])
     context = {
         **outcome_context(shown),
         "passes": passes_context(shown.outcome, request.GET.get("pass")),
@@ -132,12 +138,15 @@ def fork_page(request: HttpRequest, fork_id: str, key: str | None) -> HttpRespon
         "session": session,
         "kernel": version.kernel,
         "turn_number": number,
-        "archived_url": reverse("kernels:replay", args=[session.slug, number]),
+        "archived_url": archived_url,
         "fork_action": reverse("kernels:fork_turn", args=[session.slug, number]),
+        "gpu_file": fork_form.gpu_file(version, request.user),
+        "sign_in_url": fork_form.sign_in_url(made.get_absolute_url(), "fork-again"),
         "diff": forks.diff_html(made),
         "host": host_context(shown.version, shown.outcome, run=shown.run),
         "problem": shown.problem,
         "busy": shown.busy,
+        "missing": shown.missing,
         "json_url": reverse("kernels:fork_json", args=[made.id]),
         "share_url": origin + made.get_absolute_url(),
         "embed_code": embedding.iframe_code(target, origin) if session.is_embeddable else "",
@@ -171,7 +180,7 @@ def fork_json(request: HttpRequest, fork_id: str) -> HttpResponse:
         "replay": reverse("kernels:replay", args=[version.kernel.session.slug, number]),
     }
     extra = {"fork": made.id, "forked_from": forked_from}
-    return replay_json_response(request, made.as_version(), extra)
+    return replay_json_response(request, made.as_version(), extra, forks.runs_on_view(made))
 
 
 @require_GET
@@ -190,7 +199,7 @@ def fork_embed(request: HttpRequest, fork_id: str) -> HttpResponse:
     except embedding.BadRange as error:
         return render(request, "embed/error.html", {"message": str(error)}, status=400)
     # As on its page: a fork whose run is not stored (a new adapter) runs again.
-    shown = replay.for_reader(made.as_version(), start=True)
+    shown = replay.for_reader(made.as_version(), start=forks.runs_on_view(made))
     context = fork_embed_context(made, theme, site_origin(request), shown)
     return render(request, "embed/fork.html", context)
 

@@ -27,7 +27,7 @@ from kernels.engine.run_warnings import as_stored
 from kernels.models import Run
 from kernels.program_lines import file_lines, in_file
 from kernels.speed_figures import timeline_speeds, version_change
-from pages import embedding, reader_pages, story
+from pages import embedding, fork_form, reader_pages, story
 from pages.access import get_session_for_user
 from pages.host_context import host_context, host_diff_html
 from pages.outcome_context import outcome_context
@@ -155,15 +155,27 @@ def replay_page(request: HttpRequest, slug: str, number: int, key: str | None) -
         "intent": story.intent(version, outcome),
         "explained_at": story.explaining_turn(turn),
         "share": _share(request, turn, version),
-        # A version longer than a fork may be gets no editor (it would carry the whole
-        # text into the page, only to be refused).
-        "forkable": max(len(version.source), len(version.host_program)) <= settings.FORK_MAX_CHARS,
-        "gpu_version": forks.is_gpu_version(version),
+        **_fork_editor(request, version),
         **_embedding_context(request, turn),
     }
     response, swaps = reader_pages.render_page(request, key, "kernels/replay.html", context)
     reader_pages.keep(key, found, shown, response.content, **swaps)
     return response
+
+
+def _fork_editor(request: HttpRequest, version: KernelVersion) -> dict[str, Any]:
+    """What "Try your own fix" offers: the version's kernel and host program, or the file
+    of a Triton or CUDA program (a sign-in link for a reader who is not signed in)."""
+    gpu_file = fork_form.gpu_file(version, request.user)
+    texts = [gpu_file["text"]] if gpu_file else [version.source, version.host_program]
+    return {
+        "gpu_file": gpu_file,
+        "fork_source": gpu_file["text"] if gpu_file else version.source,
+        "sign_in_url": fork_form.sign_in_url(request.path),
+        # A version longer than a fork may be gets no editor (it would carry the whole
+        # text into the page, only to be refused).
+        "forkable": max(len(text) for text in texts) <= settings.FORK_MAX_CHARS,
+    }
 
 
 def _share(request: HttpRequest, turn: Turn, version: KernelVersion) -> dict[str, Any]:
@@ -253,9 +265,13 @@ STORED_ANSWER = Prepared(
 
 
 def replay_json_response(
-    request: HttpRequest, version: KernelVersion, extra: dict[str, Any] | None = None
+    request: HttpRequest,
+    version: KernelVersion,
+    extra: dict[str, Any] | None = None,
+    start: bool = True,
 ) -> HttpResponse:
-    """replay.json of a version, archived or a fork's (extra: what else the answer says)."""
+    """replay.json of a version, archived or a fork's (extra: what else the answer says;
+    start: whether a run is started when none is stored)."""
     try:
         wait = float(request.GET.get("wait", "0"))
     except ValueError:
@@ -270,7 +286,7 @@ def replay_json_response(
         # The page polls the run it is showing, and never starts another by asking.
         shown = replay.for_reader(version, run_id=_run_id(request.GET["run"]))
     else:
-        shown = replay.for_reader(version, start=True)
+        shown = replay.for_reader(version, start=start)
     return _answer(shown, extra or {}, wait)
 
 

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from django.contrib.auth.models import AnonymousUser
 from django.core.management import call_command
 
 from kernels import forks
@@ -40,7 +41,8 @@ PAGES = {
 def site(fresh_replay_backend) -> dict[str, str]:
     call_command("load_showcase", verbosity=0)
     version = KernelVersion.objects.get(kernel__session__slug=SLUG, turn__number=57)
-    fork = forks.start_fork(version, version.source.replace("exp(", "exp( "), "")
+    edit = version.source.replace("exp(", "exp( ")
+    fork = forks.start_fork(version, edit, "", AnonymousUser())
     return {
         **PAGES,
         "fork": fork.get_absolute_url(),

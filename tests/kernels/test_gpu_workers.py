@@ -96,19 +96,6 @@ class GpuJobTestCase(TestCase):
         call_command("record_gpu_outcomes", stdout=out)
         self.assertIn("Stored 0 recorded GPU run(s).", out.getvalue())
 
-    def test_an_edited_copy_is_refused_and_not_offered(self) -> None:
-        version = version_of("add_relu-add_relu_kernel", 2)
-        page = self.client.get(page_of(version))
-        self.assertContains(page, "Edited copies of Triton and CUDA programs are not run here")
-        self.assertNotContains(page, "Run my version")
-        assert version.turn is not None
-        response = self.client.post(
-            f"/s/{version.kernel.session.slug}/turns/{version.turn.number}/fork/",
-            {"source": version.source.replace("0.0", "1.0")},
-        )
-        self.assertContains(response, "not run here yet", status_code=400)
-        self.assertEqual(Run.objects.count(), 0)
-
     def test_a_worker_that_offers_the_kind_gets_the_job_on_its_queue(self) -> None:
         with mock.patch("kernels.workers.shutil.which", return_value="/usr/bin/bwrap"):
             workers.announce("gpu-1@h100", ["triton", "cuda"], "NVIDIA H100 80GB HBM3")
