@@ -61,7 +61,7 @@ from kernels.engine.outcome import (
 )
 from kernels.engine.resident import DeviceBuffers, writable_buffers
 from kernels.engine.run_warnings import program_warnings, unused_binding
-from kernels.engine.speed import reference_entry, reference_flops, speed_report, time_reference
+from kernels.engine.speed import reference_entry, reference_flops, reference_time, speed_report
 from kernels.engine.webgpu import module_refusal
 from kernels.engine.wgsl import declared_bindings
 
@@ -293,10 +293,7 @@ class _Run:
         if len(result.passes) == 1 and (flops := reference_flops(ref.name, args)):
             result.passes[0]["flops"] = flops
         repeats = result.speed["repeats"]
-        ms = self.memo(
-            ("reference time", inputs.key, ref.name, repeats),
-            functools.partial(time_reference, ref.name, args, repeats),
-        )
+        ms = reference_time(self.memo, (inputs.key,), ref.name, lambda: args, repeats)
         result.speed["reference"] = reference_entry(ref.name, ms, result.speed["gpu_ms"])
 
     def combine(self, results: list[CaseResult], named: bool) -> Outcome:

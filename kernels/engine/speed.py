@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from kernels.engine.device import Environment
+from kernels.engine.inputs import Memo
 from kernels.engine.outcome import PassRecord, SpeedReport
 from kernels.engine.references import REFERENCES
 
@@ -91,6 +92,22 @@ def time_reference(name: str, args: Sequence[np.ndarray], repeats: int) -> float
         REFERENCES[name](*inputs)
         samples.append((time.perf_counter() - started) * 1000)
     return round(statistics.median(samples), 4)
+
+
+def reference_time(
+    memo: Memo,
+    inputs: tuple[Any, ...],
+    name: str,
+    args: Callable[[], Sequence[np.ndarray]],
+    repeats: int,
+) -> float:
+    """time_reference's figure, kept in a worker's memo under inputs (a key of the
+    arguments' contents): every version run on the same inputs is compared with the same
+    work, so it is timed once per worker, not on every replay."""
+    ms = memo(
+        ("reference time", *inputs, name, repeats), lambda: time_reference(name, args(), repeats)
+    )
+    return float(ms)
 
 
 def reference_entry(name: str, ms: float, gpu_ms: float | None) -> dict[str, Any]:

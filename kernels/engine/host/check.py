@@ -47,11 +47,13 @@ def reference_expected(
     written: dict[str, bytes],
     readbacks: list[Any],
     memo: Memo = no_memo,
+    key: tuple[Any, ...] | None = None,
 ) -> list[np.ndarray | None]:
     """The harness reference's outputs, lined up with the program's readbacks, each in
     the shape of its harness buffer (so a readback is drawn as the harness run draws it).
-    memo keeps them by the inputs' bytes, as a harness run keeps its reference's: a program
-    run again on the same inputs computes nothing twice.
+    memo keeps them by the inputs' bytes (key: reference_key's, when the caller has it), as
+    a harness run keeps its reference's: a program run again on the same inputs computes
+    nothing twice.
 
     Raises Unchecked when a reference argument or output has no counterpart in the
     program (an input it never wrote from the host, an output it never read back).
@@ -60,18 +62,14 @@ def reference_expected(
     if reference is None:
         raise Unchecked("the harness names no reference")
     buffers = program_buffers(harness, trace)
-    # Keyed by the bytes the program wrote where the harness's arguments are, as written:
-    # hashing them costs a fraction of converting them.
-    key = [
-        reference.name,
-        *(_argument_key(harness, name, buffers, written) for name in reference.args),
-    ]
+    if key is None:
+        key = reference_key(harness, trace, written)
 
     def compute() -> tuple[np.ndarray, ...]:
         args = [_argument(harness, name, buffers, written) for name in reference.args]
         return _reference(reference.name, args)
 
-    results = memo(("program reference", *key), compute)
+    results = memo(("program reference", reference.name, *key), compute)
     expected: list[np.ndarray | None] = [None] * len(readbacks)
     for name, value in zip(reference.outputs, results, strict=False):
         index = _readback_of(buffers.get(name), readbacks)
@@ -178,6 +176,16 @@ def _matching_dispatch(
         used.add(index)
         return candidate
     return None
+
+
+def reference_key(harness: Harness, trace: Trace, written: dict[str, bytes]) -> tuple[Any, ...]:
+    """A key of the bytes the program wrote where the harness's reference arguments are, as
+    written: hashing them costs a fraction of converting them."""
+    reference = harness.reference
+    if reference is None:
+        return ()
+    buffers = program_buffers(harness, trace)
+    return tuple(_argument_key(harness, name, buffers, written) for name in reference.args)
 
 
 def reference_arguments(

@@ -33,6 +33,7 @@ from kernels.engine.host.check import (
     program_report,
     reference_arguments,
     reference_expected,
+    reference_key,
 )
 from kernels.engine.host.gpu import SENTINEL_WORD, HostError, Readback, Timeline
 from kernels.engine.host.js import Interrupted, OutOfMemory, Script, ScriptError
@@ -61,7 +62,7 @@ from kernels.engine.outcome import (
     new_outcome,
 )
 from kernels.engine.run_warnings import program_warnings
-from kernels.engine.speed import reference_entry, speed_report, time_reference
+from kernels.engine.speed import reference_entry, reference_time, speed_report
 
 COMPARABLE = ("f32", "u32", "i32")
 
@@ -465,8 +466,9 @@ def _expectation(
                 made = program_report(harness, trace, result.written, result.readbacks, fixtures)
                 report.update(made or {})
                 try:
+                    key = reference_key(harness, trace, result.written)
                     expected = reference_expected(
-                        harness, trace, result.written, result.readbacks, memo
+                        harness, trace, result.written, result.readbacks, memo, key
                     )
                 except Unchecked as e:
                     check["problem"] = str(e)
@@ -474,8 +476,8 @@ def _expectation(
                 speed, name = result.speed, check["name"]
                 if speed is not None and speed["gpu_ms"] is not None:
                     # On the inputs the program wrote, beside its passes' time.
-                    args = reference_arguments(harness, trace, result.written)
-                    ms = time_reference(name, args, speed["repeats"])
+                    args = functools.partial(reference_arguments, harness, trace, result.written)
+                    ms = reference_time(memo, key, name, args, speed["repeats"])
                     speed["reference"] = reference_entry(name, ms, speed["gpu_ms"])
                 return expected
 
