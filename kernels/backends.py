@@ -7,17 +7,15 @@ on any machine with wgpu (kernels/tasks.py); the web process never waits on it.
 
 from __future__ import annotations
 
-import atexit
 import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, overload
 
-from django.conf import settings
 from django.db import close_old_connections
 
-from kernels import replay
+from kernels import local_pool, replay
 from kernels.engine.outcome import Outcome
 from kernels.engine.pool import Busy, Pool
 from kernels.jobs import Job
@@ -78,14 +76,7 @@ class LocalBackend:
     def pool(self) -> Pool:
         with self._lock:
             if self._pool is None:
-                self._pool = Pool(
-                    size=settings.REPLAY_WORKERS,
-                    deadline=settings.REPLAY_DEADLINE,
-                    max_queue=settings.REPLAY_QUEUE,
-                    backend=settings.REPLAY_WGPU_BACKEND,
-                    cwd=str(settings.BASE_DIR),
-                )
-                atexit.register(self._pool.close)
+                self._pool = local_pool.take_early() or local_pool.new_pool()
             return self._pool
 
     def start_workers(self) -> None:

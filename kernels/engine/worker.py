@@ -421,7 +421,8 @@ def die_with_parent() -> None:
 
 
 def private_runtime_dir() -> str:
-    """A directory only this user can use, shared by all workers so respawns leave no litter.
+    """A directory only this user can use, shared by all workers so respawns leave no litter
+    (and the peaks measured by the first, kernels/engine/peaks.py).
 
     A fresh one when the shared path is not ours (someone else made it first).
     """
@@ -450,14 +451,16 @@ def main() -> int:
         os.environ["XDG_RUNTIME_DIR"] = private_runtime_dir()
 
     from kernels.engine.device import NoAdapter, open_device
-    from kernels.engine.peaks import measure_peaks
+    from kernels.engine.peaks import kept_peaks
     from kernels.engine.resident import DeviceBuffers
 
     device = env = None
     try:
         device, env = open_device(os.environ.get("KERNELBIN_WGPU_BACKEND", ""))
-        # Once per worker: what its device can do at most, which each run's times are read against.
-        env = dataclasses.replace(env, peaks=measure_peaks(device, env))
+        # What its device can do at most, which each run's times are read against: measured
+        # by the first worker on this machine, kept for the workers started after it.
+        peaks = kept_peaks(device, env, Path(private_runtime_dir()))
+        env = dataclasses.replace(env, peaks=peaks)
         hello: dict[str, Any] = {
             "type": "hello",
             "environment": env.as_dict(),

@@ -141,6 +141,34 @@ def test_a_pass_of_several_operations_has_no_flops(gpu) -> None:
     assert outcome["speed"]["reference"]["name"] == "numpy mlp_forward"
 
 
+def test_a_worker_started_again_reads_the_peaks_the_first_one_kept(gpu, tmp_path, monkeypatch):
+    from kernels.engine import peaks as module
+
+    device, env = gpu
+    first = module.kept_peaks(device, env, tmp_path)
+    assert first is not None and first["bandwidth_gbs"] > 0
+    assert json.loads((tmp_path / f"peaks-{env.id}.json").read_text()) == first
+
+    def not_again(*args: object) -> None:
+        raise AssertionError("measured again")
+
+    monkeypatch.setattr(module, "measure_peaks", not_again)
+    assert module.kept_peaks(device, env, tmp_path) == first
+    # Another environment (a new driver, say) has none kept: it measures its own.
+    other = dataclasses.replace(env, description=env.description + " (updated)")
+    with pytest.raises(AssertionError, match="measured again"):
+        module.kept_peaks(device, other, tmp_path)
+    # A damaged file is measured over and replaced.
+    monkeypatch.undo()
+    (tmp_path / f"peaks-{env.id}.json").write_text('{"bandwidth_gbs": -1}')
+    again = module.kept_peaks(device, env, tmp_path)
+    assert again is not None and again["bandwidth_gbs"] > 0
+    assert json.loads((tmp_path / f"peaks-{env.id}.json").read_text()) == again
+    # Without timestamps there is nothing to measure or read.
+    untimed_device, untimed_env = open_device(timestamps=False)
+    assert module.kept_peaks(untimed_device, untimed_env, tmp_path) is None
+
+
 def test_peaks_are_measured_where_the_device_has_timestamps(gpu) -> None:
     device, env = gpu
     peaks = measure_peaks(device, env)
