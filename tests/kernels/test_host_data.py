@@ -80,3 +80,87 @@ def test_fetched_bytes_count_against_the_heap_cap_and_name_the_fetch_line(gpu):
     assert (result.error["kind"], result.error["line"]) == ("memory", 2), result.error
     fits = run_program(device, env, source, {"big.bin": big}, heap_bytes=16 << 20)
     assert fits.error is None
+
+
+ADD_FETCHED = """const device = await (await navigator.gpu.requestAdapter()).requestDevice();
+const a = new Float32Array(await (await fetch("a.bin")).arrayBuffer());
+const b = new Float32Array(await (await fetch("b.bin")).arrayBuffer());
+SCALE
+const usage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST;
+const bufA = device.createBuffer({ size: a.byteLength, usage });
+const bufB = device.createBuffer({ size: b.byteLength, usage });
+const out = device.createBuffer({ size: a.byteLength, usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC });
+const read = device.createBuffer({ size: a.byteLength, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+device.queue.writeBuffer(bufA, 0, a);
+device.queue.writeBuffer(bufB, 0, b);
+const module = device.createShaderModule({ code: await (await fetch("kernel.wgsl")).text() });
+const pipeline = device.createComputePipeline({ layout: "auto", compute: { module, entryPoint: "main" } });
+const bindGroup = device.createBindGroup({
+  layout: pipeline.getBindGroupLayout(0),
+  entries: [bufA, bufB, out].map((buffer, binding) => ({ binding, resource: { buffer } })),
+});
+const encoder = device.createCommandEncoder();
+const pass = encoder.beginComputePass();
+pass.setPipeline(pipeline);
+pass.setBindGroup(0, bindGroup);
+pass.dispatchWorkgroups(Math.ceil(a.length / 64));
+pass.end();
+encoder.copyBufferToBuffer(out, 0, read, 0, a.byteLength);
+device.queue.submit([encoder.finish()]);
+await read.mapAsync(GPUMapMode.READ);
+"""
+
+
+def test_inputs_written_as_fetched_are_keyed_by_their_files_sha256(gpu, tmp_path):
+    # A program's reference is kept by the bytes it wrote: bytes written as a fetched file
+    # are matched to it (byte for byte) instead of hashed; bytes changed before they are
+    # written are hashed, and get a reference of their own.
+    import hashlib
+
+    from kernels.engine.host.program import run_program_job
+    from kernels.engine.worker import Memo
+    from tests.kernels.test_host_program import ADD_WGSL
+
+    rng = np.random.default_rng(3)
+    refs = {}
+    for name in ("a.bin", "b.bin"):
+        data = rng.uniform(-1, 1, 1000).astype("<f4").tobytes()
+        refs[name] = hashlib.sha256(data).hexdigest()
+        (tmp_path / refs[name]).write_bytes(data)
+    buffer = {"usage": "read", "dtype": "f32", "shape": [1000], "zeros": True}
+    job = {
+        "kind": "program",
+        "source": ADD_FETCHED.replace("SCALE", ""),
+        "files": None,
+        "file_refs": refs,
+        "files_dir": str(tmp_path),
+        "wgsl": {"kernel.wgsl": ADD_WGSL},
+        "harness": {
+            "buffers": {
+                "a": buffer,
+                "b": buffer,
+                "out": {**buffer, "usage": "read_write", "output": True},
+            },
+            "passes": [{"bind": {"0": "a", "1": "b", "2": "out"}, "dispatch": [16]}],
+            "reference": {"name": "add", "args": ["a", "b"]},
+        },
+    }
+    memo = Memo()
+    device, env = gpu
+
+    first = run_program_job(device, env, job, memo)
+    again = run_program_job(device, env, job, memo)
+    scaled = run_program_job(
+        device, env, {**job, "source": ADD_FETCHED.replace("SCALE", "a[0] = 1000;")}, memo
+    )
+
+    assert first["status"] == again["status"] == "passed", first["message"]
+    assert scaled["status"] == "passed", scaled["message"]
+    keys = [key for key in memo.values if key[0] == "program reference"]
+    assert len(keys) == 2
+    as_fetched, changed = keys
+    assert [argument[3] for argument in as_fetched[2:]] == [
+        f"sha256:{refs['a.bin']}",
+        f"sha256:{refs['b.bin']}",
+    ]
+    assert not changed[2][3].startswith("sha256:") and changed[3][3] == f"sha256:{refs['b.bin']}"

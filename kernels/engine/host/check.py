@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -178,14 +179,22 @@ def _matching_dispatch(
     return None
 
 
-def reference_key(harness: Harness, trace: Trace, written: dict[str, bytes]) -> tuple[Any, ...]:
+def reference_key(
+    harness: Harness,
+    trace: Trace,
+    written: dict[str, bytes],
+    fetched: Mapping[str, bytes] | None = None,
+) -> tuple[Any, ...]:
     """A key of the bytes the program wrote where the harness's reference arguments are, as
-    written: hashing them costs a fraction of converting them."""
+    written: hashing them costs a fraction of converting them. fetched: the files the
+    program could fetch, by their sha256: bytes written as fetched are keyed by it."""
     reference = harness.reference
     if reference is None:
         return ()
     buffers = program_buffers(harness, trace)
-    return tuple(_argument_key(harness, name, buffers, written) for name in reference.args)
+    return tuple(
+        _argument_key(harness, name, buffers, written, fetched or {}) for name in reference.args
+    )
 
 
 def reference_arguments(
@@ -200,11 +209,25 @@ def reference_arguments(
 
 
 def _argument_key(
-    harness: Harness, name: str, buffers: dict[str, str], written: dict[str, bytes]
+    harness: Harness,
+    name: str,
+    buffers: dict[str, str],
+    written: dict[str, bytes],
+    fetched: Mapping[str, bytes],
 ) -> tuple[Any, ...]:
     spec = harness.buffer(name)
     data = written.get(buffers.get(name, ""), b"")
-    return (name, spec.dtype, spec.shape, hashlib.blake2b(data).hexdigest())
+    # A file written as fetched (weights, a batch) is compared byte for byte, several
+    # times faster than hashing it again (5.7 ms for the layer's 3.5 MB on an H100's host).
+    digest = next(
+        (
+            f"sha256:{sha}"
+            for sha, file in fetched.items()
+            if len(file) == len(data) and file == data
+        ),
+        None,
+    )
+    return (name, spec.dtype, spec.shape, digest or hashlib.blake2b(data).hexdigest())
 
 
 def _reference(name: str, args: list[np.ndarray]) -> tuple[np.ndarray, ...]:

@@ -387,8 +387,9 @@ def run_program_job(
     deadline = time.monotonic() + float(job.get("deadline_s") or JOB_SECONDS)
     tolerance = job.get("tolerance") or {}
     report: dict[str, Any] = {}
+    fetched = {sha: files[name] for name, sha in (job.get("file_refs") or {}).items()}
     check, expected, harness_tolerance = _expectation(
-        device, env, job, files, limits, deadline, report, memo
+        device, env, job, files, limits, deadline, report, memo, fetched
     )
     atol, rtol = harness_tolerance or (1e-5, 1e-5)
     outcome = replay_program(
@@ -441,13 +442,15 @@ def _expectation(
     deadline: float,
     report: dict[str, Any],
     memo: Memo,
+    fetched: Mapping[str, bytes],
 ) -> tuple[
     CheckReport,
     Expected | Callable[[ProgramResult], Expected | None] | None,
     tuple[float, float] | None,
 ]:
     """What the job's readbacks are checked against, and the harness's tolerance; a
-    harness's classification report of the run goes into report."""
+    harness's classification report of the run goes into report. fetched: the job's files
+    by their sha256 (reference_key)."""
     if job.get("expected") is not None:
         values = [None if v is None else np.array(v, dtype=np.float64) for v in job["expected"]]
         return new_check("values"), values, None
@@ -466,7 +469,7 @@ def _expectation(
                 made = program_report(harness, trace, result.written, result.readbacks, fixtures)
                 report.update(made or {})
                 try:
-                    key = reference_key(harness, trace, result.written)
+                    key = reference_key(harness, trace, result.written, fetched)
                     expected = reference_expected(
                         harness, trace, result.written, result.readbacks, memo, key
                     )
