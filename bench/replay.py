@@ -376,14 +376,13 @@ def layer(device: wgpu.GPUDevice, spec: dict[str, Any], runs: int) -> dict[str, 
         slug = make_version(spec, name, program)
         jobs[name] = job_for(KernelVersion.objects.get(kernel__session__slug=slug))
         timed_replay(jobs[name])  # start the workers, JIT the shader
-    times: dict[str, list[Any]] = {"floor": [], "harness": [], "program": [], "timings": []}
+    times: dict[str, list[Any]] = {"floor": [], "harness": [], "program": []}
     for _ in range(runs):
         times["floor"].append(floor.once())
         for name, job in jobs.items():
             seconds, recorded = timed_replay(job)
             times[name].append(seconds)
-            if name == "harness":
-                times["timings"].append(recorded)
+            times.setdefault(f"{name} timings", []).append(recorded)
     return times
 
 
@@ -524,7 +523,9 @@ def main() -> None:
         if isinstance(pool_of := replay.backend(), LocalBackend):
             pool_of.pool().close()
         figures = {} if args.replays_only else served(database, spec)
-    floor_ms, warm_ms, program_ms = (median_ms(times[key]) for key in times if key != "timings")
+    floor_ms, warm_ms, program_ms = (
+        median_ms(times[key]) for key in ("floor", "harness", "program")
+    )
 
     print(f"kernel: x[{args.batch},784] @ w[784,128] + b on {environment.label}")
     print(f"deadline {settings.REPLAY_DEADLINE} s, median of {args.runs} runs")
@@ -545,8 +546,11 @@ def main() -> None:
     print(f"program replay / harness replay: {program_ms / warm_ms:.2f}x")
     if figures:
         print(f"cached replay.json / GET /healthz: {figures['cached'] / figures['healthz']:.2f}x")
-    breakdown = hops(times["harness"], times["timings"])
-    print("warm replay by hop (ms): " + ", ".join(f"{k} {v:.2f}" for k, v in breakdown.items()))
+    for name in ("harness", "program"):
+        breakdown = hops(times[name], times[f"{name} timings"])
+        print(
+            f"{name} replay by hop (ms): " + ", ".join(f"{k} {v:.2f}" for k, v in breakdown.items())
+        )
     print()
     print("bytes across the JavaScript boundary (bench/host_data.py's rows)")
     print(f"{'row':42} {'ms':>9} {'x numpy':>8} {'GB/s':>7}")
