@@ -453,7 +453,11 @@ def served(database: Path, spec: dict[str, Any]) -> dict[str, float]:
         opened = time.perf_counter()
         with gunicorn("config.wsgi:application", env, threads=4) as base:
             if when == "warm":
-                figures["workers warm after the port opens"] = 1000 * wait_warm(base, token)
+                seconds, steps = wait_warm(base, token)
+                figures["workers warm after the port opens"] = 1000 * seconds
+                # The worker's own start, by step (kernels/engine/pool.py, status()).
+                for step, step_s in steps.items():
+                    figures[f"  worker start: {step}"] = 1000 * step_s
             started = time.perf_counter()
             path = f"/s/{slug}/turns/1/replay.json?wait=10"
             with urllib.request.urlopen(base + path) as response:  # noqa: S310 (our server)
@@ -469,9 +473,10 @@ def served(database: Path, spec: dict[str, Any]) -> dict[str, float]:
     return figures
 
 
-def wait_warm(base: str, token: str) -> float:
+def wait_warm(base: str, token: str) -> tuple[float, dict[str, float]]:
     """Seconds until /healthz names the workers' adapter: a worker says hello once it has
-    opened its device and run its warm-up jobs (kernels/engine/worker.py)."""
+    opened its device and run its warm-up jobs (kernels/engine/worker.py); and where that
+    worker's start went (in all, and by step)."""
     import json
 
     started = time.perf_counter()
@@ -479,8 +484,9 @@ def wait_warm(base: str, token: str) -> float:
     request = urllib.request.Request(base + "/healthz", headers=headers)  # noqa: S310
     while time.perf_counter() - started < 60:
         with urllib.request.urlopen(request) as response:  # noqa: S310 (our own server)
-            if json.load(response)["replay"].get("environment"):
-                return time.perf_counter() - started
+            replay = json.load(response)["replay"]
+            if replay.get("environment"):
+                return time.perf_counter() - started, replay.get("started_s") or {}
         time.sleep(0.05)
     raise RuntimeError("the replay workers did not warm up in 60 s")
 
@@ -539,6 +545,7 @@ def main() -> None:
         ("cold start: first replay as the port opens", figures.get("first replay, at once")),
         ("  port open to that replay's answer", figures.get("port open to first replay")),
         ("  workers warm after the port opens", figures.get("workers warm after the port opens")),
+        *((label, value) for label, value in figures.items() if label.startswith("  worker start")),
         ("first replay once the workers are warm", figures.get("first replay, warm")),
     ):
         if value is not None:

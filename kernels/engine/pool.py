@@ -110,6 +110,8 @@ class Pool:
         self._closed = False
         self._environment: dict[str, Any] | None = None
         self._warm_up: list[str] = []  # the statuses of the last worker's warm-up jobs
+        # Where the last worker's start went, in seconds: in all and by its steps.
+        self._started: dict[str, float] = {}
         self._unavailable = ""
         self._average_s = 1.0
         self._counts = {
@@ -226,6 +228,7 @@ class Pool:
                 **self._counts,
                 "environment": self._environment["label"] if self._environment else None,
                 "warm_up": list(self._warm_up),
+                "started_s": dict(self._started),
                 "error": None if self._environment else self._unavailable or None,
                 "worker_pids": [w.pid for w in live],
                 # Workers running a job: started (a worker says hello once its device is
@@ -329,6 +332,7 @@ class Pool:
             "KERNELBIN_WGPU_BACKEND": self.backend,
             "KERNELBIN_PARENT_PID": str(os.getpid()),
         }
+        spawned = time.monotonic()
         try:
             # Our own module under the configured interpreter; no shell, no user input.
             process = subprocess.Popen(  # noqa: S603
@@ -364,16 +368,21 @@ class Pool:
             return
         worker.hello = hello
         slot.start_error = ""
+        steps = hello.get("start_s") or {}
         with self._changed:
             if hello.get("environment"):
                 self._environment = hello["environment"]
                 self._warm_up = list(hello.get("warm_up") or [])
+                # The latest start, whole and by step (the rest is Python and imports).
+                self._started = {"total": round(time.monotonic() - spawned, 3), **steps}
             else:
                 self._unavailable = str(hello.get("error") or "the worker reported no adapter")
             self._changed.notify_all()
         log.info(
-            "replay worker %s up: %s",
+            "replay worker %s up in %.2f s (%s): %s",
             worker.pid,
+            time.monotonic() - spawned,
+            ", ".join(f"{step} {seconds:.2f} s" for step, seconds in steps.items()),
             worker.environment.get("label") or hello.get("error"),
         )
 

@@ -377,6 +377,14 @@ def stuck_outcome(line: int, seconds: float, env: Environment | None) -> Outcome
     return outcome
 
 
+def _durations(steps: dict[str, float]) -> dict[str, float]:
+    """Seconds from each step's start to the next one's (the last one's to now)."""
+    ends = [*list(steps.values())[1:], time.monotonic()]
+    return {
+        name: round(end - start, 3) for (name, start), end in zip(steps.items(), ends, strict=True)
+    }
+
+
 def protect_protocol() -> BinaryIO:
     """The protocol channel, on a private copy of stdout.
 
@@ -455,17 +463,21 @@ def main() -> int:
     from kernels.engine.resident import DeviceBuffers
 
     device = env = None
+    steps = {"device": time.monotonic()}
     try:
         device, env = open_device(os.environ.get("KERNELBIN_WGPU_BACKEND", ""))
+        steps["peaks"] = time.monotonic()
         # What its device can do at most, which each run's times are read against: measured
         # by the first worker on this machine, kept for the workers started after it.
         peaks = kept_peaks(device, env, Path(private_runtime_dir()))
         env = dataclasses.replace(env, peaks=peaks)
+        steps["warm-up"] = time.monotonic()
         hello: dict[str, Any] = {
             "type": "hello",
             "environment": env.as_dict(),
             "pid": os.getpid(),
             "warm_up": warm_up(device, env),
+            "start_s": _durations(steps),
         }
         no_adapter = ""
     except (NoAdapter, ValueError) as e:

@@ -148,6 +148,14 @@ def test_a_worker_warms_up_before_it_says_hello(pool: Pool) -> None:
     pool.environment()
     # A harness and a host program, run on the worker's device before its first job.
     assert pool.status()["warm_up"] == ["passed", "passed"]
+    # It says where its start went, step by step (the pool logs it).
+    # (a worker still starting has said nothing yet)
+    workers = [s.worker for s in pool._slots if s.worker is not None]
+    started = [w.hello["start_s"] for w in workers if w.hello.get("environment")]
+    assert started
+    for steps in started:
+        assert list(steps) == ["device", "peaks", "warm-up"]
+        assert all(seconds >= 0 for seconds in steps.values())
 
 
 def test_identical_keys_share_one_run(pool: Pool) -> None:
