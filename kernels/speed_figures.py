@@ -74,6 +74,7 @@ def speed_summary(outcome: Mapping[str, Any] | None) -> dict[str, Any] | None:
         if against:
             headline += f", {against}"
     program = speed.get("program_ms")
+    cuda = speed.get("clock") == "cuda-events"
     return {
         "program": ms(program) if program is not None else "",
         "headline": headline,
@@ -82,9 +83,10 @@ def speed_summary(outcome: Mapping[str, Any] | None) -> dict[str, Any] | None:
         "clock": speed.get("clock", ""),
         "repeats": speed.get("repeats", 1),
         "total": total,
-        # Blank where the copies were not timed apart (a Triton or CUDA program's own).
-        "upload": "" if (upload := speed.get("upload_ms")) is None else ms(upload),
-        "readback": "" if (readback := speed.get("readback_ms")) is None else ms(readback),
+        # Blank where the copies were not timed apart: a Triton or CUDA program's own (runs
+        # stored before they said so carry 0).
+        "upload": "" if (upload := speed.get("upload_ms")) is None or cuda else ms(upload),
+        "readback": "" if (back := speed.get("readback_ms")) is None or cuda else ms(back),
         "against": against,
         "reference": reference,
         "peaks": peaks,

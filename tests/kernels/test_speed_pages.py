@@ -57,6 +57,7 @@ class SpeedPageTests(TransactionTestCase):
 
         self.assertContains(r, "of CPU emulation (not a GPU&#x27;s speed)")
         self.assertContains(r, "emulates a GPU on the CPU")
+        self.assertContains(r, "Uploads ")  # a WebGPU run's copies, timed by the wall clock
         self.assertContains(r, "emulated time")
         self.assertNotContains(r, "faster than")
         self.assertNotContains(r, "slower than")
@@ -77,6 +78,18 @@ class SpeedPageTests(TransactionTestCase):
 
         embed = self.client.get("/s/demo/embed/?from=1&to=3")
         self.assertContains(embed, "0.5 ms on the GPU, 3.1x faster than numpy add")
+
+    def test_copies_timed_by_nothing_are_not_claimed_to_take_no_time(self) -> None:
+        finished(self.client, "/s/demo/turns/2/replay.json")
+        run = Run.objects.get()
+        # A CUDA-events run stored before its speed said null (0 where nothing timed them).
+        run.outcome = on_a_gpu(run.outcome)
+        run.outcome["speed"].update(clock="cuda-events", upload_ms=0.0, readback_ms=0.0)
+        run.save(update_fields=["outcome"])
+
+        r = self.client.get("/s/demo/turns/2/replay/")
+        self.assertContains(r, "0.5 ms on the GPU")
+        self.assertNotContains(r, "Uploads ")
 
     def test_a_run_of_many_passes_lists_the_first_and_counts_the_rest(self) -> None:
         finished(self.client, "/s/demo/turns/2/replay.json")
