@@ -13,11 +13,13 @@ from kernels.engine.pool import Pool
 _early: Pool | None = None
 
 
-def new_pool() -> Pool:
+def new_pool(size: int | None = None, max_queue: int | None = None) -> Pool:
+    """A pool of this machine's replay workers, as the settings say (size and max_queue:
+    other than REPLAY_WORKERS and REPLAY_QUEUE, as a Celery worker child's one process)."""
     pool = Pool(
-        size=settings.REPLAY_WORKERS,
+        size=settings.REPLAY_WORKERS if size is None else size,
         deadline=settings.REPLAY_DEADLINE,
-        max_queue=settings.REPLAY_QUEUE,
+        max_queue=settings.REPLAY_QUEUE if max_queue is None else max_queue,
         backend=settings.REPLAY_WGPU_BACKEND,
         cwd=str(settings.BASE_DIR),
     )

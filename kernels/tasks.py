@@ -4,16 +4,14 @@ each worker's announcement of what it offers (kernels/workers.py)."""
 
 from __future__ import annotations
 
-import atexit
 import threading
 from typing import Any
 
 from celery import shared_task
 from celery.signals import worker_ready, worker_shutdown
-from django.conf import settings
 from django.db import close_old_connections
 
-from kernels import replay, workers
+from kernels import local_pool, replay, workers
 from kernels.engine.gpu_run import run_program
 from kernels.engine.pool import Pool
 
@@ -26,14 +24,7 @@ def worker_pool() -> Pool:
     """One warm replay process per Celery worker child, created after the fork."""
     global _pool
     if _pool is None:
-        _pool = Pool(
-            size=1,
-            deadline=settings.REPLAY_DEADLINE,
-            max_queue=1,
-            backend=settings.REPLAY_WGPU_BACKEND,
-            cwd=str(settings.BASE_DIR),
-        )
-        atexit.register(_pool.close)
+        _pool = local_pool.new_pool(size=1, max_queue=1)
     return _pool
 
 
