@@ -24,7 +24,7 @@ from kernels import replay, tasks, workers
 from kernels.models import Fork, GpuForkRun, Run
 from sessions.models import Session
 from sessions.programs import KernelVersion
-from tests.sessions.importing import TRANSCRIPTS
+from tests.kernels.test_gpu_workers import import_gpu_session
 from tests.sessions.transcripts.build import SCALE_CU, program
 
 pytestmark = pytest.mark.usefixtures("fresh_replay_backend")
@@ -54,13 +54,7 @@ def edited(text: str) -> str:
 class GpuForkTestCase(TestCase):
     def setUp(self) -> None:
         cache.clear()  # the per-minute fork counters
-        call_command(
-            "import_transcript",
-            str(TRANSCRIPTS / "triton-cuda.jsonl"),
-            "--visibility",
-            "public",
-            stdout=io.StringIO(),
-        )
+        import_gpu_session()
         self.alice = User.objects.create_user("alice", password="password")
         self.sent = mock.patch.object(tasks.run_gpu_replay, "apply_async").start()
         self.addCleanup(mock.patch.stopall)

@@ -38,15 +38,20 @@ def page_of(version: KernelVersion) -> str:
     return f"/s/{version.kernel.session.slug}/turns/{version.turn.number}/replay/"
 
 
+def import_gpu_session() -> None:
+    """The Triton and CUDA transcript of tests/sessions/transcripts, as a public session."""
+    call_command(
+        "import_transcript",
+        str(TRANSCRIPTS / "triton-cuda.jsonl"),
+        "--visibility",
+        "public",
+        stdout=io.StringIO(),
+    )
+
+
 class GpuJobTestCase(TestCase):
     def setUp(self) -> None:
-        call_command(
-            "import_transcript",
-            str(TRANSCRIPTS / "triton-cuda.jsonl"),
-            "--visibility",
-            "public",
-            stdout=io.StringIO(),
-        )
+        import_gpu_session()
 
     def test_a_version_replays_its_states_program(self) -> None:
         job = with_files(job_for(version_of("add_relu-add_relu_kernel", 1)))
