@@ -1,10 +1,11 @@
-"""Every page type, in Chromium at a phone's and a desktop's width, light and dark: the
-console stays clean (no Content-Security-Policy report, no error, no uncaught
+"""Every page type, in Chromium at a phone's and a desktop's width, light and dark: no page
+scrolls sideways, the console stays clean (no Content-Security-Policy report, no error, no uncaught
 exception, no failed request: favicon included), and axe-core (from the npm registry,
 package-lock.json) finds no serious or critical accessibility issue."""
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -40,11 +41,15 @@ PAGES = {
 @pytest.fixture
 def site(fresh_replay_backend) -> dict[str, str]:
     call_command("load_showcase", verbosity=0)
+    # A Triton version as recorded on an H100: its speed table, launches and output.
+    call_command("load_gpu_showcase", stdout=io.StringIO())
+    triton = KernelVersion.objects.get(kernel__name="add_relu-add_relu_kernel", number=3)
     version = KernelVersion.objects.get(kernel__session__slug=SLUG, turn__number=57)
     edit = version.source.replace("exp(", "exp( ")
     fork = forks.start_fork(version, edit, "", AnonymousUser())
     return {
         **PAGES,
+        "triton replay": f"/s/{triton.kernel.session.slug}/turns/{triton.turn.number}/replay/",
         "fork": fork.get_absolute_url(),
         "fork embed": f"{fork.get_absolute_url()}embed/?theme=auto",
     }
@@ -109,6 +114,10 @@ def test_every_page_has_a_clean_console_and_no_serious_accessibility_issue(
             replace_code(page, "form", "fn main() {}\n")
         page.wait_for_timeout(200)
         problems += serious(page)
+        # Wide tables and code scroll in their own boxes; the page never scrolls sideways.
+        sideways = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        if sideways > 0:
+            problems.append(f"the page is {sideways} px wider than the window")
         if problems:
             failures[name] = problems
         page.close()
