@@ -154,10 +154,19 @@ def test_inputs_written_as_fetched_are_keyed_by_their_files_sha256(gpu, tmp_path
         device, env, {**job, "source": ADD_FETCHED.replace("SCALE", "a[0] = 1000;")}, memo
     )
 
+    # Written whole as fetched, then patched by a second write: the reference reads both.
+    patch = "device.queue.writeBuffer(bufA, 0, new Float32Array([1000]));"
+    patched_source = ADD_FETCHED.replace("SCALE", "").replace(
+        "device.queue.writeBuffer(bufB, 0, b);", f"device.queue.writeBuffer(bufB, 0, b);\n{patch}"
+    )
+    assert patch in patched_source
+    patched = run_program_job(device, env, {**job, "source": patched_source}, memo)
+
     assert first["status"] == again["status"] == "passed", first["message"]
     assert scaled["status"] == "passed", scaled["message"]
+    assert patched["status"] == "passed", patched["message"]
     keys = [key for key in memo.values if key[0] == "program reference"]
-    assert len(keys) == 2
+    assert len(keys) == 2  # the scaled and the patched inputs are the same bytes
     as_fetched, changed = keys
     assert [argument[3] for argument in as_fetched[2:]] == [
         f"sha256:{refs['a.bin']}",

@@ -194,7 +194,7 @@ class Timeline:
         self.views: dict[int, str] = {}
         # What the program put in each buffer from the host (writes, mapped ranges and the
         # copies between such buffers), whole: the inputs a reference is computed from.
-        self.written: dict[int, bytearray] = {}
+        self.written: dict[int, bytes | bytearray] = {}
         self.shadowed = 0  # bytes of those copies
         self.live_bytes = 0
         self.readback_bytes = 0
@@ -406,8 +406,15 @@ class Timeline:
             size = self.made_sizes[buffer]
             if size > MAX_SHADOW_BYTES or self.shadowed + size > MAX_SHADOWS_BYTES:
                 return
-            shadow = self.written[buffer] = bytearray(size)
             self.shadowed += size
+            if offset == 0 and len(data) >= size:
+                # The whole buffer at once, the usual upload: one copy of it, not a zeroed
+                # buffer written over (7 ms of a 4 MB upload's 33 ms on llvmpipe's host).
+                self.written[buffer] = bytes(data[:size])
+                return
+            shadow = self.written[buffer] = bytearray(size)
+        elif isinstance(shadow, bytes):
+            shadow = self.written[buffer] = bytearray(shadow)  # written again: in place now
         # Cut to the buffer: a copy WebGPU refuses at finish() is traced before then.
         data = data[: max(0, len(shadow) - offset)]
         shadow[offset : offset + len(data)] = data
