@@ -24,10 +24,13 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import anthropic
 import httpx2
 from django.conf import settings
+
+if TYPE_CHECKING:
+    import anthropic
 
 log = logging.getLogger(__name__)
 
@@ -165,6 +168,10 @@ def build_client(
     max_retries: int | None = None,
 ) -> anthropic.Anthropic:
     """A client whose every request keeps the reply's deadlines."""
+    # Imported here, once a reply needs it: the SDK's import (1.7 s on a quiet machine) kept
+    # every web process's first page waiting when the URLconf pulled it in.
+    import anthropic
+
     timeout = httpx2.Timeout(settings.TUTOR_STALL_TIMEOUT, connect=5.0)
     return anthropic.Anthropic(
         api_key=api_key,
@@ -222,6 +229,8 @@ def _retry_after(error: anthropic.APIStatusError) -> int | None:
 def describe_failure(error: Exception) -> Failure:
     """Plain words for what happened. Never includes the exception text: bodies and
     URLs are the server's, and we promise nothing from the request ends up on a page."""
+    import anthropic  # loaded by then: build_client() imported it
+
     # A timeout before the answer began comes wrapped by the SDK.
     if isinstance(error.__cause__, Stalled):
         error = error.__cause__

@@ -13,12 +13,9 @@ import threading
 import time
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import anthropic
 import httpx2
-from anthropic.lib.streaming import MessageStream
-from anthropic.types import Message, ToolUseBlock, Usage
 from django.conf import settings
 
 from kernels import replay
@@ -27,6 +24,12 @@ from sessions.programs import KernelVersion
 from tutor import guardrail, llm, prompts
 from tutor.models import ApiCall, GuardrailEvent, GuidedSession
 from tutor.review import status_label
+
+if TYPE_CHECKING:
+    # The SDK is imported when a reply is asked for (tutor/llm.py, build_client).
+    import anthropic
+    from anthropic.lib.streaming import MessageStream
+    from anthropic.types import Message, ToolUseBlock, Usage
 
 # (name, data): the events tutor/engine.py describes.
 Event = tuple[str, dict[str, Any]]
@@ -296,6 +299,8 @@ def _ask(
     when the API failed or the reply was cut off (a deadline passed, the stream broke or
     ended early): the learner is told, and what had arrived is kept as a reply marked
     incomplete, never as a whole one."""
+    import anthropic  # loaded by then: the client is the SDK's (tutor/llm.py)
+
     known = _known(guided)
     guard = guardrail.StreamGuard(known)
     live: MessageStream | None = None

@@ -1,4 +1,6 @@
 import importlib
+import os
+import subprocess
 import sys
 from unittest import mock, skipUnless
 
@@ -97,3 +99,26 @@ class ServerStartTestCase(SimpleTestCase):
             if replay._backend is not None:
                 replay._backend.pool().close()
             replay._backend = started
+
+
+def test_a_fresh_web_process_loads_its_pages_without_the_claude_sdk() -> None:
+    # The SDK's import took 1.7 s of a web process's first page on a quiet machine; it is
+    # imported when a reply is asked for (tutor/llm.py), not with the URLconf.
+    probe = (
+        "import sys, django; django.setup(); import config.urls, config.wsgi;"
+        "print('anthropic' in sys.modules)"
+    )
+    found = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "config.settings",
+            "REPLAY_BACKEND": "celery",
+            "CELERY_BROKER_URL": "memory://",
+        },
+        timeout=120,
+    )
+    assert found.stdout.strip().splitlines()[-1] == "False", found.stdout + found.stderr
