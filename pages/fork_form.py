@@ -15,6 +15,9 @@ from kernels import forks
 from sessions.programs import KernelVersion, ProgramState
 
 LANGUAGES = {ProgramState.Kind.TRITON: "Triton (Python)", ProgramState.Kind.CUDA: "CUDA"}
+# The editor's mode for a file (static/src/editor.js): CUDA C++ files are C++ to it, and
+# anything else a Triton or CUDA program runs is Python (a cupy kernel in a string too).
+CPP_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc", ".h", ".hpp")
 
 
 def gpu_file(version: KernelVersion, user: User | AnonymousUser) -> dict[str, Any] | None:
@@ -29,6 +32,7 @@ def gpu_file(version: KernelVersion, user: User | AnonymousUser) -> dict[str, An
         "path": path,
         "text": text,
         "language": LANGUAGES.get(ProgramState.Kind(state.kind), state.kind),
+        "editor": "cpp" if path.lower().endswith(CPP_SUFFIXES) else "python",
         "entry": state.entry,
         "per_day": settings.GPU_FORKS_PER_DAY,
     }

@@ -2,7 +2,7 @@
 // admin's harness and source fields. It is CodeMirror 6, bundled by `npm run build` into
 // static/vendor/editor.js (the Makefile runs it; nothing of it is committed).
 //
-// It enhances <textarea data-editor="wgsl|javascript|json">: the textarea stays the
+// It enhances <textarea data-editor="wgsl|javascript|json|python|cpp">: the textarea stays the
 // form's field, hidden, and gets every change written back, so the form posts what the
 // editor shows; without JavaScript the textarea is the editor.
 //
@@ -20,11 +20,16 @@ import { defaultKeymap, history, historyKeymap, indentWithTab } from "@codemirro
 import { javascript } from "@codemirror/lang-javascript";
 import { json } from "@codemirror/lang-json";
 import {
+  StreamLanguage,
   bracketMatching,
   indentOnInput,
   indentUnit,
   syntaxHighlighting,
 } from "@codemirror/language";
+// Python and CUDA C++ (a Triton or CUDA fork's file) by CodeMirror's ported stream modes:
+// the full grammars would add 51 KB (gzipped) to every page that loads the editor.
+import { cpp } from "@codemirror/legacy-modes/mode/clike";
+import { python } from "@codemirror/legacy-modes/mode/python";
 import { lintGutter, setDiagnostics } from "@codemirror/lint";
 import { EditorState, StateEffect, StateField } from "@codemirror/state";
 import {
@@ -45,7 +50,13 @@ import { classHighlighter, tagHighlighter, tags } from "@lezer/highlight";
 const script = document.currentScript;
 const styleNonce = script ? script.dataset.styleNonce : "";
 
-const LANGUAGES = { wgsl: wgsl, javascript: javascript, json: json };
+const LANGUAGES = {
+  wgsl: wgsl,
+  javascript: javascript,
+  json: json,
+  python: () => StreamLanguage.define(python),
+  cpp: () => StreamLanguage.define(cpp),
+};
 
 // Token classes (tok-keyword, tok-typeName, …) styled by static/css/editor.css with the
 // colours of the site's highlighted code; WGSL's attributes too, which classHighlighter skips.

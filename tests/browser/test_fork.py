@@ -123,3 +123,40 @@ def test_a_compile_error_is_marked_at_its_line_in_the_editor(
     assert page.evaluate("() => !document.activeElement.closest('.cm-editor')")
     assert refused == []
     page.close()
+
+
+def test_a_signed_in_reader_edits_a_triton_file_as_python_and_a_cu_file_as_cpp(
+    live_server, browser, fresh_replay_backend
+) -> None:
+    import io
+
+    from django.contrib.auth.models import User
+
+    from sessions.programs import KernelVersion
+
+    call_command("load_gpu_showcase", stdout=io.StringIO())
+    User.objects.create_user("ada", password="a long passphrase for tests")
+    page = browser.new_page()
+    refused = refusals(page)
+    page.goto(f"{live_server.url}/accounts/login/")
+    page.fill("#id_username", "ada")
+    page.fill("#id_password", "a long passphrase for tests")
+    page.click("button.primary")
+    page.wait_for_load_state()
+
+    for kernel, number, words in (
+        ("add_relu-add_relu_kernel", 1, ("def", "import")),
+        ("scale-scale", 1, ("void", "int")),
+    ):
+        version = KernelVersion.objects.get(kernel__name=kernel, number=number)
+        page.goto(
+            f"{live_server.url}/s/{version.kernel.session.slug}/turns/{version.turn.number}/replay/"
+        )
+        page.click(".try-fork summary")
+        page.wait_for_selector(".try-fork .cm-content")
+        # The editor replaced the textarea, and the file's language is highlighted.
+        assert page.locator("#fork-source").is_hidden()
+        keywords = page.locator(".try-fork .tok-keyword").all_inner_texts()
+        keywords += page.locator(".try-fork .tok-typeName").all_inner_texts()
+        assert set(words) <= set(keywords), keywords
+    assert not refused

@@ -105,6 +105,7 @@ class GpuForkTestCase(TestCase):
         self.client.force_login(self.alice)
         page = self.client.get(self.urls()[0])  # before any worker: no archived run starts
         self.assertContains(page, "File <code>add_relu.py</code>")
+        self.assertContains(page, 'data-editor="python"')  # highlighted as Python
         self.assertContains(page, "Run my version")
         self.assertContains(page, "You may start 10 more runs today")
         # The form holds the whole file the kernel is in, launcher and test with it.
@@ -140,6 +141,10 @@ class GpuForkTestCase(TestCase):
         self.assertEqual(scale["entry"], "matmul.py")
         self.assertEqual(scale["files"]["kernels/scale.cu"], edited(scaled))
         self.assertEqual(scale["files"]["matmul.py"], edited(program("matmul_v3")))
+        # The .cu file is C++ to the editor; the launcher around a cupy kernel, Python.
+        self.assertContains(self.client.get(self.urls("scale-scale", 1)[0]), 'data-editor="cpp"')
+        naive_page = self.client.get(self.urls("matmul-matmul_naive", 2)[0])
+        self.assertContains(naive_page, 'data-editor="python"')
 
     @pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bubblewrap")
     def test_its_outcome_page_shows_the_run_as_a_replay_does(self) -> None:
