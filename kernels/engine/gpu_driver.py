@@ -8,10 +8,12 @@ It runs ENTRY as __main__ in its folder and writes REPORT (JSON): the error the 
 stopped at (type, message, and the line of the learner's file it was raised at, with
 the Triton compiler's own line where it gives one), each kernel launch it could see
 (Triton's JIT functions and cupy's RawKernel: the kernel, its grid, block and its
-arguments' shapes and dtypes, counted by kernel and grid), and each
+arguments' shapes and dtypes, counted by kernel and grid, and the median GPU time of its
+launches after the first, TIMED_LAUNCHES of them, each between two CUDA events), and each
 triton.testing.do_bench the program called (its line, its code, and the median of its
 timed runs in milliseconds: do_bench times with CUDA events). With --check the program
-runs for correctness only (under compute-sanitizer): do_bench runs its function once.
+runs for correctness only (under compute-sanitizer): do_bench runs its function once, and
+no launch is timed.
 
 The report is untrusted: the runner reads it with limits (gpu_run.py).
 """
@@ -28,6 +30,9 @@ from typing import Any
 
 MAX_LAUNCH_KINDS = 64
 MAX_BENCHMARKS = 32
+# Launches of a kernel (and grid) timed one by one: its second to 21st, so that the many a
+# do_bench makes afterwards run as the program wrote them, with no event around them.
+TIMED_LAUNCHES = 20
 
 launches: dict[str, dict[str, Any]] = {}
 benchmarks: list[dict[str, Any]] = []
@@ -51,10 +56,12 @@ def _learner_line() -> tuple[str, int] | None:
     return None
 
 
-def _record(kernel: str, grid: Any, block: Any, args: Any) -> None:
+def _record(kernel: str, grid: Any, block: Any, args: Any) -> list[Any] | None:
+    """Count a launch; the list its CUDA events go in while it is among the first timed
+    (None when it is not timed)."""
     key = f"{kernel}|{grid}|{block}"
     if key not in launches and len(launches) >= MAX_LAUNCH_KINDS:
-        return
+        return None
     where = _learner_line()
     entry = launches.setdefault(
         key,
@@ -66,9 +73,45 @@ def _record(kernel: str, grid: Any, block: Any, args: Any) -> None:
             "file": where[0] if where else "",
             "line": where[1] if where else None,
             "count": 0,
+            "events": [],
         },
     )
     entry["count"] += 1
+    # Not the first: it compiles and loads the kernel, which its events would count too.
+    timed = entry["count"] > 1 and len(entry["events"]) < TIMED_LAUNCHES
+    return entry["events"] if timed else None
+
+
+def _timed(events: list[Any] | None, event: Any, launch: Any) -> Any:
+    """Run launch() between two events of this kind (torch's or cupy's), kept in events."""
+    if events is None:
+        return launch()
+    start, end = event(), event()
+    start.record()
+    result = launch()
+    end.record()
+    events.append((start, end))
+    return result
+
+
+def _launch_times() -> None:
+    """Each launch kind's median time in ms, from its events (the GPU has finished)."""
+    for entry in launches.values():
+        times = []
+        for start, end in entry.pop("events"):
+            try:
+                elapsed = start.elapsed_time(end) if hasattr(start, "elapsed_time") else None
+                if elapsed is None:  # cupy's events
+                    import cupy
+
+                    elapsed = cupy.cuda.get_elapsed_time(start, end)
+            except Exception:  # a context an illegal access broke answers nothing
+                break
+            times.append(float(elapsed))
+        if times:
+            times.sort()
+            entry["median_ms"] = times[len(times) // 2]
+            entry["timed"] = len(times)
 
 
 def _grid(grid: Any, meta: dict[str, Any]) -> Any:
@@ -93,8 +136,8 @@ def _hook_triton(check: bool) -> None:
         launch = original_getitem(self, grid)
 
         def launched(*args: Any, **kwargs: Any) -> Any:
-            _record(self.fn.__name__, _grid(grid, kwargs), None, args)
-            return launch(*args, **kwargs)
+            events = _record(self.fn.__name__, _grid(grid, kwargs), None, args)
+            return _timed(None if check else events, _torch_event, lambda: launch(*args, **kwargs))
 
         return launched
 
@@ -125,7 +168,13 @@ def _hook_triton(check: bool) -> None:
     triton.testing.do_bench = do_bench
 
 
-def _hook_cupy() -> None:
+def _torch_event() -> Any:
+    import torch
+
+    return torch.cuda.Event(enable_timing=True)
+
+
+def _hook_cupy(check: bool) -> None:
     try:
         import cupy
     except ImportError:
@@ -136,8 +185,12 @@ def _hook_cupy() -> None:
 
         class RawKernel(cupy.RawKernel):  # type: ignore[misc]
             def __call__(self, grid: Any, block: Any, args: Any, *rest: Any, **kw: Any) -> Any:
-                _record(self.name, _grid(grid, {}), _grid(block, {}), args)
-                return super().__call__(grid, block, args, *rest, **kw)
+                events = _record(self.name, _grid(grid, {}), _grid(block, {}), args)
+                return _timed(
+                    None if check else events,
+                    cupy.cuda.Event,
+                    lambda: super(RawKernel, self).__call__(grid, block, args, *rest, **kw),
+                )
 
         cupy.RawKernel = RawKernel
     except TypeError:
@@ -190,7 +243,7 @@ def main() -> None:
     entry, report_path = sys.argv[1], sys.argv[2]
     check = "--check" in sys.argv[3:]
     _hook_triton(check)
-    _hook_cupy()
+    _hook_cupy(check)
     error: dict[str, Any] | None = None
     sys.argv = [os.path.abspath(entry)]
     sys.path.insert(0, os.getcwd())
@@ -209,6 +262,12 @@ def main() -> None:
                 torch.cuda.synchronize()
         except Exception as raised:
             error = error or _error(raised)
+    if "cupy" in sys.modules:
+        try:
+            sys.modules["cupy"].cuda.Device().synchronize()
+        except Exception as raised:
+            error = error or _error(raised)
+    _launch_times()
     report = {
         "error": error,
         "launches": list(launches.values()),

@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import fcntl
 import json
+import math
 import os
 import re
 import shutil
@@ -135,7 +136,14 @@ def _line(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _passes(report: dict[str, Any]) -> list[PassRecord]:
+def _ms(value: Any) -> float | None:
+    """A time the report gives, where it is one (the report is the program's to forge)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return round(float(value), 5) if math.isfinite(value) and 0 <= value < 1e7 else None
+
+
+def outcome_passes(report: dict[str, Any]) -> list[PassRecord]:
     """Each kernel launch the driver saw (by kernel, grid and block), as a pass."""
     passes: list[PassRecord] = []
     launches = report.get("launches")
@@ -147,7 +155,9 @@ def _passes(report: dict[str, Any]) -> list[PassRecord]:
             "name": _text(launch.get("kernel"), 120) or "kernel",
             "line": _line(launch.get("line")),
             "dispatches": _line(launch.get("count")) or 0,
-            "gpu_ms": None,
+            # The median of its first launches, each between two CUDA events (the driver).
+            "gpu_ms": _ms(launch.get("median_ms")),
+            "timed": _line(launch.get("timed")) or 0,
             "grid": launch.get("grid") if isinstance(launch.get("grid"), list | str) else None,
             "block": launch.get("block") if isinstance(launch.get("block"), list) else None,
             "args": args[:32] if isinstance(args := launch.get("args"), list) else [],
@@ -332,7 +342,7 @@ def _outcome(
     # pass) is not a dispatch's.
     timings = {"compile_ms": None, "run_ms": None, "wall_ms": wall_ms}
     outcome = new_outcome(status, message, environment, timings)  # type: ignore[arg-type]
-    outcome["passes"] = _passes(report)
+    outcome["passes"] = outcome_passes(report)
     if figures := speed(report, source):
         outcome["speed"] = figures  # type: ignore[typeddict-item]
     outcome["gpu"] = {  # type: ignore[typeddict-unknown-key]

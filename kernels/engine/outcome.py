@@ -215,6 +215,8 @@ class PassRecord(TypedDict):
     flops    the arithmetic it must do, in floating-point operations (a multiply-add is
              two), where it can be counted (a harness pass with the declared shapes of a
              known operation); else absent
+    timed    for a Triton or CUDA launch kind (a "pass" there): how many of its launches
+             gpu_ms is the median of (its second to 21st), each between two CUDA events
     Other runners (CUDA, Triton) fill the same keys the same way, in the same units.
     """
 
@@ -226,6 +228,7 @@ class PassRecord(TypedDict):
     gpu_ms: NotRequired[float | None]
     bytes: NotRequired[int]
     flops: NotRequired[int]
+    timed: NotRequired[int]
 
 
 class Peaks(TypedDict):

@@ -234,3 +234,29 @@ def test_speed_against_the_pytorch_reference() -> None:
     assert figures["reference"]["ms"] == 0.0625
     assert figures["reference"]["speedup"] == 0.25
     assert gpu_run.speed({"benchmarks": [{"code": "x", "median_ms": "1"}]}, source) is None
+
+
+def test_each_launch_kind_carries_its_own_median_time_where_the_report_gives_one() -> None:
+    # The driver's report is the program's to forge: only a finite, sane time is taken.
+    launch = {"kernel": "add_relu_kernel", "grid": [97], "args": [], "count": 39, "line": 20}
+    report = {
+        "launches": [
+            {**launch, "median_ms": 0.0123, "timed": 20},
+            {**launch, "kernel": "untimed"},
+            *(
+                {**launch, "kernel": "forged", "median_ms": bad}
+                for bad in (float("nan"), True, 1e9, -1)
+            ),
+        ]
+    }
+
+    timed, untimed, *forged = gpu_run.outcome_passes(report)
+
+    assert (timed["name"], timed["gpu_ms"], timed["timed"], timed["dispatches"]) == (
+        "add_relu_kernel",
+        0.0123,
+        20,
+        39,
+    )
+    assert (untimed["gpu_ms"], untimed["timed"]) == (None, 0)
+    assert [p["gpu_ms"] for p in forged] == [None] * 4

@@ -88,7 +88,10 @@ class GpuJobTestCase(TestCase):
         masked = self.client.get(page_of(version_of("add_relu-add_relu_kernel", 2)))
         self.assertContains(masked, "found no out-of-bounds access")
         benchmarked = self.client.get(page_of(version_of("add_relu-add_relu_kernel", 3)))
-        self.assertContains(benchmarked, "1.4x faster than PyTorch on the same GPU")
+        self.assertContains(benchmarked, "1.6x faster than PyTorch on the same GPU")
+        # Each kernel's own time beside its launches: the median of those after the first.
+        self.assertContains(benchmarked, '0.0992 ms <span class="muted small">median of 20</span>')
+        self.assertContains(benchmarked, '<td><span class="muted">not timed</span></td>')
         self.assertContains(benchmarked, "with CUDA events")
         # The program's own copies are not timed apart: no "Uploads 0 µs" is claimed.
         self.assertNotContains(benchmarked, "Uploads")
@@ -184,7 +187,7 @@ class GpuShowcaseTestCase(TestCase):
         timeline = self.client.get(f"/s/{session.slug}/kernels/add_relu-add_relu_kernel/")
         self.assertContains(timeline, "replays the program it was written in")
         self.assertNotContains(timeline, "no harness yet")
-        self.assertContains(timeline, "0.0819 ms")
+        self.assertContains(timeline, "0.0727 ms")
         page = self.client.get(page_of(version_of("add_relu-add_relu_kernel", 3)))
         self.assertContains(page, "recorded on <strong>NVIDIA H100 80GB HBM3</strong> on ")
         # Loading again refreshes the session and keeps the runs.
