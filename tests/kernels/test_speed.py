@@ -81,17 +81,21 @@ def test_a_run_that_never_ran_has_no_speed(gpu) -> None:
     assert "speed" not in outcome
 
 
-def test_a_host_program_run_is_timed_once(gpu) -> None:
-    device, env = gpu
+def scale_program_job() -> dict:
+    """The showcase's scale v2 as its host program, checked against its harness."""
     kernel, v = KERNELS["scale"], version("scale", 2)
-    job = {
+    return {
         "kind": "program",
         "source": v["host_program"],
         "files": {file["name"]: file["data"] for file in DATA["files"]},
         "wgsl": {"kernel.wgsl": v["source"], "scale.wgsl": v["source"]},
         "harness": harness_of(kernel, v),
     }
-    outcome = run_program_job(device, env, job)
+
+
+def test_a_host_program_run_is_timed_once(gpu) -> None:
+    device, env = gpu
+    outcome = run_program_job(device, env, scale_program_job())
 
     assert outcome["status"] == "passed"
     assert outcome["passes"] and all(p["gpu_ms"] is not None for p in outcome["passes"])
@@ -198,18 +202,11 @@ def test_fractions_of_peak_from_injected_figures() -> None:
 
 def test_a_program_checked_against_a_reference_gets_the_references_time(gpu) -> None:
     device, env = gpu
-    kernel, v = KERNELS["scale"], version("scale", 2)
-    job = {
-        "kind": "program",
-        "source": v["host_program"],
-        "files": {file["name"]: file["data"] for file in DATA["files"]},
-        "wgsl": {"kernel.wgsl": v["source"], "scale.wgsl": v["source"]},
-        "harness": harness_of(kernel, v),
-    }
+    job = scale_program_job()
     outcome = run_program_job(device, env, job)
 
     reference = outcome["speed"]["reference"]
-    assert reference["name"] == f"numpy {harness_of(kernel, v)['reference']['name']}"
+    assert reference["name"] == f"numpy {job['harness']['reference']['name']}"
     assert reference["ms"] >= 0
     assert reference["speedup"] == pytest.approx(
         reference["ms"] / outcome["speed"]["gpu_ms"], rel=0.01
