@@ -26,13 +26,14 @@ import functools
 import json
 import math
 import re
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import quickjs
+
+from kernels.engine.host import native
 
 # The WebGPU shim and the inert page a script from an index.html expects (page.js), in one
 # closure: the script's value is the function Python calls the shim by, and no global name
@@ -46,6 +47,10 @@ SHIM = (
 # top level) that the shim starts, given the one function of the shim it may call
 # (`__host.floating`, see drop_bare_calls); blank lines put its first line just past the
 # shim's last, which is how the shim tells program frames from its own.
+# The shim as bytecode (compiled once per process: evaluating its text took 6 ms of each
+# run, reading its bytecode 1 ms) leaves its function under this name for Python to take,
+# then deletes it before the program runs.
+SHIM_NAME = "__kernelbinShim"
 PROGRAM_PREFIX = "(async (__host) => {\n"
 PROGRAM_SUFFIX = "\n})"
 # Calls that run only the shim's own code (reading the record, settling promises) get this
@@ -260,49 +265,27 @@ def assigned_variables(lines: list[str], line: int | None, caller: Any) -> list[
     return [name for name in found if name]
 
 
-class JSValue(ctypes.Structure):
-    """QuickJS's JSValue on 64-bit machines without NaN boxing: a union and a tag."""
-
-    _fields_ = [("u", ctypes.c_uint64), ("tag", ctypes.c_int64)]
-
-
 class WallClock:
     """QuickJS's interrupt handler on one context, answering "stop" once the wall clock
     passes `until` (math.inf: never).
 
     QuickJS asks its handler every few thousand operations; this one is registered through
-    QuickJS's own C API (JS_SetInterruptHandler) on the context's runtime, which the
-    `quickjs` package keeps right after the Python object's header. That place is checked
-    against JS_GetRuntime() before anything is registered: when it does not hold, usable is
-    False and the package's CPU-time limit is used instead.
+    QuickJS's own C API (JS_SetInterruptHandler) on the context's runtime (native.py). Where
+    the context's pointers cannot be had, usable is False and the package's CPU-time limit
+    is used instead.
     """
-
-    HANDLER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
 
     def __init__(self, context: quickjs.Context) -> None:
         self.until = math.inf
         self.usable = False
-        # The package's extension module, already loaded: the QuickJS it was built with.
-        library = ctypes.CDLL(sys.modules[type(context).__module__].__file__)
-        self.library = library
-        library.JS_GetArrayBuffer.restype = ctypes.c_void_p
-        library.JS_GetArrayBuffer.argtypes = [
-            ctypes.c_void_p,
-            ctypes.POINTER(ctypes.c_size_t),
-            JSValue,
-        ]
-        library.JS_GetRuntime.restype = ctypes.c_void_p
-        library.JS_GetRuntime.argtypes = [ctypes.c_void_p]
-        library.JS_SetInterruptHandler.argtypes = [ctypes.c_void_p, self.HANDLER, ctypes.c_void_p]
-        # ob_refcnt, ob_type, then the package's JSRuntime* and JSContext*.
-        _, _, runtime, js_context = (ctypes.c_void_p * 4).from_address(id(context))
-        if runtime is None or library.JS_GetRuntime(js_context) != runtime:
+        found = native.pointers(context)
+        if found is None:
             return
-        self.js_context = js_context
+        runtime, self.js_context = found
         self.context_id = id(context)
         # Kept on self: QuickJS holds only the C pointer.
-        self.handler = self.HANDLER(lambda runtime, opaque: int(time.monotonic() >= self.until))
-        library.JS_SetInterruptHandler(runtime, self.handler, None)
+        self.handler = native.HANDLER(lambda runtime, opaque: int(time.monotonic() >= self.until))
+        native.library().JS_SetInterruptHandler(runtime, self.handler, None)
         self.usable = True
 
     def memory(self, buffer: Any) -> Any:
@@ -316,8 +299,8 @@ class WallClock:
         if owner != self.context_id:
             return None
         size = ctypes.c_size_t()
-        address = self.library.JS_GetArrayBuffer(
-            self.js_context, ctypes.byref(size), JSValue(union, tag)
+        address = native.library().JS_GetArrayBuffer(
+            self.js_context, ctypes.byref(size), native.JSValue(union, tag)
         )
         if not address:
             return None
@@ -390,12 +373,20 @@ class Script:
     def start(self) -> None:
         """Load the shim, compile the program and run it up to its first wait."""
         global _running
-        self.host = self._enter(lambda: self.context.eval(SHIM), BOOKKEEPING_SECONDS)
+        self.host = self._enter(self._load_shim, BOOKKEEPING_SECONDS)
         self.buffer = self.host("nativeLine")  # kept: the cell lives as long as it does
         self.native = self.clock.cell(self.buffer)
         _running = self
         program = self._enter(lambda: self.context.eval(self.text))
         self._enter(lambda: self.host("start", self.offset, program))
+
+    def _load_shim(self) -> Any:
+        code = native.compiled(f"globalThis.{SHIM_NAME} = {SHIM};", "<input>")
+        if code is not None and native.run_compiled(self.context, code):
+            host = self.context.get(SHIM_NAME)
+            self.context.eval(f"delete globalThis.{SHIM_NAME}")
+            return host
+        return self.context.eval(SHIM)
 
     def run_jobs(self) -> None:
         """Run the promise jobs that are ready (the program's continuations).
