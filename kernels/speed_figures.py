@@ -35,6 +35,24 @@ def percent(share: float | None) -> str:
     return "" if share is None else f"{100 * share:.2g}%"
 
 
+def compared(speed: Mapping[str, Any], emulated: bool) -> list[dict[str, Any]]:
+    """The run's references, the one on the same GPU first: PyTorch where the worker has a
+    CUDA GPU (gpu_reference), then the harness's numpy reference on the worker's CPU (for a
+    Triton or CUDA program, "reference" is PyTorch on its GPU, gpu_run.speed). Each with
+    what this version is against it ("" on an emulator: no speed-up is claimed there)."""
+    found = []
+    for key in ("gpu_reference", "reference"):
+        entry = speed.get(key)
+        if not isinstance(entry, dict) or entry.get("ms") is None:
+            continue
+        where = entry.get("where") or "this machine's CPU"
+        against = ""
+        if entry.get("speedup") and not emulated:
+            against = f"{times(entry['speedup'])} than {entry['name']} on {where}"
+        found.append({**entry, "where": where, "against": against})
+    return found
+
+
 def speed_summary(outcome: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """The speed section's context, or None for a run with no speed report."""
     speed = (outcome or {}).get("speed")
@@ -59,12 +77,8 @@ def speed_summary(outcome: Mapping[str, Any] | None) -> dict[str, Any] | None:
             }
         )
     total = speed.get("gpu_ms")
-    reference = speed.get("reference") or {}
-    against = ""
-    if reference.get("speedup") and not emulated:
-        # A Triton or CUDA program's reference is PyTorch on the same GPU (gpu_run.speed).
-        where = reference.get("where") or "this machine's CPU"
-        against = f"{times(reference['speedup'])} than {reference['name']} on {where}"
+    references = compared(speed, emulated)
+    against = references[0]["against"] if references else ""
     if total is None:
         headline = speed.get("problem") or "Not timed."
     elif emulated:
@@ -88,7 +102,7 @@ def speed_summary(outcome: Mapping[str, Any] | None) -> dict[str, Any] | None:
         "upload": "" if (upload := speed.get("upload_ms")) is None or cuda else ms(upload),
         "readback": "" if (back := speed.get("readback_ms")) is None or cuda else ms(back),
         "against": against,
-        "reference": reference,
+        "references": references,
         "peaks": peaks,
         "problem": speed.get("problem", ""),
         "rows": rows,

@@ -77,6 +77,6 @@ def speed_facts(outcome: Outcome) -> dict[str, Any] | None:
         }
         for row in summary["rows"][:16]
     ]
-    if summary["against"]:
-        facts["against_reference"] = summary["against"]
+    if against := [r["against"] for r in summary["references"] if r["against"]]:
+        facts["against_reference"] = "; ".join(against)
     return facts

@@ -264,6 +264,9 @@ class SpeedReport(TypedDict):
     reference    the reference implementation's time on the same machine, where there is
                  one: name (e.g. "numpy"), ms (median of the same repeats), and speedup
                  (reference ms / gpu_ms; above 1 the kernel is faster)
+    gpu_reference  the same reference done by PyTorch on the worker's CUDA GPU, where it
+                 has one (gpu_reference.py): name, ms (median of runs, each between two
+                 CUDA events), runs, where (the GPU's name) and speedup as above
     problem      why a figure is missing ("" when none is)
     """
 
@@ -277,6 +280,7 @@ class SpeedReport(TypedDict):
     program_ms: NotRequired[float]
     peaks: NotRequired[Peaks]
     reference: NotRequired[dict[str, Any]]
+    gpu_reference: NotRequired[dict[str, Any]]
     problem: str
 
 

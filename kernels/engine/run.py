@@ -61,7 +61,7 @@ from kernels.engine.outcome import (
 )
 from kernels.engine.resident import DeviceBuffers, writable_buffers
 from kernels.engine.run_warnings import program_warnings, unused_binding
-from kernels.engine.speed import reference_entry, reference_flops, reference_time, speed_report
+from kernels.engine.speed import add_references, reference_flops, speed_report
 from kernels.engine.webgpu import module_refusal
 from kernels.engine.wgsl import declared_bindings
 
@@ -292,9 +292,7 @@ class _Run:
         args = [inputs.host[name] for name in ref.args]
         if len(result.passes) == 1 and (flops := reference_flops(ref.name, args)):
             result.passes[0]["flops"] = flops
-        repeats = result.speed["repeats"]
-        ms = reference_time(self.memo, (inputs.key,), ref.name, lambda: args, repeats)
-        result.speed["reference"] = reference_entry(ref.name, ms, result.speed["gpu_ms"])
+        add_references(result.speed, self.memo, (inputs.key,), ref.name, lambda: args)
 
     def combine(self, results: list[CaseResult], named: bool) -> Outcome:
         """The outcome: a lone case's own, or the worst case's with every case listed."""

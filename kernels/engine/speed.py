@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from kernels.engine.device import Environment
+from kernels.engine.gpu_reference import gpu_reference_time
 from kernels.engine.inputs import Memo
 from kernels.engine.outcome import PassRecord, SpeedReport
 from kernels.engine.references import REFERENCES
@@ -114,6 +115,29 @@ def reference_entry(name: str, ms: float, gpu_ms: float | None) -> dict[str, Any
     """SpeedReport's reference: above 1, the kernel's passes beat the reference."""
     speedup = float(f"{ms / gpu_ms:.3g}") if gpu_ms else None
     return {"name": f"numpy {name}", "ms": ms, "speedup": speedup}
+
+
+def add_references(
+    speed: SpeedReport,
+    memo: Memo,
+    inputs: tuple[Any, ...],
+    name: str,
+    args: Callable[[], Sequence[np.ndarray]],
+) -> None:
+    """The reference's time beside the passes' (speed["gpu_ms"], which must be known):
+    numpy's on this machine's CPU, and PyTorch's on its GPU where the worker has a
+    reference process (gpu_reference.py)."""
+    gpu_ms = speed["gpu_ms"]
+    ms = reference_time(memo, inputs, name, args, speed["repeats"])
+    speed["reference"] = reference_entry(name, ms, gpu_ms)
+    shapes = memo(("reference shapes", *inputs, name), lambda: [a.shape for a in args()])
+    timed = gpu_reference_time(name, shapes)
+    if timed is not None and gpu_ms:
+        speed["gpu_reference"] = {
+            "name": f"PyTorch {name}",
+            **timed,
+            "speedup": float(f"{timed['ms'] / gpu_ms:.3g}"),
+        }
 
 
 def fractions(record: Mapping[str, Any], peaks: Mapping[str, Any] | None) -> dict[str, float]:

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 import numpy as np
 
+from kernels.engine import gpu_reference
 from kernels.engine.outcome import Outcome, Status, failure
 
 if TYPE_CHECKING:
@@ -451,6 +452,8 @@ def main() -> int:
     # A native crash (naga overflowing its stack) leaves a Python traceback on stderr:
     # the pool reads from it whether the shader compiler died.
     faulthandler.enable()
+    # Before the caps: CUDA cannot open under them (gpu_reference.py).
+    reference = gpu_reference.start()
     limit_resources()
     die_with_parent()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
@@ -485,6 +488,8 @@ def main() -> int:
         hello = {"type": "hello", "error": no_adapter, "pid": os.getpid()}
     channel.write(encode_frame(hello))
     channel.flush()
+    # After the warm-up, which is not to wait for PyTorch to load.
+    gpu_reference.use(reference)
 
     memo, kept = Memo(), DeviceBuffers()
     stdin = sys.stdin.buffer

@@ -79,6 +79,35 @@ class SpeedPageTests(TransactionTestCase):
         embed = self.client.get("/s/demo/embed/?from=1&to=3")
         self.assertContains(embed, "0.5 ms on the GPU, 3.1x faster than numpy add")
 
+    def test_a_run_on_a_cuda_gpu_is_compared_with_pytorch_there_first_then_numpy(self) -> None:
+        finished(self.client, "/s/demo/turns/2/replay.json")
+        run = Run.objects.get()
+        run.outcome = on_a_gpu(run.outcome)
+        run.outcome["speed"]["gpu_reference"] = {
+            "name": "PyTorch add",
+            "ms": 0.2,
+            "runs": 20,
+            "where": "NVIDIA H100 80GB HBM3",
+            "speedup": 0.4,
+        }
+        run.save(update_fields=["outcome"])
+
+        r = self.client.get("/s/demo/turns/2/replay/")
+        headline = "0.5 ms on the GPU, 2.5x slower than PyTorch add on NVIDIA H100 80GB HBM3"
+        self.assertContains(r, headline)
+        self.assertContains(
+            r,
+            "The reference, PyTorch add, took 0.200 ms on NVIDIA H100 80GB HBM3 (median of 20 "
+            "runs, each between two CUDA events): this version is 2.5x slower than PyTorch add",
+        )
+        self.assertContains(
+            r,
+            "Numpy add took 1.550 ms on this machine&#x27;s CPU: this version is 3.1x "
+            "faster than numpy add on this machine&#x27;s CPU.",
+        )
+        embed = self.client.get("/s/demo/embed/?from=1&to=3")
+        self.assertContains(embed, headline)
+
     def test_copies_timed_by_nothing_are_not_claimed_to_take_no_time(self) -> None:
         finished(self.client, "/s/demo/turns/2/replay.json")
         run = Run.objects.get()

@@ -62,7 +62,7 @@ from kernels.engine.outcome import (
     new_outcome,
 )
 from kernels.engine.run_warnings import program_warnings
-from kernels.engine.speed import reference_entry, reference_time, speed_report
+from kernels.engine.speed import add_references, speed_report
 
 COMPARABLE = ("f32", "u32", "i32")
 
@@ -480,8 +480,7 @@ def _expectation(
                 if speed is not None and speed["gpu_ms"] is not None:
                     # On the inputs the program wrote, beside its passes' time.
                     args = functools.partial(reference_arguments, harness, trace, result.written)
-                    ms = reference_time(memo, key, name, args, speed["repeats"])
-                    speed["reference"] = reference_entry(name, ms, speed["gpu_ms"])
+                    add_references(speed, memo, key, name, args)
                 return expected
 
             return check, by_reference, (harness.tolerance.atol, harness.tolerance.rtol)
