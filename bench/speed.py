@@ -3,7 +3,7 @@
 Prints the device's measured peaks; for the showcase's matmul and forward-pass versions
 (and the naive matmul at 1024 x 1024 x 1024, big enough for a GPU to show its speed) each
 pass's GPU time, bytes, fraction of peak bandwidth and arithmetic, and the numpy reference's
-time as a speed-up; then a replay with timestamps against one on a device opened without
+time as a speed-up (and PyTorch's on the same GPU, where there are PyTorch and CUDA); then a replay with timestamps against one on a device opened without
 them, interleaved in one run, as a ratio; and lesson 6's point measured: the showcase's
 MNIST forward pass as a host program chained on the GPU (mnist v2's program) against the
 same passes each read back to JavaScript and written into the next (programs/
@@ -30,6 +30,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from kernels.engine import gpu_reference  # noqa: E402
 from kernels.engine.device import open_device  # noqa: E402
 from kernels.engine.host.program import run_program_job  # noqa: E402
 from kernels.engine.peaks import measure_peaks  # noqa: E402
@@ -144,12 +145,15 @@ def lesson_six(device: Any, env: Any, runs: int) -> None:
 
 def show(label: str, outcome: Mapping[str, Any]) -> None:
     speed = outcome.get("speed") or {}
-    reference = speed.get("reference") or {}
+    against = [
+        f"{r['name']} {r['ms']} ms on {r.get('where') or 'the CPU'}, speed-up {r['speedup']}x"
+        for key in ("gpu_reference", "reference")
+        if (r := speed.get(key))
+    ]
     print(
         f"{label}: {outcome['status']}, GPU {speed.get('gpu_ms')} ms over {speed.get('repeats')}"
         f" run(s) (median), upload {speed.get('upload_ms')} ms, readback"
-        f" {speed.get('readback_ms')} ms; {reference.get('name', 'no reference')}"
-        f" {reference.get('ms', '-')} ms, speed-up {reference.get('speedup', '-')}x"
+        f" {speed.get('readback_ms')} ms; {'; '.join(against) or 'no reference'}"
     )
     for record in outcome.get("passes", []):
         share = fractions(record, speed.get("peaks"))
@@ -168,6 +172,8 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=1024)
     args = parser.parse_args()
 
+    # PyTorch's time on this machine's GPU beside numpy's, where it has both (as a worker).
+    gpu_reference.use(gpu_reference.start())
     device, env = open_device()
     started = time.perf_counter()
     env = dataclasses.replace(env, peaks=measure_peaks(device, env))
