@@ -239,6 +239,9 @@ REPLAY_FILES_BYTES = envint("REPLAY_FILES_BYTES", 1024**3)
 REPLAY_RETRY_AFTER = envint("REPLAY_RETRY_AFTER", 60)
 # Fresh ("run again") replays per client per minute.
 REPLAY_FRESH_PER_MINUTE = envint("REPLAY_FRESH_PER_MINUTE", 6)
+# Runs a reader may start to keep a buffer whole (kernels/whole_buffers.py), an hour: each
+# runs the version again. One already kept, or in flight, costs nothing.
+WHOLE_BUFFERS_PER_HOUR = envint("WHOLE_BUFFERS_PER_HOUR", 30)
 # Readers' forks (/s/<slug>/turns/<n>/fork/): runs per client per minute, and the longest
 # kernel or host program a fork may hold.
 FORK_RUNS_PER_MINUTE = envint("FORK_RUNS_PER_MINUTE", 6)

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from kernels.engine.outcome import Status
 from sessions.models import Session
-from sessions.programs import KernelVersion, sha256_text
+from sessions.programs import Blob, KernelVersion, sha256_text
 
 
 class RunQuerySet(models.QuerySet["Run"]):
@@ -246,3 +246,48 @@ class Worker(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({', '.join(self.capabilities)})"
+
+
+class KeptBufferQuerySet(models.QuerySet["KeptBuffer"]):
+    def of_run(self, run: Run) -> KeptBufferQuerySet:
+        """The buffers kept whole from runs of the same job as this run (by content, as
+        runs are: a fork that runs what a version runs shares them)."""
+        return self.filter(source_sha256=run.source_sha256, harness_digest=run.harness_digest)
+
+
+class KeptBuffer(models.Model):
+    """One storage buffer after one pass of a job, kept whole on a reader's request
+    (kernels/whole_buffers.py), where the run's capture kept only its first cells.
+
+    Keyed by the job's content like a run (source_sha256, harness_digest: the plain
+    replay's, which the page shows), and kept once per pass and buffer. Its bytes are a
+    Blob, stored once whatever asks for them; picture: the block means the page draws
+    (pictures.block_means), computed once, when it is kept.
+    """
+
+    source_sha256 = models.CharField(max_length=64)
+    harness_digest = models.CharField(max_length=64)
+    pass_number = models.PositiveIntegerField()
+    buffer = models.CharField(max_length=200)
+    dtype = models.CharField(max_length=8)
+    shape = models.JSONField(default=list)
+    count = models.PositiveBigIntegerField()
+    blob = models.ForeignKey(Blob, on_delete=models.PROTECT, related_name="+")
+    picture = models.JSONField(default=dict)
+    # The run that kept it, and the adapter it ran on.
+    run = models.ForeignKey(Run, null=True, on_delete=models.SET_NULL, related_name="+")
+    adapter = models.CharField(max_length=200, blank=True)
+    created = models.DateTimeField(default=timezone.now)
+
+    objects = KeptBufferQuerySet.as_manager()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["source_sha256", "harness_digest", "pass_number", "buffer"],
+                name="kept_buffer_once_per_job_pass_buffer",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.buffer} after pass {self.pass_number} ({self.count:,} {self.dtype})"

@@ -506,6 +506,25 @@ def buffer_figure(buffer: Mapping[str, Any], before: Mapping[str, Any] | None) -
     return {"title": title, "svg": svg, "scales": scales, "marks": True}
 
 
+def block_means(values: np.ndarray, shape: Sequence[int]) -> tuple[np.ndarray, list[int]]:
+    """A buffer too large to draw cell by cell, as at most MAX_SIDE x MAX_SIDE blocks (a
+    vector: MAX_SIDE² runs of cells), each the mean of its cells (NaN or infinite where
+    one of them is): the means, and the cells a block spans on each axis."""
+    flat = values.reshape(-1)
+    if len(shape) < 2 or math.prod(shape) != flat.size:
+        step = max(1, math.ceil(flat.size / (MAX_SIDE * MAX_SIDE)))
+        begins = np.arange(0, flat.size, step)
+        sums = np.add.reduceat(flat, begins, dtype=np.float64)
+        return sums / np.diff(np.append(begins, flat.size)), [step]
+    grid = flat.reshape(math.prod(shape[:-1]), shape[-1])
+    steps = [max(1, math.ceil(side / MAX_SIDE)) for side in grid.shape]
+    starts = [np.arange(0, side, step) for side, step in zip(grid.shape, steps, strict=True)]
+    sums = np.add.reduceat(grid, starts[0], axis=0, dtype=np.float64)
+    sums = np.add.reduceat(sums, starts[1], axis=1)
+    rows, cols = (np.diff(np.append(s, side)) for s, side in zip(starts, grid.shape, strict=True))
+    return sums / np.outer(rows, cols), steps
+
+
 def _changed(buffer: Mapping[str, Any], before: Mapping[str, Any] | None) -> np.ndarray:
     """For each cell kept, whether it differs from the same buffer after an earlier pass
     (none differ without one; all where the two cannot be compared)."""

@@ -36,7 +36,14 @@ from django.utils.module_loading import import_string
 
 from config import processes
 from kernels import trace_pictures
-from kernels.engine.outcome import Outcome, Status, cacheable, failure, run_trace
+from kernels.engine.outcome import (
+    Outcome,
+    Status,
+    WholeBuffer,
+    cacheable,
+    failure,
+    run_trace,
+)
 from kernels.engine.run_warnings import as_stored
 from kernels.jobs import (
     CAPABILITY_NEEDS,
@@ -333,8 +340,11 @@ def finish(run_id: int, outcome: Outcome) -> dict[str, Any] | None:
     (_settle() puts them on a Run in memory), or None if the run was already finished.
 
     What is for staff only (dead workers' ids and stderr) goes to Run.detail, apart from
-    the outcome that readers see.
+    the outcome that readers see; the bytes of a buffer kept whole go to a KeptBuffer
+    (kernels/whole_buffers.py), and only what it is to the outcome.
     """
+    whole = outcome.get("whole")
+    data = whole.pop("data", None) if whole is not None else None
     shown = cast(Outcome, as_stored({k: v for k, v in outcome.items() if k != "detail"}))
     shown.setdefault("status", Status.CRASHED.value)
     environment = outcome.get("environment") or {}
@@ -356,7 +366,20 @@ def finish(run_id: int, outcome: Outcome) -> dict[str, Any] | None:
             When(environment_id="", then=Value(environment["id"])), default=F("environment_id")
         )
     unfinished = Run.objects.filter(pk=run_id).exclude(state=Run.State.DONE)
-    return values if unfinished.update(**fields) else None
+    if not unfinished.update(**fields):
+        return None
+    if whole is not None and data is not None:
+        _keep_whole(run_id, whole, data, values["adapter"])
+    return values
+
+
+def _keep_whole(run_id: int, whole: WholeBuffer, data: bytes, adapter: str) -> None:
+    from kernels.whole_buffers import keep  # it starts runs through this module
+
+    try:
+        keep(run_id, whole, data, adapter)
+    except Exception:  # the run is stored; its page says that nothing was kept
+        logger.exception("A buffer kept whole could not be stored")
 
 
 def _picture(outcome: Outcome) -> dict[str, Any] | None:

@@ -132,7 +132,15 @@ def fork_page(request: HttpRequest, fork_id: str, key: str | None) -> HttpRespon
     archived_url = reverse("kernels:replay", args=[session.slug, number])
     context = {
         **outcome_context(shown),
-        "passes": passes_context(shown.outcome, request.GET.get("pass")),
+        "passes": passes_context(
+            shown.outcome,
+            request.GET.get("pass"),
+            shown.finished_run,
+            {
+                "whole": reverse("kernels:fork_whole_buffer", args=[made.id]),
+                "npy": reverse("kernels:fork_whole_buffer_npy", args=[made.id]),
+            },
+        ),
         "fork": made,
         "archived": version,
         "session": session,
@@ -162,7 +170,8 @@ def fork_page(request: HttpRequest, fork_id: str, key: str | None) -> HttpRespon
         },
     }
     response, swaps = reader_pages.render_page(request, key, "kernels/fork.html", context)
-    stamped = stamp_of(found) if found else None
+    pending = bool(context["passes"] and context["passes"]["pending"])
+    stamped = stamp_of(found) if found and not pending else None
     reader_pages.keep(key, stamped, shown, response.content, **swaps)
     return response
 

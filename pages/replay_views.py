@@ -131,7 +131,15 @@ def replay_page(request: HttpRequest, slug: str, number: int, key: str | None) -
     diff = version.diff_from(previous) if previous else ""
     context = {
         **outcome_context(shown),
-        "passes": passes_context(outcome, request.GET.get("pass")),
+        "passes": passes_context(
+            outcome,
+            request.GET.get("pass"),
+            shown.finished_run,
+            {
+                "whole": reverse("kernels:whole_buffer", args=[session.slug, turn.number]),
+                "npy": reverse("kernels:whole_buffer_npy", args=[session.slug, turn.number]),
+            },
+        ),
         "session": session,
         "turn": turn,
         "kernel": version.kernel,
@@ -159,7 +167,8 @@ def replay_page(request: HttpRequest, slug: str, number: int, key: str | None) -
         **_embedding_context(request, turn),
     }
     response, swaps = reader_pages.render_page(request, key, "kernels/replay.html", context)
-    reader_pages.keep(key, found, shown, response.content, **swaps)
+    pending = bool(context["passes"] and context["passes"]["pending"])
+    reader_pages.keep(key, None if pending else found, shown, response.content, **swaps)
     return response
 
 

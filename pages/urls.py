@@ -4,7 +4,14 @@ views lived in their apps: templates and links in the wild name `sessions:…` a
 
 from django.urls import include, path
 
-from pages import card_views, embed_views, fork_views, replay_views, session_views
+from pages import (
+    card_views,
+    embed_views,
+    fork_views,
+    replay_views,
+    session_views,
+    whole_buffer_views,
+)
 
 session_patterns = [
     path("", session_views.index, name="index"),
@@ -34,10 +41,26 @@ replay_patterns = [
         embed_views.replay_embed,
         name="replay_embed",
     ),
+    path(
+        "s/<slug:slug>/turns/<int:number>/replay/whole/",
+        whole_buffer_views.ask_turn,
+        name="whole_buffer",
+    ),
+    path(
+        "s/<slug:slug>/turns/<int:number>/replay/whole.npy",
+        whole_buffer_views.download_turn,
+        name="whole_buffer_npy",
+    ),
     path("s/<slug:slug>/turns/<int:number>/fork/", fork_views.fork, name="fork_turn"),
     path("f/<slug:fork_id>/", fork_views.fork_page, name="fork"),
     path("f/<slug:fork_id>/replay.json", fork_views.fork_json, name="fork_json"),
     path("f/<slug:fork_id>/embed/", fork_views.fork_embed, name="fork_embed"),
+    path("f/<slug:fork_id>/whole/", whole_buffer_views.ask_fork, name="fork_whole_buffer"),
+    path(
+        "f/<slug:fork_id>/whole.npy",
+        whole_buffer_views.download_fork,
+        name="fork_whole_buffer_npy",
+    ),
     path("s/<slug:slug>/kernels/<slug:name>/", replay_views.timeline, name="timeline"),
     path("s/<slug:slug>/card.png", card_views.session_card, name="session_card"),
     path("s/<slug:slug>/turns/<int:number>/card.png", card_views.turn_card, name="turn_card"),

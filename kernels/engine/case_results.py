@@ -19,7 +19,7 @@ from kernels.engine.compare import (
 from kernels.engine.harness import Harness
 from kernels.engine.host.gpu import SENTINEL_WORD
 from kernels.engine.host.trace import Trace
-from kernels.engine.outcome import PassRecord, SpeedReport, Status
+from kernels.engine.outcome import PassRecord, SpeedReport, Status, WholeBuffer
 
 
 @dataclass
@@ -37,6 +37,7 @@ class CaseResult:
     trace: Trace | None = None
     passes: list[PassRecord] = field(default_factory=list)
     speed: SpeedReport | None = None
+    whole: WholeBuffer | None = None  # the buffer its job asked to keep whole
 
     def as_dict(self) -> dict[str, Any]:
         entry: dict[str, Any] = {

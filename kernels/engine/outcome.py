@@ -196,6 +196,28 @@ class PassBuffer(TypedDict):
     note: NotRequired[str]
 
 
+class WholeBuffer(TypedDict):
+    """One storage buffer kept whole after one pass, on a reader's request (a job's
+    "whole": {"pass", "buffer", ...}, echoed here as asked; kernels/engine/host/capture.py).
+
+    asked    the job's request as it came: "pass" (the pass's number), "buffer" (its name)
+             and whatever else the caller put there to find its request again
+    dtype, shape, count   as the buffer's PassBuffer says, of every cell
+    bytes    the buffer's size
+    data     its bytes, little-endian: never in JSON (the worker sends them after the
+             outcome's frame, the pool puts them back here); absent with a problem
+    problem  why it is not kept: no such pass or buffer, over the cap, never submitted
+    """
+
+    asked: dict[str, Any]
+    dtype: NotRequired[str]
+    shape: NotRequired[list[int]]
+    count: NotRequired[int]
+    bytes: NotRequired[int]
+    data: NotRequired[bytes]
+    problem: NotRequired[str]
+
+
 class PassRecord(TypedDict):
     """One compute pass a run encoded, in the order the GPU ran them (across encoders and
     submits): its number (1-based), name (the pass's label, else "pass N"), the line of
@@ -362,6 +384,7 @@ class Outcome(TypedDict):
     cut          what the worker left out so that the outcome stays under its size cap
                  (worker.MAX_OUTCOME_BYTES): "the program's trace", "the program's
                  console", the values of an output; absent when nothing was cut
+    whole        for a job that asked to keep one buffer whole after one pass: WholeBuffer
     """
 
     status: str
@@ -386,6 +409,7 @@ class Outcome(TypedDict):
     crash: NotRequired[Crash]
     detail: NotRequired[str]
     cut: NotRequired[list[str]]
+    whole: NotRequired[WholeBuffer]
 
 
 def cacheable(outcome: Outcome) -> bool:

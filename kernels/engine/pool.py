@@ -425,6 +425,10 @@ class Pool:
             worker.send(job.payload, deadline)
             while True:
                 reply = worker.receive(deadline)
+                if reply.get("attachment"):
+                    # The bytes of the buffer the job asked to keep whole, raw.
+                    attached = worker.receive_bytes(deadline)
+                    (reply["outcome"].get("whole") or {})["data"] = attached
                 if reply.get("type") == "result" and reply.get("id") == job.id:
                     break
         except Deadline:

@@ -113,6 +113,13 @@ class WorkerProcess:
         message: dict[str, Any] = json.loads(self._read(length, deadline))
         return message
 
+    def receive_bytes(self, deadline: float | None) -> bytes:
+        """A frame of raw bytes (a result's attachment, worker.result_frame)."""
+        (length,) = HEADER.unpack(self._read(HEADER.size, deadline))
+        if length > MAX_FRAME:
+            raise ValueError(f"worker sent a frame of {length} bytes")
+        return self._read(length, deadline)
+
     def _read(self, size: int, deadline: float | None) -> bytes:
         chunks = []
         while size:

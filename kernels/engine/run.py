@@ -32,7 +32,7 @@ from kernels.engine.cases import Case
 from kernels.engine.device import Environment, import_wgpu
 from kernels.engine.gpu_compare import BY_ADAPTER, CHECK_FROM, DeviceCheck
 from kernels.engine.harness import Harness, HarnessError, canonical_digest, parse_harness
-from kernels.engine.host.capture import Captured, with_buffers
+from kernels.engine.host.capture import Capture, Captured, Whole, whole_entry, with_buffers
 from kernels.engine.host.gpu import VERSION_WGSL, HostError, Timeline
 from kernels.engine.host.harness_program import COUNTERS, Counting, HarnessHost, harness_host
 from kernels.engine.host.trace import Trace
@@ -93,6 +93,7 @@ class Replayed:
     passes: list[PassRecord]
     speed: SpeedReport
     captured: dict[int, list[Captured]]
+    capture: Capture | None
 
 
 def execute(
@@ -107,6 +108,7 @@ def execute(
     kept: DeviceBuffers | None = None,
     device_check_from: int | None = BY_ADAPTER,
     capture: bool = True,
+    whole: Whole | None = None,
 ) -> Outcome:
     """Run the harness's passes and return a JSON-serialisable outcome dict.
 
@@ -116,7 +118,8 @@ def execute(
     (kernels/engine/resident.py). device_check_from: outputs of more cells than this are
     checked on the device first (kernels/engine/gpu_compare.py); None never; BY_ADAPTER
     the adapter's CHECK_FROM. capture: keep each pass's buffers (outcome["passes"]; off
-    only to measure what keeping them costs: bench/capture.py). Never raises for anything
+    only to measure what keeping them costs: bench/capture.py); whole: one of them after
+    one pass kept whole (outcome["whole"], host/capture.py). Never raises for anything
     a kernel or harness can do wrong; a bug in the runner itself does raise.
     """
     if device_check_from == BY_ADAPTER:
@@ -124,6 +127,7 @@ def execute(
     run = _Run(device, env, sources, Path(fixtures_dir), limits, memo, kept)
     run.device_check_from = device_check_from
     run.capture = capture
+    run.whole = whole
     try:
         outcome = run.execute(harness)
     except Stop as stop:
@@ -155,6 +159,7 @@ class _Run:
         self.warnings: list[RunWarning] = []
         self.device_check_from: int | None = None
         self.capture = True
+        self.whole: Whole | None = None
         self.writable: set[str] = set()
         self.refused = False  # the llvmpipe refusal was looked at, after the first compile
         self.compile_ms = 0.0
@@ -251,7 +256,9 @@ class _Run:
         check = DeviceCheck(self.device, self.kept, harness)
         check.plan(inputs.key, expected, list(program.reads), self.device_check_from, self.memo)
         try:
-            replayed = self.replay(program, inputs, check=check, capture=self.capture, timed=True)
+            replayed = self.replay(
+                program, inputs, check=check, capture=self.capture, whole=self.whole, timed=True
+            )
         finally:
             check.release()
         self.trace = replayed.trace
@@ -278,6 +285,7 @@ class _Run:
         shapes = {b.name: b.shape for b in harness.bound_buffers()}
         result.trace = replayed.trace
         result.passes = with_buffers(replayed.passes, replayed.captured, marks, shapes)
+        result.whole = whole_entry(replayed.capture, shapes)
         result.speed = replayed.speed
         self.against_reference(harness, inputs, result)
         return result
@@ -306,6 +314,8 @@ class _Run:
         if worst.store_counts:
             outcome["store_counts"] = worst.store_counts
         outcome["passes"] = worst.passes
+        if worst.whole is not None:
+            outcome["whole"] = worst.whole
         if worst.speed is not None:
             outcome["speed"] = worst.speed
         if not named:
@@ -375,12 +385,14 @@ class _Run:
         sentinel: frozenset[str] = frozenset(),
         check: DeviceCheck | None = None,
         capture: bool = False,
+        whole: Whole | None = None,
         timed: bool = False,
     ) -> Replayed:
         """Replay the program's calls on the executor. sentinel: the diagnostic run's
         buffers, which start with the never-written sentinel. check: the device check of
         large outputs, run after the passes; an output it passes is not read back.
-        capture: keep what each pass's writable buffers held after it. timed: time its
+        capture: keep what each pass's writable buffers held after it (whole: one of them
+        after one pass, whole). timed: time its
         passes (the run shown; not the diagnostic run or the store counts')."""
         wgpu = import_wgpu()
         files = {VERSION_WGSL: self.sources.get("self", "").encode()}
@@ -400,6 +412,7 @@ class _Run:
             resident=resident,
             shadows=False,
             capture=capture,
+            whole=whole,
             timed=timed,
         )
         passed: dict[str, dict[str, Any]] = {}
@@ -435,7 +448,9 @@ class _Run:
             self.env, timeline.passes, repeats, timeline.upload_ms, timeline.readback_ms
         )
         captured = timeline.capture.read if timeline.capture else {}
-        return Replayed(read, passed, timeline.trace, timeline.passes, speed, captured)
+        return Replayed(
+            read, passed, timeline.trace, timeline.passes, speed, captured, timeline.capture
+        )
 
     def arrays(self, harness: Harness, read: Mapping[str, bytes]) -> dict[str, np.ndarray]:
         """The buffers read back as the harness shapes them."""

@@ -11,7 +11,10 @@ length and UTF-8 JSON:
                       "fixtures_dir": str, "limits": {...}}   (limits optional)
                      or {"type": "job", "id": str, "kind": "program", ...}: a host
                       program (kernels.engine.host.program.run_program_job says what)
-    worker -> pool   {"type": "result", "id": str, "outcome": {...}}
+    worker -> pool   {"type": "result", "id": str, "outcome": {...}, "attachment": n}
+                     and, where n > 0, a frame of n raw bytes after it: the bytes of the
+                     buffer a job asked to keep whole (outcome["whole"]["data"]), which
+                     base64 in the JSON would make ten times slower to send (bench/capture.py)
 
 A worker without an adapter stays up and answers every job with an infra_error outcome
 that gives the reason, so the pool needs no special path for it and recycles it like
@@ -103,12 +106,17 @@ def encode_frame(message: dict[str, Any]) -> bytes:
 def result_frame(job_id: Any, outcome: Outcome, retire: bool = False) -> bytes:
     """The result message, its outcome cut to MAX_OUTCOME_BYTES of JSON first: what the
     program controls goes, biggest part first, and outcome["cut"] says what went (the
-    page says so). The web process never receives, stores or parses more. retire: the
-    worker exits after this answer."""
+    page says so). The web process never receives, stores or parses more. The bytes of
+    a buffer kept whole (outcome["whole"]["data"], at most WHOLE_MAX_BYTES) follow it as
+    a raw frame, its "attachment". retire: the worker exits after this answer."""
+    whole = outcome.get("whole")
+    data = whole.pop("data", b"") if whole is not None else b""
     head: dict[str, Any] = {"type": "result", "id": job_id, "retire": retire}
+    attachment = HEADER.pack(len(data)) + data if data else b""
+    head["attachment"] = len(data)
     frame = encode_frame({**head, "outcome": outcome})
     if len(frame) <= MAX_OUTCOME_BYTES:
-        return frame
+        return frame + attachment
     shown = cast(dict[str, Any], outcome)
     program: dict[str, Any] = shown.get("program") or {}
     parts: list[tuple[str, dict[str, Any], str]] = [
@@ -138,7 +146,8 @@ def result_frame(job_id: Any, outcome: Outcome, retire: bool = False) -> bytes:
     outcome["cut"] = cut
     frame = encode_frame({**head, "outcome": outcome})
     if len(frame) <= MAX_OUTCOME_BYTES:
-        return frame
+        return frame + attachment
+    head["attachment"] = 0
     too_big = failure(
         Status.REJECTED,
         f"The run's outcome was over {MAX_OUTCOME_BYTES // 1024**2} MiB even without its "
@@ -190,6 +199,7 @@ def run_job(
     device: Any, env: Environment, job: dict[str, Any], memo: Memo, kept: DeviceBuffers
 ) -> Outcome:
     """One job's outcome. A bug in the runner becomes a "crashed" outcome, not an exit."""
+    from kernels.engine.host.capture import Whole
     from kernels.engine.host.program import run_program_job
     from kernels.engine.limits import Limits
     from kernels.engine.run import execute
@@ -198,6 +208,10 @@ def run_job(
         limits = Limits.from_dict(job.get("limits") or {})
     except ValueError as e:
         return failure(Status.REJECTED, f"The job's limits are invalid: {e}", str(e), env.as_dict())
+    try:
+        whole = Whole.from_job(job.get("whole"))
+    except ValueError as e:
+        return failure(Status.REJECTED, f"The job is invalid: {e}", str(e), env.as_dict())
     try:
         if job.get("kind") == "program":
             return run_program_job(device, env, job, memo)
@@ -210,6 +224,7 @@ def run_job(
             limits,
             memo=memo,
             kept=kept,
+            whole=whole,
         )
     except Exception:
         # A reader is told that it is Kernelbin's fault, never the exception's text (which

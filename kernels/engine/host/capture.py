@@ -7,6 +7,9 @@ took a third of a 20-pass run on the H100); the staging buffers of submitted enc
 read once, when the run ends (reading after each submit would wait for the GPU where the
 program does not). A
 buffer's first MAX_CELLS cells are kept, and MAX_RUN_BYTES in all; the rest are counted.
+A job may ask for one buffer after one pass whole (Whole): that one is copied again, all
+of it up to WHOLE_MAX_BYTES, into a staging buffer of its own, and leaves the outcome's
+JSON as bytes (outcome["whole"], which the worker sends after the outcome's frame).
 
 A capture never changes a run: a buffer is copied only when the copy is valid (the Timeline
 gives storage buffers COPY_SRC, which WebGPU allows with STORAGE whatever else a buffer
@@ -26,13 +29,22 @@ from typing import Any
 import numpy as np
 
 from kernels.engine.analysis import used_bindings
-from kernels.engine.outcome import SENTINEL_BITS, PassBuffer, PassRecord, pack_values
+from kernels.engine.outcome import (
+    SENTINEL_BITS,
+    PassBuffer,
+    PassRecord,
+    WholeBuffer,
+    pack_values,
+)
 from kernels.engine.wgsl import parse, resource_numbers, type_text
 
 # A buffer's cells kept per pass (256 KiB of f32), and the bytes kept over a run: under the
 # worker's 8 MiB outcome cap once base64 (4/3), with the outputs beside them.
 MAX_CELLS = 64 * 1024
 MAX_RUN_BYTES = 2 * 1024 * 1024
+# A buffer kept whole on request: at most this (the worker's outcome crosses its pipe
+# beside it, and the web process stores it).
+WHOLE_MAX_BYTES = 64 * 1024 * 1024
 # A staging buffer holds this much at least (while the run's budget lasts), for the passes
 # of its encoder that come after the one it is made for.
 CHUNK_BYTES = 256 * 1024
@@ -48,6 +60,27 @@ class Cells:
 
     dtype: str
     width: int
+
+
+@dataclass(frozen=True)
+class Whole:
+    """A job's request to keep one buffer whole after one pass (job["whole"]: {"pass":
+    its number, "buffer": its name, ...}), past MAX_CELLS and MAX_RUN_BYTES."""
+
+    number: int
+    name: str
+    asked: Mapping[str, Any]
+
+    @classmethod
+    def from_job(cls, asked: Any) -> Whole | None:
+        """The request in a job (None: none); ValueError for one that is malformed."""
+        if asked is None:
+            return None
+        number = asked.get("pass") if isinstance(asked, dict) else None
+        name = asked.get("buffer") if isinstance(asked, dict) else None
+        if type(number) is not int or not isinstance(name, str):
+            raise ValueError('"whole" must be {"pass": a pass number, "buffer": a name}')
+        return cls(number, name, asked)
 
 
 @dataclass
@@ -86,6 +119,9 @@ class Staged:
     staging: Staging | None
     copies: list[Copy]
     submitted: bool = False
+    # The buffer kept whole (Whole), in a staging buffer of its own.
+    whole: Copy | None = None
+    whole_staging: Staging | None = None
 
 
 @dataclass
@@ -115,6 +151,8 @@ class Capture:
     finished: dict[int, list[Staged]] = field(default_factory=dict)  # command buffer -> ...
     read: dict[int, list[Captured]] = field(default_factory=dict)  # pass number -> buffers
     failed: str = ""
+    whole: Whole | None = None
+    kept_whole: Captured | None = None  # the buffer kept whole, read
 
     def bind_group(self, group: int, entries: Sequence[Mapping[str, Any]]) -> None:
         self.groups[group] = {e["binding"]: e["buffer"] for e in entries}
@@ -168,6 +206,9 @@ class Capture:
             copies.append(Copy(buffer, names[buffer], cells, size, kept))
         if not copies:
             return
+        staged = Staged(number, None, copies)
+        if self.whole is not None and self.whole.number == number:
+            self.copy_whole(staged, gpu_encoder, objects)
         need = sum(copy.kept for copy in copies)
         staging = self.staging.get(encoder) if need else None
         if need and (staging is None or staging.size - staging.used < need):
@@ -180,14 +221,37 @@ class Capture:
                 copy.offset, staging.used = staging.used, staging.used + copy.kept
                 source = objects[copy.buffer]
                 gpu_encoder.copy_buffer_to_buffer(source, 0, staging.gpu, copy.offset, copy.kept)
-        self.staged.setdefault(encoder, []).append(Staged(number, staging, copies))
+        staged.staging = staging
+        self.staged.setdefault(encoder, []).append(staged)
+
+    def copy_whole(self, staged: Staged, gpu_encoder: Any, objects: Mapping[int, Any]) -> None:
+        """Copy the buffer asked for whole, if this pass wrote it, into a staging buffer
+        of its own (up to WHOLE_MAX_BYTES; over it, nothing is copied and the
+        capture's Captured says so)."""
+        assert self.whole is not None
+        found = next((c for c in staged.copies if c.name == self.whole.name), None)
+        if found is None:
+            return
+        whole = found.size - found.size % WORD
+        if not whole:
+            return
+        copy = Copy(found.buffer, found.name, found.cells, found.size, whole)
+        staged.whole = copy
+        if whole > WHOLE_MAX_BYTES:
+            return
+        wgpu = _wgpu()
+        usage = wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST
+        made = self.device.create_buffer(label="capture whole", size=whole, usage=usage)
+        staged.whole_staging = Staging(made, whole, used=whole)
+        gpu_encoder.copy_buffer_to_buffer(objects[copy.buffer], 0, made, 0, whole)
 
     def drop(self, encoder: int) -> None:
         """The encoder was finished again without its copies."""
         self.staging.pop(encoder, None)
         for staged in self.staged.pop(encoder, []):
-            if staged.staging is not None:
-                staged.staging.gpu.destroy()
+            for staging in (staged.staging, staged.whole_staging):
+                if staging is not None:
+                    staging.gpu.destroy()
 
     def finish(self, encoder: int, command_buffer: int) -> None:
         self.finished[command_buffer] = self.staged.pop(encoder, [])
@@ -213,9 +277,24 @@ class Capture:
                 why = why if staged.submitted else "never submitted"
                 kept = data[copy.offset : copy.offset + copy.kept] if not why else None
                 buffers.append(Captured(copy.name, copy.cells, copy.size, kept, why))
+            if staged.whole is not None:
+                self.kept_whole = self.read_whole(staged, staged.whole)
+
+    def read_whole(self, staged: Staged, copy: Copy) -> Captured:
+        whole = staged.whole_staging
+        why = "" if whole is not None else "too large"
+        why = why if staged.submitted else "never submitted"
+        data = whole.read() if whole is not None and not why else None
+        # Its size as copied: whole words (WebGPU copies no less).
+        return Captured(copy.name, copy.cells, copy.kept, data, why)
 
     def release(self) -> None:
-        made = {id(s.staging): s.staging for s in self.everything() if s.staging is not None}
+        made = {
+            id(staging): staging
+            for s in self.everything()
+            for staging in (s.staging, s.whole_staging)
+            if staging is not None
+        }
         for staging in made.values():
             staging.gpu.destroy()
 
@@ -343,3 +422,41 @@ def _shape(count: int, width: int, shape: Sequence[int] | None) -> list[int]:
     if width > 1 and count % width == 0:
         return [count // width, width]
     return [count]
+
+
+def whole_entry(
+    capture: Capture | None, shapes: Mapping[str, Sequence[int]] | None = None
+) -> WholeBuffer | None:
+    """What a capture kept of the buffer its job asked for whole (None: it asked none):
+    its cells' type and shape (shapes: a harness's, by buffer name) and bytes, or why
+    there are none."""
+    if capture is None or capture.whole is None:
+        return None
+    asked = capture.whole
+    entry: WholeBuffer = {"asked": dict(asked.asked)}
+    found = capture.kept_whole
+    if capture.failed:
+        entry["problem"] = "the capture of this run failed, so nothing was kept"
+        return entry
+    if found is None:
+        entry["problem"] = (
+            f"this run has no pass {asked.number} that writes a buffer named {asked.name!r}"
+        )
+        return entry
+    dtype, width = found.cells.dtype, found.cells.width
+    count = found.size // (1 if dtype == "u8" else WORD)
+    entry["dtype"], entry["count"], entry["bytes"] = dtype, count, found.size
+    entry["shape"] = _shape(count, width, (shapes or {}).get(found.name))
+    if found.why == "too large":
+        entry["problem"] = (
+            f"buffer {found.name} is {found.size:,} bytes, over the "
+            f"{WHOLE_MAX_BYTES:,} bytes a buffer kept whole may be"
+        )
+    elif found.why == "never submitted" or found.data is None:
+        entry["problem"] = (
+            f"pass {asked.number} was encoded but its command buffer never reached "
+            "queue.submit, so it never ran"
+        )
+    else:
+        entry["data"] = found.data
+    return entry

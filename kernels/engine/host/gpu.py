@@ -25,7 +25,7 @@ import numpy as np
 
 from kernels.engine.device import TIMESTAMPS, Environment, import_wgpu
 from kernels.engine.host import trace as traces
-from kernels.engine.host.capture import Capture
+from kernels.engine.host.capture import Capture, Whole
 from kernels.engine.host.clock import PassClock
 from kernels.engine.host.encoder import ENCODER_OPS, Encoder, encode, first_failing
 from kernels.engine.host.js import assigned_variables, call_start
@@ -146,7 +146,8 @@ class Timeline:
     -> key, for buffers the host fills whole and no pass writes; a kept one is not uploaded
     again. shadows: keep what the host wrote into each buffer (Timeline.written), which a
     program's reference is computed from. capture: keep what the buffers each pass binds
-    writable held after it (host/capture.py; read when the run ends, in release()). timed:
+    writable held after it (host/capture.py; read when the run ends, in release()), and
+    whole: the one buffer after one pass a job asked to keep whole. timed:
     time each pass on the device (host/clock.py) where it can; False for a run not shown.
     """
 
@@ -164,6 +165,7 @@ class Timeline:
         resident: Mapping[int, tuple[Any, ...]] | None = None,
         shadows: bool = True,
         capture: bool = False,
+        whole: Whole | None = None,
         timed: bool = True,
     ) -> None:
         self.lines = source.splitlines()
@@ -215,7 +217,7 @@ class Timeline:
         # From the first submit to the end of the last readback (perf_counter seconds).
         self.first_submit: float | None = None
         self.last_read = 0.0
-        self.capture = Capture(device) if capture else None
+        self.capture = Capture(device, whole=whole) if capture else None
 
     def apply(self, entry: Entry, blob: Blob) -> Any:
         """Replay one entry; for a request, the answer: a dict, or a dict and bytes."""

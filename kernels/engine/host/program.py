@@ -26,7 +26,7 @@ from kernels.engine.analysis import analyse
 from kernels.engine.compare import compare_output, mark_unwritten, no_reference_message, verdict
 from kernels.engine.device import Environment
 from kernels.engine.harness import Buffer, HarnessError, parse_harness
-from kernels.engine.host.capture import Captured, with_buffers
+from kernels.engine.host.capture import Captured, Whole, whole_entry, with_buffers
 from kernels.engine.host.check import (
     Unchecked,
     new_check,
@@ -59,6 +59,7 @@ from kernels.engine.outcome import (
     ProgramReport,
     SpeedReport,
     Status,
+    WholeBuffer,
     new_outcome,
 )
 from kernels.engine.run_warnings import program_warnings
@@ -84,6 +85,7 @@ class ProgramResult:
     passes: list[PassRecord] = field(default_factory=list)
     # What each pass's writable buffers held after it, by pass number (a run that captured).
     captured: dict[int, list[Captured]] = field(default_factory=dict)
+    whole: WholeBuffer | None = None  # the buffer a job asked to keep whole
     run_ms: float = 0.0
     speed: SpeedReport | None = None
     # The bytes the program put in each buffer from the host, whole, by buffer name.
@@ -112,13 +114,15 @@ def run_program(
     heap_bytes: int = JS_HEAP_BYTES,
     memo: Memo = no_memo,
     capture: bool = False,
+    whole: Whole | None = None,
 ) -> ProgramResult:
     """Run source (a WebGPU host program) to its end, its deadline or its first error.
 
     deadline is a time.monotonic() value (default: 10 s from now). files are what fetch()
     may load, by name. sentinel=True fills new storage buffers with the never-written
     sentinel instead of zeros (the diagnostic run). capture: keep what each pass's
-    writable buffers held after it (host/capture.py).
+    writable buffers held after it (host/capture.py), and whole: one of them after one
+    pass, whole.
     """
     started = time.perf_counter()
     deadline = time.monotonic() + 10.0 if deadline is None else deadline
@@ -132,6 +136,7 @@ def run_program(
         source,
         memo,
         capture=capture,
+        whole=whole,
         timed=not sentinel,
     )
     script = Script(source, deadline, heap_bytes)
@@ -161,6 +166,7 @@ def run_program(
         timeline.program_ms(),
     )
     result.captured = timeline.capture.read if timeline.capture else {}
+    result.whole = whole_entry(timeline.capture)
     result.written = {timeline.names[key]: bytes(data) for key, data in timeline.written.items()}
     result.run_ms = round((time.perf_counter() - started) * 1000, 2)
     return result
@@ -245,6 +251,8 @@ def program_outcome(
     )
     if result.speed is not None:
         outcome["speed"] = result.speed
+    if result.whole is not None:
+        outcome["whole"] = result.whole
     if result.error is not None:
         error = result.error
         outcome["status"], outcome["message"] = (
@@ -332,14 +340,18 @@ def replay_program(
     rtol: float = 1e-5,
     memo: Memo = no_memo,
     capture: bool = True,
+    whole: Whole | None = None,
 ) -> Outcome:
     """Run, compare, and on a mismatch run again with the sentinel to find unwritten cells.
 
     expected may be a function of the run (a reference computed from what it wrote).
-    capture: keep each pass's buffers (off only to measure what that costs).
+    capture: keep each pass's buffers (off only to measure what that costs); whole: one
+    of them after one pass, whole (host/capture.py).
     """
     deadline = time.monotonic() + 10.0 if deadline is None else deadline
-    result = run_program(device, env, source, files, limits, deadline, memo=memo, capture=capture)
+    result = run_program(
+        device, env, source, files, limits, deadline, memo=memo, capture=capture, whole=whole
+    )
     if callable(expected):
         expected = expected(result) if result.error is None else None
     outcome = program_outcome(result, env, expected, atol, rtol)
@@ -371,7 +383,8 @@ def run_program_job(
                      (another version, whose readbacks are the expected values),
          "tolerance": {"atol": float, "rtol": float} | null, "limits": {...} | null,
          "deadline_s": float | null,
-         "fixtures_dir": str | null  (where a harness's files are: its report's labels)}
+         "fixtures_dir": str | null  (where a harness's files are: its report's labels),
+         "whole": {"pass": int, "buffer": str, ...} | null  (host/capture.py's Whole)}
 
     The first of expected, harness (with a reference) and reference_program that the job
     gives is what the readbacks are checked against; outcome["check"] says which, and
@@ -403,6 +416,7 @@ def run_program_job(
         atol=float(tolerance.get("atol", atol)),
         rtol=float(tolerance.get("rtol", rtol)),
         memo=memo,
+        whole=Whole.from_job(job.get("whole")),
     )
     if check["problem"] and outcome["status"] == Status.NO_REFERENCE:
         outcome["message"] += f" No verdict: {check['problem']}."

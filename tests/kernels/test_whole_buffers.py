@@ -1,0 +1,336 @@
+"""A buffer kept whole on request: where a run's capture kept only a buffer's first cells
+after a pass, the page offers a form; posting it runs the version again keeping that
+buffer whole, which then downloads as .npy and is drawn on the page in place of the cut
+one. Real wgpu (llvmpipe here) through the pool, through URLs as a reader would go."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+from unittest import mock
+
+import numpy as np
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.core.cache import cache
+from django.test import Client, TransactionTestCase, override_settings
+
+from kernels import jobs, replay, whole_buffers
+from kernels.engine.harness import parse_harness
+from kernels.engine.host import capture as captures
+from kernels.engine.host.check import harness_values
+from kernels.engine.host.program import run_program
+from kernels.engine.worker import HEADER, result_frame
+from kernels.models import Fork, KeptBuffer, Run
+from sessions.models import Session
+from sessions.programs import Blob
+from tests.base import ADD_HARNESS, add_kernel, make_session, stored_outcome
+from tests.kernels.test_host_pages import program_version
+from tests.kernels.test_replay_views import finished
+
+CELLS = 1 << 18  # 1 MiB of f32: four times what the capture keeps of a buffer
+# Two passes over one buffer y, which the program never reads back: "fill" writes
+# y[i] = (i % 1000) / 4 - 7, "scale" doubles it.
+FILL_WGSL = """@group(0) @binding(0) var<storage, read_write> y: array<f32>;
+
+@compute @workgroup_size(256)
+fn fill(@builtin(global_invocation_id) id: vec3<u32>) {
+    y[id.x] = f32(id.x % 1000u) / 4.0 - 7.0;
+}
+
+@compute @workgroup_size(256)
+fn scale(@builtin(global_invocation_id) id: vec3<u32>) {
+    y[id.x] = 2.0 * y[id.x];
+}
+"""
+FILL = f"""const adapter = await navigator.gpu.requestAdapter();
+const device = await adapter.requestDevice();
+const code = await (await fetch("kernel.wgsl")).text();
+const module = device.createShaderModule({{ code }});
+const y = device.createBuffer({{ label: "y", size: {CELLS * 4}, usage: GPUBufferUsage.STORAGE }});
+const encoder = device.createCommandEncoder();
+for (const entryPoint of ["fill", "scale"]) {{
+  const pipeline = device.createComputePipeline({{ layout: "auto", compute: {{ module, entryPoint }} }});
+  const group = device.createBindGroup({{
+    layout: pipeline.getBindGroupLayout(0),
+    entries: [{{ binding: 0, resource: {{ buffer: y }} }}],
+  }});
+  const pass = encoder.beginComputePass({{ label: entryPoint }});
+  pass.setPipeline(pipeline);
+  pass.setBindGroup(0, group);
+  pass.dispatchWorkgroups({CELLS // 256});
+  pass.end();
+}}
+device.queue.submit([encoder.finish()]);
+"""
+FILLED = (np.arange(CELLS) % 1000).astype(np.float32) / np.float32(4) - np.float32(7)
+PAGE = "/s/whole/turns/2/replay/"
+ASK = "/s/whole/turns/2/replay/whole/"
+NPY = "/s/whole/turns/2/replay/whole.npy"
+FORM = 'action="/s/whole/turns/2/replay/whole/"'
+
+
+def downloaded(client: Client, path: str, number: int, buffer: str) -> np.ndarray:
+    r = client.get(path, {"pass": str(number), "buffer": buffer})
+    assert r.status_code == 200, r.content[:300]
+    assert r["Content-Type"] == "application/octet-stream"
+    assert r["X-Content-Type-Options"] == "nosniff"
+    assert r["Content-Disposition"].startswith("attachment; filename=")
+    return np.load(io.BytesIO(r.content), allow_pickle=False)
+
+
+class WholeBufferTests(TransactionTestCase):
+    def setUp(self) -> None:
+        cache.clear()  # rate limit counters, kept pages
+        self.session = make_session("whole", turns=2)
+        self.version = program_version(self.session, FILL_WGSL, FILL)
+        self.outcome = finished(self.client, "/s/whole/turns/2/replay.json")["outcome"]
+
+    def ask(
+        self, client: Client | None = None, number: int | str = 1, buffer: str = "y", **extra: str
+    ) -> Any:
+        return (client or self.client).post(ASK, {"pass": number, "buffer": buffer, **extra})
+
+    def test_a_cut_buffer_is_kept_whole_on_request_and_downloads_as_computed(self) -> None:
+        for record in self.outcome["passes"]:
+            (y,) = record["buffers"]
+            self.assertEqual((y["count"], y["kept"]), (CELLS, captures.MAX_CELLS))
+        page = self.client.get(PAGE, {"pass": 1}).content.decode()
+        self.assertIn(FORM, page)
+        self.assertIn("Keep the whole buffer (1.0 MB)", page)
+        self.assertIn("runs this version again", page)
+        # Nothing is kept before anyone asks; a GET of the form's URL starts nothing.
+        self.assertEqual(self.client.get(f"{NPY}?pass=1&buffer=y").status_code, 404)
+        self.assertEqual(self.client.get(ASK).status_code, 405)
+        self.assertEqual(Run.objects.count(), 1)
+
+        r = self.ask()
+
+        self.assertEqual(r.status_code, 303)
+        self.assertEqual(r["Location"], f"{PAGE}?pass=1#passes")
+        kept = KeptBuffer.objects.get()
+        self.assertEqual((kept.pass_number, kept.buffer, kept.dtype), (1, "y", "f32"))
+        self.assertEqual((kept.count, kept.shape), (CELLS, [CELLS]))
+        values = downloaded(self.client, NPY, 1, "y")
+        self.assertEqual((values.dtype, values.shape), (np.dtype("<f4"), (CELLS,)))
+        np.testing.assert_array_equal(values, FILLED)
+        # The page draws it whole in place of the cut one, and links the download.
+        page = self.client.get(PAGE, {"pass": 1}).content.decode()
+        self.assertNotIn(FORM, page)
+        self.assertIn(f"y: {CELLS} f32, kept whole ({CELLS:,} cells)", page)
+        self.assertIn("each cell drawn is the mean of 64 cells", page)
+        self.assertIn(f'href="{NPY}?pass=1&amp;buffer=y" download', page)
+        # Pass 2 is still cut, and offers its own.
+        page = self.client.get(PAGE, {"pass": 2}).content.decode()
+        self.assertIn(FORM, page)
+        self.assertEqual(self.ask(number=2).status_code, 303)
+        np.testing.assert_array_equal(downloaded(self.client, NPY, 2, "y"), 2 * FILLED)
+        # Asked again: the kept one, no run.
+        runs = Run.objects.count()
+        self.assertEqual(self.ask().status_code, 303)
+        self.assertEqual(Run.objects.count(), runs)
+        self.assertEqual(KeptBuffer.objects.count(), 2)
+
+    def test_identical_requests_share_one_run_and_one_kept_buffer(self) -> None:
+        job = whole_buffers.whole_buffer_job(jobs.job_for(self.version), 1, "y")
+        # Two at once: the second joins the run the first started.
+        started = replay.start_run(job)
+        self.assertEqual(replay.start_run(job).pk, started.pk)
+        replay.wait(started, 60)
+        self.assertEqual(self.ask().status_code, 303)
+        self.assertEqual(Run.objects.filter(harness_digest=job.harness_digest).count(), 1)
+        self.assertEqual(KeptBuffer.objects.count(), 1)
+        self.assertEqual(Blob.objects.filter(size=CELLS * 4).count(), 1)
+
+    def test_a_fork_keeps_its_own_buffers_whole(self) -> None:
+        source = FILL_WGSL.replace("- 7.0", "+ 1.0")
+        r = self.client.post("/s/whole/turns/2/fork/", {"source": source, "host": FILL})
+        fork = Fork.objects.get()
+        self.assertEqual(r["Location"], f"/f/{fork.id}/")
+        finished(self.client, f"/f/{fork.id}/replay.json")
+        page = self.client.get(f"/f/{fork.id}/", {"pass": 1}).content.decode()
+        self.assertIn(f'action="/f/{fork.id}/whole/"', page)
+
+        r = self.client.post(f"/f/{fork.id}/whole/", {"pass": 1, "buffer": "y"})
+
+        self.assertEqual(r["Location"], f"/f/{fork.id}/?pass=1#passes")
+        values = downloaded(self.client, f"/f/{fork.id}/whole.npy", 1, "y")
+        np.testing.assert_array_equal(values, FILLED + np.float32(8))
+        # The archived version's buffer is another job's: not kept by the fork's request.
+        self.assertEqual(self.client.get(f"{NPY}?pass=1&buffer=y").status_code, 404)
+
+    def test_bad_requests_say_what_is_wrong_and_run_nothing(self) -> None:
+        cases: list[tuple[int | str, str, int, str]] = [
+            ("x", "y", 400, "pass must be a pass&#x27;s number"),
+            ("-1", "y", 400, "pass must be a pass&#x27;s number"),
+            ("1" * 7, "y", 400, "pass must be a pass&#x27;s number"),
+            ("²", "y", 400, "pass must be a pass&#x27;s number"),
+            (1, "", 400, "buffer must name a buffer"),
+            (1, "y" * 201, 400, "buffer must name a buffer"),
+            (9, "y", 404, "This run has no pass 9 (it has passes 1 to 2)."),
+            (0, "y", 404, "This run has no pass 0"),
+            (1, "z", 404, "Pass 1 wrote no buffer named &#x27;z&#x27;"),
+        ]
+        for number, buffer, status, message in cases:
+            r = self.ask(number=number, buffer=buffer)
+            self.assertContains(r, message, status_code=status)
+            self.assertContains(r, f'href="{PAGE}#passes"', status_code=status)
+        for query, status in (({"pass": "x", "buffer": "y"}, 400), ({"buffer": "y"}, 400)):
+            self.assertEqual(self.client.get(NPY, query).status_code, status)
+        self.assertEqual(self.client.get(f"{NPY}?pass=3&buffer=y").status_code, 404)
+        self.assertEqual(Run.objects.count(), 1)
+
+    def test_a_buffer_over_the_cap_is_never_offered_or_run(self) -> None:
+        with mock.patch.object(whole_buffers, "WHOLE_MAX_BYTES", 512 * 1024):
+            page = self.client.get(PAGE, {"pass": 1}).content.decode()
+            r = self.ask()
+        self.assertNotIn(FORM, page)
+        self.assertIn("It cannot be kept whole on request either: 1.0 MB is over the", page)
+        self.assertContains(r, "Buffer y is 1.0 MB, over the 512 KB", status_code=422)
+        self.assertEqual(Run.objects.count(), 1)
+
+    def test_a_full_queue_gives_503_with_retry_after_and_the_form_stays(self) -> None:
+        busy = replay.ReplayUnavailable("Every replay worker is busy; try again in 5 s.", 5)
+        with mock.patch.object(type(replay.backend()), "start", side_effect=busy):
+            r = self.ask()
+        self.assertContains(r, "Every replay worker is busy", status_code=503)
+        self.assertEqual(r["Retry-After"], "5")
+        self.assertFalse(KeptBuffer.objects.exists())
+        self.assertIn(FORM, self.client.get(PAGE, {"pass": 1}).content.decode())
+        # When a worker is free again, it runs.
+        self.assertEqual(self.ask().status_code, 303)
+        self.assertTrue(KeptBuffer.objects.exists())
+
+    def test_a_run_that_fails_this_time_says_why_and_offers_to_try_again(self) -> None:
+        real = replay.finish
+
+        def timed_out(run_id: int, outcome: Any) -> Any:
+            stopped = dict(outcome, status="timeout", message="Stopped after 10.0 s.")
+            return real(run_id, stored_outcome({**stopped, "whole": {"asked": {}}}))
+
+        with mock.patch.object(replay, "finish", side_effect=timed_out):
+            r = self.ask()
+        self.assertEqual(r.status_code, 303)
+        page = self.client.get(r["Location"]).content.decode()
+        self.assertIn("Buffer y was not kept: This time the version did not get that far", page)
+        self.assertIn("Try again to keep the whole buffer (1.0 MB)", page)
+        self.assertFalse(KeptBuffer.objects.exists())
+        # Asked again, it runs anew rather than reusing the failed run.
+        self.assertEqual(self.ask().status_code, 303)
+        self.assertTrue(KeptBuffer.objects.exists())
+
+    @override_settings(WHOLE_BUFFERS_PER_HOUR=1)
+    def test_a_flood_of_requests_gets_429_with_retry_after(self) -> None:
+        self.assertEqual(self.ask().status_code, 303)
+        r = self.ask(number=2)
+        self.assertContains(r, "try again in", status_code=429)
+        self.assertGreaterEqual(int(r["Retry-After"]), 1)
+        # What is kept already costs nothing; another client is not held back.
+        self.assertEqual(self.ask().status_code, 303)
+        self.assertEqual(self.ask(Client(REMOTE_ADDR="10.0.0.9"), number=2).status_code, 303)
+
+    def test_asking_needs_the_csrf_token(self) -> None:
+        reader = Client(enforce_csrf_checks=True)
+        self.assertEqual(self.ask(reader).status_code, 403)
+        page = reader.get(PAGE, {"pass": 1})
+        token = page.cookies[settings.CSRF_COOKIE_NAME].value
+        self.assertIn('name="csrfmiddlewaretoken" value="', page.content.decode())
+        self.assertEqual(self.ask(reader, csrfmiddlewaretoken=token).status_code, 303)
+
+    def test_a_private_sessions_buffers_are_its_owners_alone(self) -> None:
+        alice = User.objects.create_user("alice", password="password")
+        bob = User.objects.create_user("bob", password="password")
+        Session.objects.filter(pk=self.session.pk).update(
+            visibility=Session.Visibility.PRIVATE, owner=alice
+        )
+        stranger = Client()
+        stranger.force_login(bob)
+        for client in (self.client, stranger):
+            self.assertEqual(self.ask(client).status_code, 404)
+        owner = Client()
+        owner.force_login(alice)
+        self.assertEqual(self.ask(owner).status_code, 303)
+        self.assertEqual(downloaded(owner, NPY, 1, "y").size, CELLS)
+        for client in (self.client, stranger):
+            self.assertEqual(client.get(f"{NPY}?pass=1&buffer=y").status_code, 404)
+
+
+class HarnessWholeBufferTests(TransactionTestCase):
+    def test_a_harness_output_is_kept_whole_in_its_shape(self) -> None:
+        cache.clear()
+        shape = [512, 256]
+        harness = {
+            **ADD_HARNESS,
+            "buffers": {
+                name: {**spec, "shape": shape} for name, spec in ADD_HARNESS["buffers"].items()
+            },
+            "passes": [{**ADD_HARNESS["passes"][0], "dispatch": [2048, 1, 1]}],
+        }
+        session = make_session("harnessed", turns=2)
+        add_kernel(session, harness=harness, turn=2)
+        outcome = finished(self.client, "/s/harnessed/turns/2/replay.json")["outcome"]
+        self.assertEqual(outcome["status"], "passed")
+        self.assertEqual(outcome["passes"][0]["buffers"][0]["kept"], captures.MAX_CELLS)
+
+        r = self.client.post("/s/harnessed/turns/2/replay/whole/", {"pass": 1, "buffer": "out"})
+
+        self.assertEqual(r.status_code, 303)
+        values = downloaded(self.client, "/s/harnessed/turns/2/replay/whole.npy", 1, "out")
+        self.assertEqual(values.shape, tuple(shape))
+        a, b = (
+            harness_values(parse_harness(harness), name, settings.FIXTURES_DIR).astype("<f4")
+            for name in "ab"
+        )
+        np.testing.assert_array_equal(values, (a + b).reshape(shape))
+        page = self.client.get("/s/harnessed/turns/2/replay/").content.decode()
+        self.assertIn("out: 512×256 f32, kept whole (131,072 cells)", page)
+        self.assertIn("each cell drawn is the mean of 8×4 cells", page)
+
+
+# -- the engine: the one copy, its cap, and how its bytes travel ----------------------------
+
+
+def test_the_capture_keeps_one_buffer_whole_and_the_rest_as_ever(gpu) -> None:
+    files = {"kernel.wgsl": FILL_WGSL.encode()}
+    whole = captures.Whole(2, "y", {"pass": 2, "buffer": "y", "job": ["a", "b"]})
+    result = run_program(gpu[0], gpu[1], FILL, files, capture=True, whole=whole)
+
+    assert result.whole is not None
+    assert result.whole["asked"] == {"pass": 2, "buffer": "y", "job": ["a", "b"]}
+    assert (result.whole["dtype"], result.whole["shape"], result.whole["count"]) == (
+        "f32",
+        [CELLS],
+        CELLS,
+    )
+    np.testing.assert_array_equal(np.frombuffer(result.whole["data"], "<f4"), 2 * FILLED)
+    # The capture of every pass keeps its first cells, as without the request.
+    for record in result.captured.values():
+        assert len(record[0].data or b"") == captures.MAX_CELLS * 4
+
+
+def test_a_request_the_run_cannot_meet_says_why(gpu, monkeypatch) -> None:
+    files = {"kernel.wgsl": FILL_WGSL.encode()}
+    for asked, problem in (
+        ((3, "y"), "this run has no pass 3 that writes a buffer named 'y'"),
+        ((1, "x"), "this run has no pass 1 that writes a buffer named 'x'"),
+    ):
+        whole = captures.Whole(*asked, {})
+        result = run_program(gpu[0], gpu[1], FILL, files, capture=True, whole=whole)
+        assert result.whole == {"asked": {}, "problem": problem}
+    monkeypatch.setattr(captures, "WHOLE_MAX_BYTES", CELLS)
+    whole = captures.Whole(1, "y", {})
+    result = run_program(gpu[0], gpu[1], FILL, files, capture=True, whole=whole)
+    assert result.whole is not None and "data" not in result.whole
+    assert result.whole["problem"] == (
+        f"buffer y is {CELLS * 4:,} bytes, over the {CELLS:,} bytes a buffer kept whole may be"
+    )
+
+
+def test_the_kept_bytes_leave_the_worker_raw_after_the_outcome() -> None:
+    data = np.arange(100_000, dtype="<f4").tobytes()
+    outcome = {"status": "passed", "whole": {"asked": {"pass": 1}, "data": data}}
+    frame = result_frame("7", outcome)  # type: ignore[arg-type]
+    (length,) = HEADER.unpack(frame[: HEADER.size])
+    head = frame[HEADER.size : HEADER.size + length]
+    assert b"base64" not in head and b'"attachment": 400000' in head
+    assert frame[HEADER.size + length :] == HEADER.pack(len(data)) + data
