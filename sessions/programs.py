@@ -238,7 +238,9 @@ class Blob(models.Model):
     @staticmethod
     def store(contents: list[bytes]) -> list[str]:
         """Store each content not stored yet, in one insert; their sha256s, in order."""
-        blobs = {hashlib.sha256(data).hexdigest(): data for data in contents}
+        # Each hashed once: a buffer kept whole is up to 64 MiB (kernels/whole_buffers.py).
+        digests = [hashlib.sha256(data).hexdigest() for data in contents]
+        blobs = dict(zip(digests, contents, strict=True))
         have = set(Blob.objects.filter(pk__in=list(blobs)).values_list("pk", flat=True))
         Blob.objects.bulk_create(
             (
@@ -248,7 +250,7 @@ class Blob(models.Model):
             ),
             ignore_conflicts=True,
         )
-        return [hashlib.sha256(data).hexdigest() for data in contents]
+        return digests
 
 
 class ProgramState(models.Model):
