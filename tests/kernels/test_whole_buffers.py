@@ -219,6 +219,28 @@ class WholeBufferTests(TransactionTestCase):
         self.assertEqual(self.ask().status_code, 303)
         self.assertTrue(KeptBuffer.objects.exists())
 
+    def test_a_buffer_being_kept_says_so_and_readers_pages_follow(self) -> None:
+        # A page kept for readers who are not signed in (pages/reader_pages.py)...
+        reader = Client()
+        self.assertIn(FORM, reader.get(PAGE).content.decode())
+        whole = whole_buffers.whole_buffer_job(jobs.job_for(self.version), 2, "y")
+        in_flight = Run.objects.create(
+            source_sha256=whole.source_sha256,
+            harness_digest=whole.harness_digest,
+            environment_id="elsewhere",
+            state=Run.State.QUEUED,
+        )
+        self.session.touch()  # as asking does
+        page = reader.get(PAGE).content.decode()
+        self.assertIn("Being kept whole: this version is running again.", page)
+        self.assertNotIn(FORM, page)
+        # ...is not kept while it says so: the next look sees what became of it.
+        in_flight.delete()
+        self.assertIn(FORM, reader.get(PAGE).content.decode())
+        self.assertEqual(self.ask(number=2).status_code, 303)
+        page = reader.get(PAGE).content.decode()
+        self.assertIn(f"y: {CELLS} f32, kept whole", page)
+
     @override_settings(WHOLE_BUFFERS_PER_HOUR=1)
     def test_a_flood_of_requests_gets_429_with_retry_after(self) -> None:
         self.assertEqual(self.ask().status_code, 303)
