@@ -57,6 +57,11 @@ class DeviceBuffers:
             oldest.destroy()
         return buffer, True
 
+    def drop(self, key: tuple[Any, ...]) -> None:
+        """Destroy the buffer kept under key, if one is."""
+        if (buffer := self.kept.pop(key, None)) is not None:
+            buffer.destroy()
+
 
 def writable_buffers(harness: Harness, sources: Mapping[str, str]) -> set[str]:
     """The buffers some pass binds where its kernel declares a writable storage variable.

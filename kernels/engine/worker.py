@@ -214,7 +214,7 @@ def run_job(
         return failure(Status.REJECTED, f"The job is invalid: {e}", str(e), env.as_dict())
     try:
         if job.get("kind") == "program":
-            return run_program_job(device, env, job, memo)
+            return run_program_job(device, env, job, memo, kept)
         return execute(
             device,
             env,

@@ -37,6 +37,7 @@ class Encoder:
     pipeline: str = ""
     pipeline_id: int | None = None  # the pipeline set last, by id
     bind_groups: dict[str, str] = field(default_factory=dict[str, Any])
+    bound: dict[int, int | None] = field(default_factory=dict[int, Any])  # index -> group id
     clock: EncoderClock = field(default_factory=EncoderClock)
     group_bytes: dict[int, int] = field(default_factory=dict[int, int])  # index -> bytes bound
 

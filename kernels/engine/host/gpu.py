@@ -29,6 +29,7 @@ from kernels.engine.host.capture import Capture, Whole
 from kernels.engine.host.clock import PassClock
 from kernels.engine.host.encoder import ENCODER_OPS, Encoder, encode, first_failing
 from kernels.engine.host.js import assigned_variables, call_start
+from kernels.engine.host.kept_inputs import ProgramInputs
 from kernels.engine.host.record import MAKES, check_entry
 from kernels.engine.host.trace import Trace
 from kernels.engine.inputs import Memo, no_memo
@@ -144,7 +145,8 @@ class Timeline:
     sentinel instead of zeros (True: every one; a set: those of these names). kept and
     resident: buffers a worker keeps on its device between runs (resident.py), by buffer id
     -> key, for buffers the host fills whole and no pass writes; a kept one is not uploaded
-    again. shadows: keep what the host wrote into each buffer (Timeline.written), which a
+    again. inputs: a program's inputs, found and kept as it runs (host/kept_inputs.py).
+    shadows: keep what the host wrote into each buffer (Timeline.written), which a
     program's reference is computed from. capture: keep what the buffers each pass binds
     writable held after it (host/capture.py; read when the run ends, in release()), and
     whole: the one buffer after one pass a job asked to keep whole. timed:
@@ -163,6 +165,7 @@ class Timeline:
         *,
         kept: DeviceBuffers | None = None,
         resident: Mapping[int, tuple[Any, ...]] | None = None,
+        inputs: ProgramInputs | None = None,
         shadows: bool = True,
         capture: bool = False,
         whole: Whole | None = None,
@@ -173,7 +176,8 @@ class Timeline:
         # again, its diagnostic run) is not compiled again.
         self.memo = memo
         self.kept = kept
-        self.resident = resident or {}
+        self.resident = dict(resident or {})
+        self.inputs = inputs
         self.prefilled: set[int] = set()  # kept buffers that hold their contents already
         self.shadows = shadows
         self.compile_ms = 0.0
@@ -208,6 +212,7 @@ class Timeline:
         self.code_left = traces.MAX_TRACE_CODE  # WGSL the trace may still carry
         self.passes: list[PassRecord] = []  # every compute pass, uncapped up to MAX_PASSES
         self.group_bytes: dict[int, int] = {}  # bind group id -> the bytes of its bound ranges
+        self.group_buffers: dict[int, dict[int, int]] = {}  # bind group id -> binding -> buffer
         self.trace: Trace = traces.new_trace()
         self.clock = PassClock(device, timed)
         self.finished: dict[int, Encoder] = {}  # command buffer id -> the encoder it came from
@@ -291,6 +296,12 @@ class Timeline:
         if self.capture is not None:
             self.captured(self.capture.read_all)
             self.captured(self.capture.release, True)
+        if self.inputs is not None and self.kept is not None:
+            keep, spoiled = self.inputs.settled()
+            self.resident |= keep
+            for buffer, dropped in spoiled.items():
+                if buffer in self.prefilled:
+                    self.kept.drop(dropped)
         for key, size in self.sizes.items():
             if not size:
                 continue
@@ -393,10 +404,25 @@ class Timeline:
 
     def op_writeBuffer(self, entry: Entry, blob: Blob) -> None:
         data = self.data(entry, entry["blob"], blob, entry["buffer"], entry["offset"])
+        if self.inputs is not None:
+            self.input_written(entry["buffer"], entry["offset"], data)
         if entry["buffer"] not in self.prefilled:
             self.device.queue.write_buffer(self.objects[entry["buffer"]], entry["offset"], data)
         self.remember(entry["buffer"], entry["offset"], data)
         self.trace_write(entry, entry["buffer"], entry["offset"], data, entry["dtype"])
+
+    def input_written(self, buffer: int, offset: int, data: bytes | memoryview) -> None:
+        """A write that may be a program's input: bound from the kept buffer that holds it
+        already, where one does (the one made for it is unused so far)."""
+        assert self.inputs is not None and self.kept is not None
+        made = self.objects[buffer]
+        key = self.inputs.written(
+            buffer, offset, data, self.made_sizes[buffer], made.usage, self.names[buffer]
+        )
+        if key is not None:
+            self.objects[buffer], _ = self.kept.get(key, len(data), lambda: None)
+            self.prefilled.add(buffer)
+            made.destroy()
 
     def remember(self, buffer: int, offset: int, data: bytes | memoryview) -> None:
         """Keep what the host put in buffer, in a whole copy of it: up to MAX_SHADOW_BYTES a
@@ -441,6 +467,8 @@ class Timeline:
         buf = self.objects[entry["buffer"]]
         if buf.map_state == "unmapped":  # WebGPU ignores unmapping a buffer that is not mapped
             return
+        if self.inputs is not None and entry["ranges"]:
+            self.inputs.spoil(entry["buffer"])
         for mapped in entry["ranges"]:
             data = self.data(entry, mapped["blob"], blob, entry["buffer"], mapped["offset"])
             buf.write_mapped(data, mapped["offset"])
@@ -450,7 +478,10 @@ class Timeline:
         buf.unmap()
 
     def op_destroyBuffer(self, entry: Entry, blob: Blob) -> None:
-        self.objects[entry["buffer"]].destroy()
+        if self.inputs is not None:
+            self.inputs.spoil(entry["buffer"])
+        if entry["buffer"] not in self.prefilled:  # a kept one goes when the run is settled
+            self.objects[entry["buffer"]].destroy()
         self.live_bytes -= self.sizes[entry["buffer"]]
         if self.sizes[entry["buffer"]] >= FREED_AT_ONCE:
             # Freed now, as a browser lets a program count on: a program that makes and
@@ -459,6 +490,8 @@ class Timeline:
         self.sizes[entry["buffer"]] = 0
 
     def op_mapAsync(self, entry: Entry, blob: Blob) -> tuple[dict[str, Any], bytes]:
+        if self.inputs is not None:
+            self.inputs.spoil(entry["buffer"])
         buf, mode = self.objects[entry["buffer"]], entry["mode"]
         offset, size = entry["offset"], entry["size"]
         if size == 0 or offset + size > self.made_sizes[entry["buffer"]]:
@@ -674,6 +707,9 @@ class Timeline:
             e["size"] if e["size"] is not None else self.made_sizes[e["buffer"]] - e["offset"]
             for e in entry["entries"]
         )
+        self.group_buffers[entry["id"]] = {e["binding"]: e["buffer"] for e in entry["entries"]}
+        if self.inputs is not None:
+            self.inputs.touch(e["buffer"] for e in entry["entries"])
         if self.capture is not None:
             self.capture.bind_group(entry["id"], entry["entries"])
 
@@ -689,8 +725,12 @@ class Timeline:
         encoder.entries.append(entry)
         if entry["op"] == "setPipeline":
             encoder.pipeline_id = entry["pipeline"]
+        elif entry["op"] == "setBindGroup":
+            encoder.bound[entry["index"]] = entry["group"]
         if entry["op"] == "dispatchWorkgroups":
             self.check_dispatch(encoder, entry)
+        if self.inputs is not None:
+            self.inputs_used(encoder, entry)
         writes = None
         if entry["op"] == "beginComputePass":
             index = len(self.passes) if len(self.passes) < MAX_PASSES else None
@@ -716,6 +756,29 @@ class Timeline:
         self.trace_call(encoder, entry)
         if self.capture is not None:
             self.captured(functools.partial(self.capture_call, encoder, entry, passes))
+
+    def inputs_used(self, encoder: Encoder, entry: dict[str, Any]) -> None:
+        """What an encoder call may do to a program's inputs (before it is encoded)."""
+        assert self.inputs is not None
+        op = entry["op"]
+        if op == "copyBufferToBuffer":
+            self.inputs.touch([entry["source"]])
+            self.inputs.spoil(entry["destination"])
+        elif op == "clearBuffer":
+            self.inputs.spoil(entry["buffer"])
+        elif op == "dispatchWorkgroups":
+            module, entry_point = self.pipeline_stage.get(encoder.pipeline_id or -1, (-1, None))
+            bound = {
+                index: self.group_buffers.get(group, {})
+                for index, group in encoder.bound.items()
+                if group is not None
+            }
+            if module in self.sources:
+                self.inputs.dispatch(self.sources[module], entry_point or "", bound)
+            else:  # a pipeline not replayed here: anything it binds may be written
+                for buffers in bound.values():
+                    for buffer in buffers.values():
+                        self.inputs.spoil(buffer)
 
     def encode_again(self, encoder: Encoder) -> Any:
         again = Encoder(self.device.create_command_encoder(label="encoder"))

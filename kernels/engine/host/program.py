@@ -37,6 +37,7 @@ from kernels.engine.host.check import (
 )
 from kernels.engine.host.gpu import SENTINEL_WORD, HostError, Readback, Timeline
 from kernels.engine.host.js import Interrupted, OutOfMemory, Script, ScriptError
+from kernels.engine.host.kept_inputs import ProgramInputs
 from kernels.engine.host.program_errors import (
     JS_HEAP_BYTES,
     STATUS_OF_ERROR,
@@ -62,6 +63,7 @@ from kernels.engine.outcome import (
     WholeBuffer,
     new_outcome,
 )
+from kernels.engine.resident import DeviceBuffers
 from kernels.engine.run_warnings import program_warnings
 from kernels.engine.speed import add_references, speed_report
 
@@ -115,6 +117,8 @@ def run_program(
     memo: Memo = no_memo,
     capture: bool = False,
     whole: Whole | None = None,
+    kept: DeviceBuffers | None = None,
+    fetched: Mapping[str, bytes] | None = None,
 ) -> ProgramResult:
     """Run source (a WebGPU host program) to its end, its deadline or its first error.
 
@@ -122,7 +126,8 @@ def run_program(
     may load, by name. sentinel=True fills new storage buffers with the never-written
     sentinel instead of zeros (the diagnostic run). capture: keep what each pass's
     writable buffers held after it (host/capture.py), and whole: one of them after one
-    pass, whole.
+    pass, whole. kept: the worker's device buffers, where the program's inputs (what it
+    uploads whole of fetched, by sha256) are kept between runs (host/kept_inputs.py).
     """
     started = time.perf_counter()
     deadline = time.monotonic() + 10.0 if deadline is None else deadline
@@ -138,6 +143,8 @@ def run_program(
         capture=capture,
         whole=whole,
         timed=not sentinel,
+        kept=kept,
+        inputs=ProgramInputs(kept, fetched) if kept is not None and fetched else None,
     )
     script = Script(source, deadline, heap_bytes)
     result = ProgramResult(trace=timeline.trace)
@@ -341,16 +348,28 @@ def replay_program(
     memo: Memo = no_memo,
     capture: bool = True,
     whole: Whole | None = None,
+    kept: DeviceBuffers | None = None,
+    fetched: Mapping[str, bytes] | None = None,
 ) -> Outcome:
     """Run, compare, and on a mismatch run again with the sentinel to find unwritten cells.
 
     expected may be a function of the run (a reference computed from what it wrote).
     capture: keep each pass's buffers (off only to measure what that costs); whole: one
-    of them after one pass, whole (host/capture.py).
+    of them after one pass, whole (host/capture.py). kept and fetched: as run_program's.
     """
     deadline = time.monotonic() + 10.0 if deadline is None else deadline
     result = run_program(
-        device, env, source, files, limits, deadline, memo=memo, capture=capture, whole=whole
+        device,
+        env,
+        source,
+        files,
+        limits,
+        deadline,
+        memo=memo,
+        capture=capture,
+        whole=whole,
+        kept=kept,
+        fetched=fetched,
     )
     if callable(expected):
         expected = expected(result) if result.error is None else None
@@ -358,7 +377,17 @@ def replay_program(
     if not needs_diagnosis(outcome, result) or time.monotonic() >= deadline:
         return outcome
     diagnostic = run_program(
-        device, env, source, files, limits, deadline, sentinel=True, memo=memo, capture=capture
+        device,
+        env,
+        source,
+        files,
+        limits,
+        deadline,
+        sentinel=True,
+        memo=memo,
+        capture=capture,
+        kept=kept,
+        fetched=fetched,
     )
     if diagnostic.error is not None:
         return outcome
@@ -371,7 +400,11 @@ JOB_SECONDS = 8.0
 
 
 def run_program_job(
-    device: Any, env: Environment, job: Mapping[str, Any], memo: Memo = no_memo
+    device: Any,
+    env: Environment,
+    job: Mapping[str, Any],
+    memo: Memo = no_memo,
+    kept: DeviceBuffers | None = None,
 ) -> Outcome:
     """A worker job of kind "program" (kernels/engine/worker.py):
 
@@ -417,6 +450,8 @@ def run_program_job(
         rtol=float(tolerance.get("rtol", rtol)),
         memo=memo,
         whole=Whole.from_job(job.get("whole")),
+        kept=kept,
+        fetched=fetched,
     )
     if check["problem"] and outcome["status"] == Status.NO_REFERENCE:
         outcome["message"] += f" No verdict: {check['problem']}."
