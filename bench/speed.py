@@ -3,8 +3,9 @@
 Prints the device's measured peaks; for the showcase's matmul and forward-pass versions
 (and the naive matmul at 1024 x 1024 x 1024, big enough for a GPU to show its speed) each
 pass's GPU time, bytes, fraction of peak bandwidth and arithmetic, and the numpy reference's
-time as a speed-up (and PyTorch's on the same GPU, where there are PyTorch and CUDA); then a replay with timestamps against one on a device opened without
-them, interleaved in one run, as a ratio; and lesson 6's point measured: the showcase's
+time as a speed-up (and PyTorch's on the same GPU, where there are PyTorch and CUDA);
+then a replay with timestamps against one on a device opened without them, interleaved
+in one run, as a ratio; and lesson 6's point measured: the showcase's
 MNIST forward pass as a host program chained on the GPU (mnist v2's program) against the
 same passes each read back to JavaScript and written into the next (programs/
 forward_readback.js), interleaved, as a ratio; and the showcase's own lesson 6 versions
