@@ -20,11 +20,12 @@ from kernels.engine.harness import parse_harness
 from kernels.engine.host import capture as captures
 from kernels.engine.host.check import harness_values
 from kernels.engine.host.program import run_program
+from kernels.engine.run import execute
 from kernels.engine.worker import HEADER, result_frame
 from kernels.models import Fork, KeptBuffer, Run
 from sessions.models import Session
 from sessions.programs import Blob
-from tests.base import ADD_HARNESS, add_kernel, make_session, stored_outcome
+from tests.base import ADD_HARNESS, ADD_SOURCE, add_kernel, make_session, stored_outcome
 from tests.kernels.test_host_pages import program_version
 from tests.kernels.test_replay_views import finished
 
@@ -277,6 +278,44 @@ class WholeBufferTests(TransactionTestCase):
             self.assertEqual(client.get(f"{NPY}?pass=1&buffer=y").status_code, 404)
 
 
+BUMP_WGSL = """@group(0) @binding(0) var<storage, read_write> y: array<f32>;
+
+@compute @workgroup_size(256)
+fn bump(@builtin(global_invocation_id) id: vec3<u32>) {
+    y[id.x] = y[id.x] + 1.0;
+}
+"""
+# Ten passes over a buffer of exactly the cells a buffer keeps (256 KiB): the run's 2 MiB
+# last eight passes, and the ninth and tenth keep nothing.
+BUMPS = (
+    FILL.replace(str(CELLS * 4), str(captures.MAX_CELLS * 4))
+    .replace('["fill", "scale"]', 'Array(10).fill("bump")')
+    .replace(str(CELLS // 256), str(captures.MAX_CELLS // 256))
+)
+
+
+class BudgetWholeBufferTests(TransactionTestCase):
+    def test_a_buffer_past_the_runs_budget_is_offered_and_kept_whole(self) -> None:
+        cache.clear()
+        session = make_session("bumps", turns=2)
+        program_version(session, BUMP_WGSL, BUMPS)
+        outcome = finished(self.client, "/s/bumps/turns/2/replay.json")["outcome"]
+        kept = [record["buffers"][0]["kept"] for record in outcome["passes"]]
+        self.assertEqual(kept, [captures.MAX_CELLS] * 8 + [0, 0])
+        self.assertNotIn(
+            "whole-buffer-form", self.client.get("/s/bumps/turns/2/replay/?pass=8").content.decode()
+        )
+        page = self.client.get("/s/bumps/turns/2/replay/", {"pass": 10}).content.decode()
+        self.assertIn('action="/s/bumps/turns/2/replay/whole/"', page)
+        self.assertNotIn("<code>y</code>: .", page)
+
+        r = self.client.post("/s/bumps/turns/2/replay/whole/", {"pass": 10, "buffer": "y"})
+
+        self.assertEqual(r.status_code, 303)
+        values = downloaded(self.client, "/s/bumps/turns/2/replay/whole.npy", 10, "y")
+        np.testing.assert_array_equal(values, np.full(captures.MAX_CELLS, 10, dtype="<f4"))
+
+
 class HarnessWholeBufferTests(TransactionTestCase):
     def test_a_harness_output_is_kept_whole_in_its_shape(self) -> None:
         cache.clear()
@@ -310,6 +349,32 @@ class HarnessWholeBufferTests(TransactionTestCase):
 
 
 # -- the engine: the one copy, its cap, and how its bytes travel ----------------------------
+
+
+def test_of_a_harness_with_cases_the_shown_case_keeps_the_buffer_whole(gpu, tmp_path) -> None:
+    # b over 1 is clipped: the case "big" is wrong, and shown; "small" passes.
+    source = ADD_SOURCE.replace("a[id.x] + b[id.x]", "a[id.x] + min(b[id.x], 1.0)")
+    shape = [512, 256]
+    spec = {
+        **ADD_HARNESS,
+        "buffers": {name: {**b, "shape": shape} for name, b in ADD_HARNESS["buffers"].items()},
+        "passes": [{**ADD_HARNESS["passes"][0], "dispatch": [2048, 1, 1]}],
+        "cases": {
+            "big": {"buffers": {"b": {"random": {"seed": 3, "low": -4, "high": 4}}}},
+            "small": {"buffers": {"b": {"random": {"seed": 4, "low": -1, "high": 1}}}},
+        },
+    }
+    whole = captures.Whole(1, "out", {"pass": 1, "buffer": "out"})
+
+    outcome = execute(gpu[0], gpu[1], {"self": source}, spec, tmp_path, whole=whole)
+
+    assert outcome["status"] == "mismatch" and outcome["message"].startswith("1 of 2")
+    kept = outcome["whole"]
+    assert (kept["dtype"], kept["shape"]) == ("f32", shape)
+    big = parse_harness(spec).for_case(parse_harness(spec).cases[0])
+    a, b = (harness_values(big, name, tmp_path).astype("<f4") for name in "ab")
+    got = np.frombuffer(kept["data"], "<f4").reshape(shape)
+    np.testing.assert_array_equal(got, (a + np.minimum(b, np.float32(1))).reshape(shape))
 
 
 def test_the_capture_keeps_one_buffer_whole_and_the_rest_as_ever(gpu) -> None:
