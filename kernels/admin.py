@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.contrib import admin
 from django.http import HttpRequest
 
-from kernels.models import Fork, Run
+from kernels.models import Fork, KeptBuffer, Run
 
 
 @admin.register(Fork)
@@ -24,6 +24,19 @@ class RunAdmin(admin.ModelAdmin[Run]):
     list_filter = ("state", "status", "adapter")
     search_fields = ("source_sha256", "harness_digest")
     readonly_fields = [field.name for field in Run._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+
+@admin.register(KeptBuffer)
+class KeptBufferAdmin(admin.ModelAdmin[KeptBuffer]):
+    """Buffers kept whole on readers' requests (up to 64 MiB each): curators see what is
+    stored and delete it (a reader may ask again)."""
+
+    list_display = ("buffer", "pass_number", "dtype", "count", "adapter", "created")
+    search_fields = ("source_sha256", "harness_digest", "buffer")
+    readonly_fields = [field.name for field in KeptBuffer._meta.fields]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

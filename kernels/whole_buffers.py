@@ -237,11 +237,18 @@ def states(run: Run | None, record: PassRecord) -> dict[str, State]:
             found[name] = State("too_large", size, f"over the {cap} a buffer kept whole may be")
         elif whole is not None and whole.state != Run.State.DONE:
             found[name] = State("pending", size)
-        elif whole is not None:
+        elif whole is not None and not kept_once(whole):
             found[name] = State("failed", size, message=failure(whole))
         else:
             found[name] = State("ask", size)
     return found
+
+
+def kept_once(run: Run) -> bool:
+    """Whether a finished run kept its buffer (since deleted by a curator, if it is not
+    there now): its outcome says what it kept and no problem."""
+    whole = run.outcome.get("whole") or {}
+    return "bytes" in whole and "problem" not in whole
 
 
 def failure(run: Run) -> str:

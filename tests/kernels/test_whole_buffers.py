@@ -260,6 +260,22 @@ class WholeBufferTests(TransactionTestCase):
         self.assertIn('name="csrfmiddlewaretoken" value="', page.content.decode())
         self.assertEqual(self.ask(reader, csrfmiddlewaretoken=token).status_code, 303)
 
+    def test_curators_see_and_delete_kept_buffers_in_the_admin(self) -> None:
+        self.assertEqual(self.ask().status_code, 303)
+        kept = KeptBuffer.objects.get()
+        curator = Client()
+        curator.force_login(User.objects.create_superuser("curator", password="password"))
+        listed = curator.get("/admin/kernels/keptbuffer/")
+        self.assertContains(listed, '<td class="field-pass_number">1</td>', html=False)
+        deleted = curator.post(f"/admin/kernels/keptbuffer/{kept.pk}/delete/", {"post": "yes"})
+        self.assertEqual(deleted.status_code, 302)
+        self.assertFalse(KeptBuffer.objects.exists())
+        # The page offers it again, as never kept (not as a run that failed).
+        page = self.client.get(PAGE, {"pass": 1}).content.decode()
+        self.assertIn("Keep the whole buffer (1.0 MB)", page)
+        self.assertEqual(self.ask().status_code, 303)
+        self.assertTrue(KeptBuffer.objects.exists())
+
     def test_a_private_sessions_buffers_are_its_owners_alone(self) -> None:
         alice = User.objects.create_user("alice", password="password")
         bob = User.objects.create_user("bob", password="password")
