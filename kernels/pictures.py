@@ -70,7 +70,7 @@ def _rect(
     return f"{shape}><title>{escape(title)}</title></rect>"
 
 
-def _text(
+def svg_text(
     x: float, y: float, text: object, anchor: str = "middle", size: int = 11, extra: str = ""
 ) -> str:
     return (
@@ -90,10 +90,10 @@ def _axes(rows: int, cols: int, cell: float) -> list[str]:
     step = _tick_step(rows, cell)
     for r in range(0, rows, step):
         y = AXIS_TOP + r * cell + min(cell, 12) * 0.8
-        marks.append(_text(AXIS_LEFT - 4, y, r, anchor="end", size=9))
+        marks.append(svg_text(AXIS_LEFT - 4, y, r, anchor="end", size=9))
     step = _tick_step(cols, cell)
     for c in range(0, cols, step):
-        marks.append(_text(AXIS_LEFT + c * cell + cell / 2, AXIS_TOP - 5, c, size=9))
+        marks.append(svg_text(AXIS_LEFT + c * cell + cell / 2, AXIS_TOP - 5, c, size=9))
     return marks
 
 
@@ -158,10 +158,10 @@ def colour_scale(
         for i in range(steps + 1)
     ]
     body.append(_rect(0, 0, width, 12, "none", ' stroke="#8888"'))
-    body += [_text(0, 26, _number(low), anchor="start", size=10)]
+    body += [svg_text(0, 26, _number(low), anchor="start", size=10)]
     if low < 0 < high:
-        body.append(_text(width / 2, 26, 0, size=10))
-    body.append(_text(width, 26, _number(high), anchor="end", size=10))
+        body.append(svg_text(width / 2, 26, 0, size=10))
+    body.append(svg_text(width, 26, _number(high), anchor="end", size=10))
     return _svg(width + 2, height, body, label)
 
 
@@ -266,7 +266,7 @@ def bars(
             h = reach * abs(value) / scale
             y = baseline - h if value >= 0 else baseline
             body.append(_rect(x, y, bar - 1, max(h, 1), fill, title=title))
-        body.append(_text(i * step + step / 2, height - 3, i))
+        body.append(svg_text(i * step + step / 2, height - 3, i))
     return _svg(width, height, body, f"expected and computed values of {name}")
 
 
@@ -282,8 +282,8 @@ def confusion_matrix(report: dict[str, Any]) -> SafeString:
     best_hit = max((matrix[r][r] for r in range(classes)), default=0)
     middle_x, middle_y = left + classes * size / 2, top + classes * size / 2
     body = [
-        _text(middle_x, 12, "predicted digit →", size=12, extra=' font-weight="600"'),
-        _text(
+        svg_text(middle_x, 12, "predicted digit →", size=12, extra=' font-weight="600"'),
+        svg_text(
             12,
             middle_y,
             "true digit →",
@@ -292,8 +292,8 @@ def confusion_matrix(report: dict[str, Any]) -> SafeString:
         ),
     ]
     for r in range(classes):
-        body.append(_text(left - 6, top + r * size + 21, r, anchor="end"))
-        body.append(_text(left + r * size + 17, top - 7, r))
+        body.append(svg_text(left - 6, top + r * size + 21, r, anchor="end"))
+        body.append(svg_text(left + r * size + 17, top - 7, r))
         for c in range(classes):
             count = matrix[r][c]
             if r == c:
@@ -307,7 +307,7 @@ def confusion_matrix(report: dict[str, Any]) -> SafeString:
             title = f"{count:,} × {verdict}"
             body.append(_rect(x, y, size - 2, size - 2, fill, ' stroke="#8884"', title))
             if count:
-                body.append(_text(x + 16, y + 21, count, extra=' pointer-events="none"'))
+                body.append(svg_text(x + 16, y + 21, count, extra=' pointer-events="none"'))
     side_x, side_y = left + classes * size, top + classes * size
     return _svg(side_x, side_y, body, "confusion matrix: rows are true digits, columns predicted")
 

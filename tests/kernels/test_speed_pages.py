@@ -1,6 +1,6 @@
 """A run's speed on its replay page, its embed and replay.json, through URLs: measured on
 llvmpipe (labelled as CPU emulation, no speed-up claimed), and with a GPU's figures
-injected into the stored outcome (the headline, the speed-up, the picture of peaks)."""
+injected into the stored outcome (the headline, the speed-up, the roofline)."""
 
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ class SpeedPageTests(TransactionTestCase):
         self.assertContains(r, f"Timed by <strong>{H100}</strong> itself")
         # 1 GB in 0.5 ms is 2,000 GB/s: half the measured 4,000.
         self.assertContains(r, "<td>50%</td>", html=True)
-        self.assertContains(r, 'aria-label="Each pass against the device&#39;s peaks"')
+        self.assertContains(r, "This GPU&#x27;s roofs, as the worker measured them")
         self.assertNotContains(r, "CPU emulation")
 
         embed = self.client.get("/s/demo/embed/?from=1&to=3")
