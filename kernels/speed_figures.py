@@ -84,12 +84,13 @@ def measure(value: object) -> float | None:
 
 
 def usable_peaks(peaks: object) -> dict[str, Any] | None:
-    """The device's peaks where both are positive figures: the roofs a pass is measured
-    against. None otherwise (no share, no picture)."""
+    """The device's peaks where both are positive figures, and so is the intensity where
+    they meet: the roofs a pass is measured against. None otherwise (no share, no
+    picture)."""
     if not isinstance(peaks, Mapping):
         return None
     bandwidth, arithmetic = measure(peaks.get("bandwidth_gbs")), measure(peaks.get("fma_gflops"))
-    if not bandwidth or not arithmetic:
+    if not bandwidth or not arithmetic or not 0 < arithmetic / bandwidth < math.inf:
         return None
     return {"bandwidth_gbs": bandwidth, "fma_gflops": arithmetic, "clock": peaks.get("clock", "")}
 
@@ -141,7 +142,6 @@ def speed_summary(outcome: Mapping[str, Any] | None) -> dict[str, Any] | None:
     program = speed.get("program_ms")
     cuda = speed.get("clock") == "cuda-events"
     shown = rows[:MAX_SHOWN_PASSES]
-    drawn = peaks is not None and total is not None
     return {
         "program": ms(program) if program is not None else "",
         "headline": headline,
@@ -162,8 +162,9 @@ def speed_summary(outcome: Mapping[str, Any] | None) -> dict[str, Any] | None:
         "rows": rows,
         "shown": shown,
         "more": max(0, len(rows) - MAX_SHOWN_PASSES),
-        "roofline": roofline(shown, peaks, emulated) if drawn and peaks else "",
-        "uncounted": bandwidth_bars(shown, emulated) if drawn else "",
+        # Only where the passes were timed; a share of the peaks is only where they are known.
+        "roofline": roofline(shown, peaks, emulated) if peaks and total is not None else "",
+        "uncounted": bandwidth_bars(shown, emulated) if total is not None else "",
     }
 
 
@@ -283,7 +284,7 @@ def _roofs(frame: Frame, peaks: Mapping[str, Any]) -> list[str]:
     slope = math.degrees(math.atan2(y0 - y1, x1 - x0))
     mx, my = (x0 + x1) / 2, (y0 + y1) / 2 - 5
     copying = f"{figure(peaks['bandwidth_gbs'])} GB/s copying"
-    ridge_at = figure(10**ridge)
+    ridge_at = figure(peaks["fma_gflops"] / peaks["bandwidth_gbs"])
     return [
         f'<polyline class="roof" points="{x0:.1f},{y0:.1f} {x1:.1f},{y1:.1f} '
         f'{right:.1f},{y1:.1f}"/>',

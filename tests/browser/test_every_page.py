@@ -29,6 +29,7 @@ PAGES = {
     "turn": f"{S}/?turn=57",
     "session search": f"{S}/search/?q=softmax+overflow",
     "replay": f"{S}/turns/57/replay/",
+    "replay with a roofline": f"{S}/turns/44/replay/",
     "timeline": f"{S}/kernels/softmax/",
     "session embed": f"{S}/embed/?from=57&to=62",
     "replay embed": f"{S}/turns/57/replay/embed/?theme=dark",

@@ -58,3 +58,39 @@ def test_the_bug_shows_then_the_next_version_fixes_it(live_server, browser, show
     assert "Changes since v3" in page.inner_text("article.replay")
     assert page.locator(".highlight .gi").count() >= 1  # the fixed lines, in the diff
     page.close()
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_the_fixed_matmuls_roofline_fits_a_phone_in_either_theme(
+    live_server, browser, showcase, scheme
+) -> None:
+    context = browser.new_context(viewport={"width": 390, "height": 844}, color_scheme=scheme)
+    page = context.new_page()
+    page.goto(f"{live_server.url}/s/{SLUG}/turns/{reviewed('matmul', 4)}/replay/")
+    page.wait_for_selector("article.replay[data-state=done] svg.roofline", timeout=60_000)
+    drawn = page.evaluate(
+        """() => {
+        const svg = document.querySelector('svg.roofline');
+        const box = svg.getBoundingClientRect();
+        const style = (selector) => getComputedStyle(svg.querySelector(selector));
+        return {left: box.left, right: box.right, width: box.width,
+                text: style('text').fill, roof: style('.roof').stroke,
+                point: style('.point').fill, page: getComputedStyle(document.body).backgroundColor,
+                sideways: document.documentElement.scrollWidth - window.innerWidth};
+    }"""
+    )
+    # Shrunk to the phone's width with its page, which does not scroll sideways.
+    assert drawn["sideways"] <= 0, drawn
+    assert drawn["left"] >= 0 and drawn["right"] <= 390 and drawn["width"] < 420, drawn
+    # The roof and the labels are the page's text colour: dark on light, light on dark.
+    assert drawn["roof"] == drawn["text"], drawn
+    light = brightness(drawn["text"]) > 128
+    assert light == (scheme == "dark"), drawn
+    assert abs(brightness(drawn["page"]) - brightness(drawn["text"])) > 100, drawn
+    assert drawn["point"] not in (drawn["text"], drawn["page"]), drawn
+    context.close()
+
+
+def brightness(rgb: str) -> float:
+    red, green, blue = (int(n) for n in rgb[rgb.index("(") + 1 : rgb.index(")")].split(",")[:3])
+    return 0.299 * red + 0.587 * green + 0.114 * blue

@@ -229,6 +229,8 @@ class StoredRooflineTests(BaseTestCase):
             "peaks huge": gpu_speed(peaks={**PEAKS, "bandwidth_gbs": 1e30}),
             "peaks tiny": gpu_speed(peaks={**PEAKS, "fma_gflops": 1e-30}),
             "peaks a list": gpu_speed(peaks=[1, 2]),
+            "peaks apart": gpu_speed(peaks={**PEAKS, "bandwidth_gbs": 1e-300, "fma_gflops": 1e300}),
+            "peaks far": gpu_speed(peaks={**PEAKS, "bandwidth_gbs": 1, "fma_gflops": 1e300}),
             "total negative": gpu_speed(gpu_ms=-3),
         }
         cases: list[tuple[str, dict[str, Any]]] = [
