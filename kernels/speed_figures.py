@@ -110,6 +110,7 @@ def pass_row(record: Mapping[str, Any], peaks: Mapping[str, Any] | None) -> dict
         "gpu_ms": gpu_ms,
         "shown_ms": ms(gpu_ms) if gpu_ms is not None else "",
         "bytes": moved,
+        "bytes_shown": f"{moved:,.0f}" if moved is not None else "",
         "flops": flops,
         "intensity": intensity,
         "gflops": attained,

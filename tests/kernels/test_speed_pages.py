@@ -71,6 +71,7 @@ class SpeedPageTests(TransactionTestCase):
         r = self.client.get("/s/demo/turns/2/replay/")
         self.assertContains(r, "0.5 ms on the GPU, 3.1x faster than numpy add")
         self.assertContains(r, f"Timed by <strong>{H100}</strong> itself")
+        self.assertContains(r, "<td>1,000,000,000</td>", html=True)  # the bytes bound
         # 1 GB in 0.5 ms is 2,000 GB/s: half the measured 4,000.
         self.assertContains(r, "<td>50%</td>", html=True)
         self.assertContains(r, "This GPU&#x27;s roofs, as the worker measured them")
