@@ -4,7 +4,9 @@ bytes leave the worker as a raw frame after the outcome's rather than in its JSO
   transport   the outcome of a run that kept N bytes whole, from the worker's encoding to
               the bytes in the receiving process: as the worker sends it (the JSON frame,
               then a raw frame: worker.result_frame), against the same bytes as base64 in
-              the JSON (pack_values' form for outputs); through a pipe, one writer thread
+              the JSON (pack_values' form for outputs); through a pipe that one thread
+              writes and the pool's reading (process.read_exactly) reads; and the raw
+              frame read as the pool read frames before, in chunks of up to 1 MiB joined
   run         a program filling one buffer of N bytes, replayed through a warm pool of one
               worker (kernels/engine/pool.py) as a replay (its first cells captured)
               and as the run keeping that buffer whole: the time a reader waits for each
@@ -37,6 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from kernels.engine.pool import Pool  # noqa: E402
+from kernels.engine.process import read_exactly  # noqa: E402
 from kernels.engine.worker import HEADER, result_frame  # noqa: E402
 
 WGSL = """@group(0) @binding(0) var<storage, read_write> y: array<f32>;
@@ -76,8 +79,19 @@ def timed(work: Callable[[], object], runs: int) -> float:
     return statistics.median(times)
 
 
-def through_pipe(frame: bytes) -> bytes:
-    """The frame as a receiving process reads it: in 1 MiB reads from a pipe."""
+def in_chunks(fd: int, size: int, deadline: None) -> bytes:
+    """How the pool read a frame before read_exactly: in reads of up to 1 MiB, joined."""
+    chunks = []
+    while size:
+        chunk = os.read(fd, min(size, 1 << 20))
+        chunks.append(chunk)
+        size -= len(chunk)
+    return b"".join(chunks)
+
+
+def received(frame: bytes, frames: int, read: Callable[..., Any] = read_exactly) -> list[Any]:
+    """The frames as the pool reads them from a worker (process.read_exactly), through a
+    pipe that a thread writes them into."""
     reader, writer = os.pipe()
 
     def send() -> None:
@@ -86,27 +100,27 @@ def through_pipe(frame: bytes) -> bytes:
 
     sender = threading.Thread(target=send)
     sender.start()
-    chunks = []
-    while chunk := os.read(reader, 1 << 20):
-        chunks.append(chunk)
+    bodies = []
+    for _ in range(frames):
+        (length,) = HEADER.unpack(read(reader, HEADER.size, None))
+        bodies.append(read(reader, length, None))
     sender.join()
     os.close(reader)
-    return b"".join(chunks)
+    return bodies
 
 
-def raw(data: bytes) -> bytes:
+def raw(data: bytes, read: Callable[..., Any] = read_exactly) -> bytes:
     outcome = {"status": "no_reference", "whole": {"asked": {"pass": 1}, "data": data}}
-    frame = through_pipe(result_frame("1", outcome))  # type: ignore[arg-type]
-    (length,) = HEADER.unpack(frame[: HEADER.size])
-    json.loads(frame[HEADER.size : HEADER.size + length])
-    return frame[HEADER.size + length + HEADER.size :]
+    head, attached = received(result_frame("1", outcome), 2, read)  # type: ignore[arg-type]
+    json.loads(head)
+    return bytes(attached)
 
 
 def in_json(data: bytes) -> bytes:
     whole = {"asked": {"pass": 1}, "base64": base64.b64encode(data).decode("ascii")}
     body = json.dumps({"type": "result", "outcome": {"whole": whole}}).encode()
-    frame = through_pipe(HEADER.pack(len(body)) + body)
-    return base64.b64decode(json.loads(frame[HEADER.size :])["outcome"]["whole"]["base64"])
+    (head,) = received(HEADER.pack(len(body)) + body, 1)
+    return base64.b64decode(json.loads(head)["outcome"]["whole"]["base64"])
 
 
 def run(pool: Pool, job: dict[str, Any]) -> None:
@@ -126,10 +140,12 @@ def main() -> None:
     for mib in args.mib:
         data = np.random.default_rng(0).random(mib * 1024**2 // 4, dtype=np.float32).tobytes()
         assert raw(data) == data and in_json(data) == data
+        assert raw(data, in_chunks) == data
         fast = timed(functools.partial(raw, data), args.runs)
+        joined = timed(functools.partial(raw, data, in_chunks), args.runs)
         slow = timed(functools.partial(in_json, data), args.runs)
-        print(f"  {mib:>3} MiB  raw frame {fast:8.1f}  base64 in JSON {slow:8.1f}  ", end="")
-        print(f"({slow / fast:.1f}x)")
+        print(f"  {mib:>3} MiB  raw frame {fast:7.1f}  read in chunks {joined:7.1f} ", end="")
+        print(f"({joined / fast:.1f}x)  base64 in JSON {slow:7.1f} ({slow / fast:.1f}x)")
     print("run through a warm pool of one worker, median ms")
     with Pool(size=1, deadline=60.0, max_queue=4) as pool:
         pool.environment(timeout=120)

@@ -107,29 +107,16 @@ class WorkerProcess:
             view = view[written:]
 
     def receive(self, deadline: float | None) -> dict[str, Any]:
-        (length,) = HEADER.unpack(self._read(HEADER.size, deadline))
-        if length > MAX_FRAME:
-            raise ValueError(f"worker sent a frame of {length} bytes")
-        message: dict[str, Any] = json.loads(self._read(length, deadline))
+        message: dict[str, Any] = json.loads(self.receive_bytes(deadline))
         return message
 
-    def receive_bytes(self, deadline: float | None) -> bytes:
-        """A frame of raw bytes (a result's attachment, worker.result_frame)."""
-        (length,) = HEADER.unpack(self._read(HEADER.size, deadline))
+    def receive_bytes(self, deadline: float | None) -> bytearray:
+        """The next frame's body (a message's JSON, or a result's attachment:
+        worker.result_frame)."""
+        (length,) = HEADER.unpack(read_exactly(self.stdout, HEADER.size, deadline))
         if length > MAX_FRAME:
             raise ValueError(f"worker sent a frame of {length} bytes")
-        return self._read(length, deadline)
-
-    def _read(self, size: int, deadline: float | None) -> bytes:
-        chunks = []
-        while size:
-            wait_for(self.stdout, select.POLLIN, deadline)
-            chunk = os.read(self.stdout, min(size, 1 << 20))
-            if not chunk:
-                raise EOFError("the worker closed its output")
-            chunks.append(chunk)
-            size -= len(chunk)
-        return b"".join(chunks)
+        return read_exactly(self.stdout, length, deadline)
 
     def kill(self) -> None:
         # The worker leads its own session, so this also ends anything it started.
@@ -176,6 +163,21 @@ class WorkerProcess:
                 name = f"signal {-code}"
             return f"killed by {name}"
         return f"exited with status {code}"
+
+
+def read_exactly(fd: int, size: int, deadline: float | None) -> bytearray:
+    """size bytes from a pipe, read into one buffer made for them: reading chunks and
+    joining them took three times as long for 64 MiB (bench/whole_buffer.py)."""
+    buffer = bytearray(size)
+    view = memoryview(buffer)
+    done = 0
+    while done < size:
+        wait_for(fd, select.POLLIN, deadline)
+        read = os.readv(fd, [view[done:]])
+        if not read:
+            raise EOFError("the worker closed its output")
+        done += read
+    return buffer
 
 
 def wait_for(fd: int, event: int, deadline: float | None) -> None:
