@@ -3,7 +3,7 @@ bytes leave the worker as a raw frame after the outcome's rather than in its JSO
 
   transport   the outcome of a run that kept N bytes whole, from the worker's encoding to
               the bytes in the receiving process: as the worker sends it (the JSON frame,
-              then a raw frame: worker.result_frame), against the same bytes as base64 in
+              then a raw frame: worker.result_frames), against the same bytes as base64 in
               the JSON (pack_values' form for outputs); through a pipe that one thread
               writes and the pool's reading (process.read_exactly) reads; and the raw
               frame read as the pool read frames before, in chunks of up to 1 MiB joined
@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 from kernels.engine.pool import Pool  # noqa: E402
 from kernels.engine.process import read_exactly  # noqa: E402
-from kernels.engine.worker import HEADER, result_frame  # noqa: E402
+from kernels.engine.worker import HEADER, result_frames  # noqa: E402
 
 WGSL = """@group(0) @binding(0) var<storage, read_write> y: array<f32>;
 
@@ -89,14 +89,14 @@ def in_chunks(fd: int, size: int, deadline: None) -> bytes:
     return b"".join(chunks)
 
 
-def received(frame: bytes, frames: int, read: Callable[..., Any] = read_exactly) -> list[Any]:
+def received(parts: list[bytes], frames: int, read: Callable[..., Any] = read_exactly) -> list[Any]:
     """The frames as the pool reads them from a worker (process.read_exactly), through a
     pipe that a thread writes them into."""
     reader, writer = os.pipe()
 
     def send() -> None:
         with os.fdopen(writer, "wb") as out:
-            out.write(frame)
+            out.writelines(parts)
 
     sender = threading.Thread(target=send)
     sender.start()
@@ -111,7 +111,7 @@ def received(frame: bytes, frames: int, read: Callable[..., Any] = read_exactly)
 
 def raw(data: bytes, read: Callable[..., Any] = read_exactly) -> bytes:
     outcome = {"status": "no_reference", "whole": {"asked": {"pass": 1}, "data": data}}
-    head, attached = received(result_frame("1", outcome), 2, read)  # type: ignore[arg-type]
+    head, attached = received(result_frames("1", outcome), 2, read)  # type: ignore[arg-type]
     json.loads(head)
     return bytes(attached)
 
@@ -119,7 +119,7 @@ def raw(data: bytes, read: Callable[..., Any] = read_exactly) -> bytes:
 def in_json(data: bytes) -> bytes:
     whole = {"asked": {"pass": 1}, "base64": base64.b64encode(data).decode("ascii")}
     body = json.dumps({"type": "result", "outcome": {"whole": whole}}).encode()
-    (head,) = received(HEADER.pack(len(body)) + body, 1)
+    (head,) = received([HEADER.pack(len(body)) + body], 1)
     return base64.b64decode(json.loads(head)["outcome"]["whole"]["base64"])
 
 

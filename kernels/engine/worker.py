@@ -103,20 +103,32 @@ def encode_frame(message: dict[str, Any]) -> bytes:
     return HEADER.pack(len(body)) + body
 
 
-def result_frame(job_id: Any, outcome: Outcome, retire: bool = False) -> bytes:
-    """The result message, its outcome cut to MAX_OUTCOME_BYTES of JSON first: what the
-    program controls goes, biggest part first, and outcome["cut"] says what went (the
-    page says so). The web process never receives, stores or parses more. The bytes of
-    a buffer kept whole (outcome["whole"]["data"], at most WHOLE_MAX_BYTES) follow it as
-    a raw frame, its "attachment". retire: the worker exits after this answer."""
+def result_frames(job_id: Any, outcome: Outcome, retire: bool = False) -> list[bytes]:
+    """What the worker writes for a job: its result_frame, then, for a buffer kept whole
+    (outcome["whole"]["data"], at most WHOLE_MAX_BYTES), a raw frame of its bytes, the
+    result's "attachment": written as they are (joined, they were a copy of 64 MiB more:
+    84 ms on the H100)."""
     whole = outcome.get("whole")
     data = whole.pop("data", b"") if whole is not None else b""
-    head: dict[str, Any] = {"type": "result", "id": job_id, "retire": retire}
-    attachment = HEADER.pack(len(data)) + data if data else b""
-    head["attachment"] = len(data)
+    frame = result_frame(job_id, outcome, retire, attachment=len(data))
+    return [frame, HEADER.pack(len(data)), data] if data else [frame]
+
+
+def result_frame(job_id: Any, outcome: Outcome, retire: bool = False, attachment: int = 0) -> bytes:
+    """The result message, its outcome cut to MAX_OUTCOME_BYTES of JSON first: what the
+    program controls goes, biggest part first, and outcome["cut"] says what went (the
+    page says so). The web process never receives, stores or parses more. retire: the
+    worker exits after this answer. attachment: the bytes of the raw frame that follows
+    it (result_frames)."""
+    head: dict[str, Any] = {
+        "type": "result",
+        "id": job_id,
+        "retire": retire,
+        "attachment": attachment,
+    }
     frame = encode_frame({**head, "outcome": outcome})
     if len(frame) <= MAX_OUTCOME_BYTES:
-        return frame + attachment
+        return frame
     shown = cast(dict[str, Any], outcome)
     program: dict[str, Any] = shown.get("program") or {}
     parts: list[tuple[str, dict[str, Any], str]] = [
@@ -146,8 +158,7 @@ def result_frame(job_id: Any, outcome: Outcome, retire: bool = False) -> bytes:
     outcome["cut"] = cut
     frame = encode_frame({**head, "outcome": outcome})
     if len(frame) <= MAX_OUTCOME_BYTES:
-        return frame + attachment
-    head["attachment"] = 0
+        return frame
     too_big = failure(
         Status.REJECTED,
         f"The run's outcome was over {MAX_OUTCOME_BYTES // 1024**2} MiB even without its "
@@ -350,7 +361,7 @@ class Answer:
             self.sent = True
             if self.watchdog is not None:
                 self.watchdog.cancel()
-            self.channel.write(result_frame(self.job_id, outcome))
+            self.channel.writelines(result_frames(self.job_id, outcome))
             self.channel.flush()
 
     def stuck(self) -> None:

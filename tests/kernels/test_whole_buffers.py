@@ -6,6 +6,7 @@ one. Real wgpu (llvmpipe here) through the pool, through URLs as a reader would 
 from __future__ import annotations
 
 import io
+import json
 from typing import Any
 from unittest import mock
 
@@ -21,7 +22,7 @@ from kernels.engine.host import capture as captures
 from kernels.engine.host.check import harness_values
 from kernels.engine.host.program import run_program
 from kernels.engine.run import execute
-from kernels.engine.worker import HEADER, result_frame
+from kernels.engine.worker import HEADER, result_frame, result_frames
 from kernels.models import Fork, KeptBuffer, Run
 from sessions.models import Session
 from sessions.programs import Blob
@@ -432,8 +433,11 @@ def test_a_request_the_run_cannot_meet_says_why(gpu, monkeypatch) -> None:
 def test_the_kept_bytes_leave_the_worker_raw_after_the_outcome() -> None:
     data = np.arange(100_000, dtype="<f4").tobytes()
     outcome = {"status": "passed", "whole": {"asked": {"pass": 1}, "data": data}}
-    frame = result_frame("7", outcome)  # type: ignore[arg-type]
+    frame, header, attached = result_frames("7", outcome)  # type: ignore[arg-type]
     (length,) = HEADER.unpack(frame[: HEADER.size])
-    head = frame[HEADER.size : HEADER.size + length]
-    assert b"base64" not in head and b'"attachment": 400000' in head
-    assert frame[HEADER.size + length :] == HEADER.pack(len(data)) + data
+    head = json.loads(frame[HEADER.size :])
+    assert length == len(frame) - HEADER.size and head["attachment"] == len(data)
+    assert head["outcome"]["whole"] == {"asked": {"pass": 1}}
+    assert (header, attached) == (HEADER.pack(len(data)), data)
+    # Without one, the frame alone, as ever.
+    assert result_frames("8", {"status": "passed"}) == [result_frame("8", {"status": "passed"})]  # type: ignore[typeddict-item]
