@@ -109,11 +109,12 @@ def received(parts: list[bytes], frames: int, read: Callable[..., Any] = read_ex
     return bodies
 
 
-def raw(data: bytes, read: Callable[..., Any] = read_exactly) -> bytes:
+def raw(data: bytes, read: Callable[..., Any] = read_exactly) -> bytes | bytearray:
+    """The bytes as the pool hands them on (a bytearray from read_exactly: not copied)."""
     outcome = {"status": "no_reference", "whole": {"asked": {"pass": 1}, "data": data}}
     head, attached = received(result_frames("1", outcome), 2, read)  # type: ignore[arg-type]
     json.loads(head)
-    return bytes(attached)
+    return attached  # type: ignore[no-any-return]
 
 
 def in_json(data: bytes) -> bytes:
