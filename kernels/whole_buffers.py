@@ -187,7 +187,8 @@ def keep(run_id: int, whole: WholeBuffer, data: bytes, adapter: str) -> KeptBuff
 def npy(kept: KeptBuffer) -> bytes:
     """The kept buffer as a .npy file (numpy.load reads it: its dtype and shape)."""
     header = io.BytesIO()
-    info = {"descr": NP_TYPES[kept.dtype], "fortran_order": False, "shape": tuple(kept.shape)}
+    descr = np.dtype(NP_TYPES[kept.dtype]).str  # "<f4", "|u1"
+    info = {"descr": descr, "fortran_order": False, "shape": tuple(kept.shape)}
     np.lib.format.write_array_header_1_0(header, info)
     return header.getvalue() + bytes(kept.blob.data)
 
