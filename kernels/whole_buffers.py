@@ -16,6 +16,7 @@ import io
 import json
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlencode
 
 import numpy as np
 from django.conf import settings
@@ -182,6 +183,29 @@ def keep(run_id: int, whole: WholeBuffer, data: bytes, adapter: str) -> KeptBuff
     except IntegrityError:  # kept by another run a moment ago
         kept = KeptBuffer.objects.get(**fields)
     return kept
+
+
+def listed(run: Run, npy_url: str) -> list[dict[str, Any]]:
+    """The buffers kept whole of the run's job, as replay.json lists them: each one's
+    pass, name, dtype, shape and cells, and its .npy's URL (npy_url, with its query)."""
+    kept = KeptBuffer.objects.of_run(run).order_by("pass_number", "buffer")
+    rows = kept.values("pass_number", "buffer", "dtype", "shape", "count")
+    return [
+        {
+            "pass": row["pass_number"],
+            "buffer": row["buffer"],
+            "dtype": row["dtype"],
+            "shape": row["shape"],
+            "count": row["count"],
+            "url": download_url(npy_url, row["pass_number"], row["buffer"]),
+        }
+        for row in rows
+    ]
+
+
+def download_url(npy_url: str, number: int, name: str) -> str:
+    """Where buffer `name` kept whole after pass `number` downloads (npy_url: the page's)."""
+    return f"{npy_url}?{urlencode({'pass': number, 'buffer': name})}"
 
 
 def npy(kept: KeptBuffer) -> bytes:

@@ -189,7 +189,8 @@ def fork_json(request: HttpRequest, fork_id: str) -> HttpResponse:
         "replay": reverse("kernels:replay", args=[version.kernel.session.slug, number]),
     }
     extra = {"fork": made.id, "forked_from": forked_from}
-    return replay_json_response(request, made.as_version(), extra, forks.runs_on_view(made))
+    npy = reverse("kernels:fork_whole_buffer_npy", args=[made.id])
+    return replay_json_response(request, made.as_version(), extra, forks.runs_on_view(made), npy)
 
 
 @require_GET

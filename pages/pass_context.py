@@ -4,7 +4,6 @@ one pass at a time, each buffer it wrote drawn as outputs are, what it changed m
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlencode
 
 from kernels import pictures, whole_buffers
 from kernels.engine.outcome import Outcome, PassBuffer
@@ -48,12 +47,8 @@ def passes_context(
         figure["name"] = buffer["name"]
         figure["note"] = buffer.get("note", "") if "values" in buffer else ""
         if (state := kept.get(buffer["name"])) is not None and urls:
-            query = urlencode({"pass": shown["number"], "buffer": buffer["name"]})
-            figure["whole"] = {
-                "state": state,
-                "ask": urls["whole"],
-                "npy": f"{urls['npy']}?{query}",
-            }
+            npy = whole_buffers.download_url(urls["npy"], shown["number"], buffer["name"])
+            figure["whole"] = {"state": state, "ask": urls["whole"], "npy": npy}
             if state.kept is not None:
                 figure.update(whole_figure(buffer, state.kept))
     if len(numbers) <= 2 * NEAR:

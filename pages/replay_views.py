@@ -19,7 +19,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 
 from config.context_processors import site_origin
 from config.ratelimit import client_key, hit
-from kernels import forks, jobs, pictures, replay
+from kernels import forks, jobs, pictures, replay, whole_buffers
 from kernels.digits import EmptyDrawing, drawing_harness, preprocess
 from kernels.engine.host.check import harness_values
 from kernels.engine.outcome import Status, output_list, output_values
@@ -249,14 +249,16 @@ def replay_json(request: HttpRequest, slug: str, number: int) -> HttpResponse:
     finding the turn, its job and its run takes three and the job's digests (4.6 against
     0.6 ms for /healthz, in process)."""
     key = reader_pages.page_key(request, "replay.json", slug, number)
+    npy = reverse("kernels:whole_buffer_npy", args=[slug, number])
     if key is None:
-        return replay_json_response(request, get_reviewed_turn(request, slug, number)[1])
+        version = get_reviewed_turn(request, slug, number)[1]
+        return replay_json_response(request, version, npy=npy)
     kept = reader_pages.stored(key, STORED_ANSWER, slug=slug)
     if kept is not None:
         return HttpResponse(kept["body"], content_type="application/json")
     found = stamp(OPENABLE, slug)
     shown = replay.for_reader(get_reviewed_turn(request, slug, number)[1], start=True)
-    response = _answer(shown, {})
+    response = _answer(shown, {}, npy=npy)
     reader_pages.keep(key, found, shown, response.content)
     return response
 
@@ -278,9 +280,11 @@ def replay_json_response(
     version: KernelVersion,
     extra: dict[str, Any] | None = None,
     start: bool = True,
+    npy: str = "",
 ) -> HttpResponse:
     """replay.json of a version, archived or a fork's (extra: what else the answer says;
-    start: whether a run is started when none is stored)."""
+    start: whether a run is started when none is stored; npy: where its buffers kept
+    whole download)."""
     try:
         wait = float(request.GET.get("wait", "0"))
     except ValueError:
@@ -296,12 +300,15 @@ def replay_json_response(
         shown = replay.for_reader(version, run_id=_run_id(request.GET["run"]))
     else:
         shown = replay.for_reader(version, start=start)
-    return _answer(shown, extra or {}, wait)
+    return _answer(shown, extra or {}, wait, npy)
 
 
-def _answer(shown: replay.Replay, extra: dict[str, Any], wait: float = 0.0) -> HttpResponse:
+def _answer(
+    shown: replay.Replay, extra: dict[str, Any], wait: float = 0.0, npy: str = ""
+) -> HttpResponse:
     """replay.json's answer about what a reader sees of a version (waiting up to wait
-    seconds for its run to finish)."""
+    seconds for its run to finish), with the buffers kept whole of its job, if any, and
+    where each downloads (npy)."""
     if shown.problem:
         return JsonResponse({"error": shown.problem, "state": "none"}, status=422)
     if shown.busy:
@@ -313,6 +320,8 @@ def _answer(shown: replay.Replay, extra: dict[str, Any], wait: float = 0.0) -> H
     if wait:
         shown.run = replay.wait(shown.run, wait)
     status = 200 if shown.run.state == Run.State.DONE else 202
+    if status == 200 and npy and (kept := whole_buffers.listed(shown.run, npy)):
+        extra = {**extra, "whole_buffers": kept}
     return HttpResponse(_run_json(shown, extra), content_type="application/json", status=status)
 
 

@@ -127,6 +127,22 @@ class WholeBufferTests(TransactionTestCase):
         self.assertIn(FORM, page)
         self.assertEqual(self.ask(number=2).status_code, 303)
         np.testing.assert_array_equal(downloaded(self.client, NPY, 2, "y"), 2 * FILLED)
+        # replay.json lists what is kept, and where each downloads.
+        listed = finished(self.client, "/s/whole/turns/2/replay.json")["whole_buffers"]
+        self.assertEqual(
+            listed,
+            [
+                {
+                    "pass": number,
+                    "buffer": "y",
+                    "dtype": "f32",
+                    "shape": [CELLS],
+                    "count": CELLS,
+                    "url": f"{NPY}?pass={number}&buffer=y",
+                }
+                for number in (1, 2)
+            ],
+        )
         # Asked again: the kept one, no run.
         runs = Run.objects.count()
         self.assertEqual(self.ask().status_code, 303)
@@ -158,7 +174,12 @@ class WholeBufferTests(TransactionTestCase):
         self.assertEqual(r["Location"], f"/f/{fork.id}/?pass=1#passes")
         values = downloaded(self.client, f"/f/{fork.id}/whole.npy", 1, "y")
         np.testing.assert_array_equal(values, FILLED + np.float32(8))
+        listed = finished(self.client, f"/f/{fork.id}/replay.json")["whole_buffers"]
+        self.assertEqual(
+            [entry["url"] for entry in listed], [f"/f/{fork.id}/whole.npy?pass=1&buffer=y"]
+        )
         # The archived version's buffer is another job's: not kept by the fork's request.
+        self.assertNotIn("whole_buffers", finished(self.client, "/s/whole/turns/2/replay.json"))
         self.assertEqual(self.client.get(f"{NPY}?pass=1&buffer=y").status_code, 404)
 
     def test_bad_requests_say_what_is_wrong_and_run_nothing(self) -> None:
