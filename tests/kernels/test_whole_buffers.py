@@ -224,6 +224,26 @@ class WholeBufferTests(TransactionTestCase):
         self.assertEqual(self.ask().status_code, 303)
         self.assertTrue(KeptBuffer.objects.exists())
 
+    def test_with_no_adapter_the_reader_is_told_and_nothing_is_kept(self) -> None:
+        real = type(replay.backend()).environment_id
+
+        def down(backend: Any, wait: bool) -> Any:
+            if wait:
+                raise RuntimeError("no adapter answers")
+            return real(backend, wait)
+
+        with mock.patch.object(type(replay.backend()), "environment_id", down):
+            r = self.ask()
+        self.assertEqual(r.status_code, 303)
+        page = self.client.get(r["Location"]).content.decode()
+        self.assertIn(
+            "Buffer y was not kept: This time the version did not get that far: No GPU", page
+        )
+        self.assertFalse(KeptBuffer.objects.exists())
+        # Back up, it runs.
+        self.assertEqual(self.ask().status_code, 303)
+        self.assertTrue(KeptBuffer.objects.exists())
+
     def test_a_run_that_fails_this_time_says_why_and_offers_to_try_again(self) -> None:
         real = replay.finish
 
