@@ -1,6 +1,6 @@
 """Buffers kept whole on request: where a run's capture kept only the first cells of a
 buffer after a pass (kernels/engine/host/capture.py's MAX_CELLS, MAX_RUN_BYTES), a reader
-may ask for all of them. The version runs again, as a job of its own (jobs.whole_buffer_job)
+may ask for all of them. The version runs again, as a job of its own (whole_buffer_job)
 through the same backend and pool as any replay, and what it keeps is stored once per
 job, pass and buffer (KeptBuffer, its bytes a Blob).
 
@@ -95,10 +95,13 @@ def cut_buffer(run: Run | None, number: int, name: str) -> PassBuffer:
     return entry
 
 
-def ask(version: KernelVersion, number: int, name: str, client: str) -> Run | KeptBuffer:
+def ask(
+    version: KernelVersion, number: int, name: str, client: str
+) -> tuple[Run | KeptBuffer, bool]:
     """Keep buffer `name` after pass `number` of this version whole: the kept buffer if it
     is kept already, else the run keeping it (started, or joined while in flight), given
-    a few seconds to finish. client: the rate limit's key for the reader asking."""
+    a few seconds to finish, and whether it ran (what its pages show changed). client:
+    the rate limit's key for the reader asking."""
     try:
         job = job_for(version)
     except ReplayProblem as error:
@@ -107,7 +110,7 @@ def ask(version: KernelVersion, number: int, name: str, client: str) -> Run | Ke
     cut_buffer(shown.finished_run, number, name)
     kept = kept_buffer(job, number, name).first()
     if kept is not None:
-        return kept
+        return kept, False
     whole = whole_buffer_job(job, number, name)
     runs = Run.objects.filter(
         source_sha256=whole.source_sha256, harness_digest=whole.harness_digest
@@ -130,8 +133,8 @@ def ask(version: KernelVersion, number: int, name: str, client: str) -> Run | Ke
     if replay.backend().long_poll:
         run = replay.wait(run, settings.REPLAY_DEADLINE + 5)
     if run.state != Run.State.DONE:
-        return run
-    return kept_buffer(job, number, name).first() or run
+        return run, True
+    return kept_buffer(job, number, name).first() or run, True
 
 
 def kept_buffer(job: Job, number: int, name: str) -> QuerySet[KeptBuffer]:

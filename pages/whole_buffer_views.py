@@ -55,7 +55,7 @@ def _ask(request: HttpRequest, version: KernelVersion, session: Session, page: s
     its run in flight, or why the run did not keep it."""
     try:
         number, name = _asked(request.POST.dict())
-        found = whole_buffers.ask(version, number, name, client_key(request))
+        found, ran = whole_buffers.ask(version, number, name, client_key(request))
     except whole_buffers.Refused as refused:
         context = {"message": str(refused), "page": page, "session": session, "version": version}
         response = render(
@@ -64,9 +64,10 @@ def _ask(request: HttpRequest, version: KernelVersion, session: Session, page: s
         if refused.retry_after:
             response["Retry-After"] = str(refused.retry_after)
         return response
-    # Readers who are not signed in are served kept pages (pages/reader_pages.py): the
-    # session's stamp changes, so that theirs show the buffer kept (or being kept) too.
-    session.touch()
+    if ran:
+        # Readers who are not signed in are served kept pages (pages/reader_pages.py): the
+        # session's stamp changes, so that theirs show the buffer kept (or being kept) too.
+        session.touch()
     if isinstance(found, KeptBuffer):
         messages.success(request, f"Buffer {name} after pass {number} is kept whole below.")
     elif found.state != Run.State.DONE:

@@ -143,10 +143,12 @@ class WholeBufferTests(TransactionTestCase):
                 for number in (1, 2)
             ],
         )
-        # Asked again: the kept one, no run.
+        # Asked again: the kept one, no run, and the pages kept for readers stay kept.
         runs = Run.objects.count()
+        stamp = Session.objects.get(pk=self.session.pk).updated
         self.assertEqual(self.ask().status_code, 303)
         self.assertEqual(Run.objects.count(), runs)
+        self.assertEqual(Session.objects.get(pk=self.session.pk).updated, stamp)
         self.assertEqual(KeptBuffer.objects.count(), 2)
 
     def test_identical_requests_share_one_run_and_one_kept_buffer(self) -> None:
