@@ -37,6 +37,7 @@ def test_a_reader_keeps_a_cut_buffer_whole(
     assert "too large to keep whole" in section.inner_text()
     button = section.locator(".whole-buffer-form button")
     assert button.inner_text() == "Keep the whole buffer (1.0 MB)"
+    problems += serious(page)
     if SHOTS:
         section.screenshot(path=str(Path(SHOTS) / f"whole-asked-{width}.png"))
 
