@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from django.contrib import admin
+from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from kernels.models import Fork, KeptBuffer, Run
@@ -40,3 +41,9 @@ class KeptBufferAdmin(admin.ModelAdmin[KeptBuffer]):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
+
+    def delete_model(self, request: HttpRequest, obj: KeptBuffer) -> None:
+        KeptBuffer.objects.filter(pk=obj.pk).delete_with_bytes()
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[KeptBuffer]) -> None:
+        KeptBuffer.objects.filter(pk__in=queryset.values("pk")).delete_with_bytes()

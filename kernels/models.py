@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from kernels.engine.outcome import Status
 from sessions.models import Session
-from sessions.programs import Blob, KernelVersion, sha256_text
+from sessions.programs import Blob, KernelVersion, StateFile, sha256_text
 
 
 class RunQuerySet(models.QuerySet["Run"]):
@@ -253,6 +253,15 @@ class KeptBufferQuerySet(models.QuerySet["KeptBuffer"]):
         """The buffers kept whole from runs of the same job as this run (by content, as
         runs are: a fork that runs what a version runs shares them)."""
         return self.filter(source_sha256=run.source_sha256, harness_digest=run.harness_digest)
+
+    def delete_with_bytes(self) -> None:
+        """Delete these, and their bytes where nothing else holds them (another kept
+        buffer, a program state's file): up to 64 MiB each."""
+        held = set(self.values_list("blob_id", flat=True))
+        self.delete()
+        held -= set(KeptBuffer.objects.filter(blob__in=held).values_list("blob_id", flat=True))
+        held -= set(StateFile.objects.filter(blob__in=held).values_list("blob_id", flat=True))
+        Blob.objects.filter(pk__in=held).delete()
 
 
 class KeptBuffer(models.Model):

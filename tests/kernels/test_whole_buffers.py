@@ -14,7 +14,7 @@ import numpy as np
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.cache import cache
-from django.test import Client, TransactionTestCase, override_settings
+from django.test import Client, TestCase, TransactionTestCase, override_settings
 
 from kernels import jobs, replay, whole_buffers
 from kernels.engine.harness import parse_harness
@@ -314,6 +314,8 @@ class WholeBufferTests(TransactionTestCase):
         deleted = curator.post(f"/admin/kernels/keptbuffer/{kept.pk}/delete/", {"post": "yes"})
         self.assertEqual(deleted.status_code, 302)
         self.assertFalse(KeptBuffer.objects.exists())
+        # Its 1 MiB of bytes go with it: nothing else holds them.
+        self.assertFalse(Blob.objects.filter(pk=kept.blob_id).exists())
         # The page offers it again, as never kept (not as a run that failed).
         page = self.client.get(PAGE, {"pass": 1}).content.decode()
         self.assertIn("Keep the whole buffer (1.0 MB)", page)
@@ -352,6 +354,20 @@ BUMPS = (
     .replace('["fill", "scale"]', 'Array(10).fill("bump")')
     .replace(str(CELLS // 256), str(captures.MAX_CELLS // 256))
 )
+
+
+class KeptBytesTests(TestCase):
+    def test_bytes_held_by_another_kept_buffer_stay_when_one_goes(self) -> None:
+        (sha,) = Blob.store([b"\0" * 64])
+        fields = {"source_sha256": "s", "harness_digest": "h", "dtype": "f32", "count": 16}
+        one, two = (
+            KeptBuffer.objects.create(**fields, pass_number=number, buffer="y", blob_id=sha)
+            for number in (1, 2)
+        )
+        KeptBuffer.objects.filter(pk=one.pk).delete_with_bytes()
+        self.assertTrue(Blob.objects.filter(pk=sha).exists())
+        KeptBuffer.objects.filter(pk=two.pk).delete_with_bytes()
+        self.assertFalse(Blob.objects.filter(pk=sha).exists())
 
 
 class BudgetWholeBufferTests(TransactionTestCase):
