@@ -231,7 +231,7 @@ class HarnessPageTests(TransactionTestCase):
         self.assertIn("with the inputs of case tripled", page)
         # struct Params { n: u32, scale: f32, origin: vec3<f32> }: origin is 16-byte
         # aligned, so 8 bytes of padding after scale, and the struct rounds up to 32.
-        layout = page[page.index('<figure class="uniform-layout">') :]
+        layout = page[page.index('<figure class="uniform-layout"') :]
         layout = layout[: layout.index("</figure>")]
         self.assertIn("As WGSL lays out <code>struct Params</code> (32 bytes)", layout)
         segments = re.findall(
