@@ -1,9 +1,13 @@
 """Where a warm replay of the 784x128 layer spends its time, as a harness and as a
 learner's host program: the worker's run_job called in-process (the pool and the
 database left out) on a warm memo and device buffers, its median over --runs calls, then
-cProfile over as many, by own time and by cumulative time.
+cProfile over as many, by own time and by cumulative time. With --double SIDE, the size
+sweep's y = 2x harness over a SIDE x SIDE output instead (at 8, where a replay's fixed
+cost shows), and the bare dispatch and readback it is compared with (bench/replay.py's
+floor) in the same loop.
 
     .venv/bin/python bench/profile_program.py [--runs 20] [--batch 1000] [--top 30]
+                                              [--double 8]
 """
 
 from __future__ import annotations
@@ -17,8 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 from common import setup_django
-from replay import PROGRAM, harness, make_version
+from replay import DOUBLE, PROGRAM, SOURCE, Floor, double_harness, harness, make_version
 
 
 def main() -> None:
@@ -26,6 +31,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--batch", type=int, default=1000, help="rows of x")
     parser.add_argument("--top", type=int, default=30, help="functions listed")
+    parser.add_argument("--double", type=int, default=0, help="y = 2x's side instead")
     args = parser.parse_args()
     os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.mkdtemp())
     setup_django(Path(tempfile.mkdtemp()) / "profile.sqlite3")
@@ -37,19 +43,34 @@ def main() -> None:
 
     device, env = open_device(os.environ.get("REPLAY_WGPU_BACKEND", ""))
     print(f"on {env.label}")
-    for kind, program in (("harness", ""), ("program", PROGRAM)):
-        slug = make_version(harness(args.batch), f"profile-{kind}", program)
+    layer = harness(args.batch)
+    cases: list[tuple[str, dict, str, str, Floor | None]] = [
+        ("harness", layer, "", SOURCE, None),
+        ("program", layer, PROGRAM, SOURCE, None),
+    ]
+    if args.double:
+        side = args.double
+        spec = double_harness(side)
+        x = [np.ones(side * side, np.float32)]
+        floor = Floor(device, DOUBLE, x, side * side * 4, spec["passes"][0]["dispatch"])
+        cases = [(f"y = 2x at {side}x{side}", spec, "", DOUBLE, floor)]
+    for number, (kind, spec, program, source, floor) in enumerate(cases):
+        slug = make_version(spec, f"profile-{number}", program, source)
         version = KernelVersion.objects.get(kernel__session__slug=slug)
         job = with_files(job_for(version), on_disk=True).payload
         memo, kept = Memo(), DeviceBuffers()
         for _ in range(3):
             run_job(device, env, job, memo, kept)
-        times = []
+        times, floors = [], []
         for _ in range(args.runs):
             started = time.perf_counter()
             run_job(device, env, job, memo, kept)
             times.append(1000 * (time.perf_counter() - started))
+            if floor is not None:
+                floors.append(1000 * floor.once())
         print(f"== {kind}: run_job median {statistics.median(times):.2f} ms")
+        if floors:
+            print(f"   the floor (bare dispatch and readback) {statistics.median(floors):.2f} ms")
         profile = cProfile.Profile()
         profile.enable()
         for _ in range(args.runs):
