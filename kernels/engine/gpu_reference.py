@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import os
 import select
 import subprocess
@@ -20,6 +21,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 SWITCH = "KERNELBIN_TORCH_REFERENCE"
 NVIDIA_DEVICE = Path("/dev/nvidiactl")
@@ -101,7 +104,9 @@ class GpuReference:
         return said if isinstance(said, dict) else None
 
     def _stop(self, why: str) -> None:
-        self.problem = self.problem or f"PyTorch's reference process is not used: {why}."
+        if not self.problem:
+            self.problem = f"PyTorch's reference process is not used: {why}."
+            log.warning("%s", self.problem)
         self.device = ""
         if self.process.poll() is None:
             self.process.kill()

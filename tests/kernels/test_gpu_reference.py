@@ -66,12 +66,13 @@ def test_without_a_cuda_gpu_the_reference_process_says_so_and_nothing_is_timed()
     assert reference.process.returncode is not None
 
 
-def test_a_process_that_never_says_it_is_ready_is_stopped(monkeypatch):
+def test_a_process_that_never_says_it_is_ready_is_stopped_and_logged(monkeypatch, caplog):
     monkeypatch.setattr(gpu_reference, "READY_SECONDS", 0.5)
     reference = process([sys.executable, "-c", "import time; time.sleep(30)"])
 
     assert reference.time("add", [(8,), (8,)]) is None
     assert "did not start" in reference.problem
+    assert caplog.messages == [reference.problem]
     assert reference.process.returncode is not None
 
 
