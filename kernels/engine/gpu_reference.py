@@ -19,6 +19,7 @@ import select
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -134,6 +135,9 @@ def use(reference: GpuReference | None) -> None:
     _started = reference
 
 
-def gpu_reference_time(name: str, shapes: list[tuple[int, ...]]) -> dict[str, Any] | None:
-    """The started process's time for the reference (None without one)."""
-    return _started.time(name, shapes) if _started is not None else None
+def gpu_reference_time(
+    name: str, shapes: Callable[[], list[tuple[int, ...]]]
+) -> dict[str, Any] | None:
+    """The started process's time for the reference on arguments of shapes() (called only
+    where there is a process); None without one."""
+    return _started.time(name, shapes()) if _started is not None else None

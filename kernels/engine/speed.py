@@ -130,8 +130,9 @@ def add_references(
     gpu_ms = speed["gpu_ms"]
     ms = reference_time(memo, inputs, name, args, speed["repeats"])
     speed["reference"] = reference_entry(name, ms, gpu_ms)
-    shapes = memo(("reference shapes", *inputs, name), lambda: [a.shape for a in args()])
-    timed = gpu_reference_time(name, shapes)
+    timed = gpu_reference_time(
+        name, lambda: memo(("reference shapes", *inputs, name), lambda: [a.shape for a in args()])
+    )
     if timed is not None and gpu_ms:
         speed["gpu_reference"] = {
             "name": f"PyTorch {name}",
