@@ -358,7 +358,9 @@ def replay_program(
     of them after one pass, whole (host/capture.py). kept and fetched: as run_program's.
     """
     deadline = time.monotonic() + 10.0 if deadline is None else deadline
-    result = run_program(
+    # The run, and the diagnostic run (the same, its buffers starting with the sentinel).
+    run = functools.partial(
+        run_program,
         device,
         env,
         source,
@@ -367,28 +369,16 @@ def replay_program(
         deadline,
         memo=memo,
         capture=capture,
-        whole=whole,
         kept=kept,
         fetched=fetched,
     )
+    result = run(whole=whole)
     if callable(expected):
         expected = expected(result) if result.error is None else None
     outcome = program_outcome(result, env, expected, atol, rtol)
     if not needs_diagnosis(outcome, result) or time.monotonic() >= deadline:
         return outcome
-    diagnostic = run_program(
-        device,
-        env,
-        source,
-        files,
-        limits,
-        deadline,
-        sentinel=True,
-        memo=memo,
-        capture=capture,
-        kept=kept,
-        fetched=fetched,
-    )
+    diagnostic = run(sentinel=True)
     if diagnostic.error is not None:
         return outcome
     return program_outcome(result, env, expected, atol, rtol, sentinel=diagnostic)
