@@ -20,6 +20,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from common import setup_django
@@ -44,7 +45,7 @@ def main() -> None:
     device, env = open_device(os.environ.get("REPLAY_WGPU_BACKEND", ""))
     print(f"on {env.label}")
     layer = harness(args.batch)
-    cases: list[tuple[str, dict, str, str, Floor | None]] = [
+    cases: list[tuple[str, dict[str, Any], str, str, Floor | None]] = [
         ("harness", layer, "", SOURCE, None),
         ("program", layer, PROGRAM, SOURCE, None),
     ]
@@ -52,8 +53,8 @@ def main() -> None:
         side = args.double
         spec = double_harness(side)
         x = [np.ones(side * side, np.float32)]
-        floor = Floor(device, DOUBLE, x, side * side * 4, spec["passes"][0]["dispatch"])
-        cases = [(f"y = 2x at {side}x{side}", spec, "", DOUBLE, floor)]
+        bare = Floor(device, DOUBLE, x, side * side * 4, spec["passes"][0]["dispatch"])
+        cases = [(f"y = 2x at {side}x{side}", spec, "", DOUBLE, bare)]
     for number, (kind, spec, program, source, floor) in enumerate(cases):
         slug = make_version(spec, f"profile-{number}", program, source)
         version = KernelVersion.objects.get(kernel__session__slug=slug)

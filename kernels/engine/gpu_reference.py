@@ -27,9 +27,12 @@ log = logging.getLogger(__name__)
 
 SWITCH = "KERNELBIN_TORCH_REFERENCE"
 NVIDIA_DEVICE = Path("/dev/nvidiactl")
-# Loading PyTorch and opening CUDA took 4.3 to 4.6 s on the H100's host.
+# Loading PyTorch and opening CUDA took 4.3 to 4.6 s on the H100's host. A run waits for
+# it at most RUN_WAIT_SECONDS (well inside a replay's deadline: the pool stops a worker
+# past it); a process not ready READY_SECONDS after its start is given up.
 READY_SECONDS = 60.0
-ANSWER_SECONDS = 30.0
+RUN_WAIT_SECONDS = 5.0
+ANSWER_SECONDS = 5.0
 MAX_LINE = 4096
 
 
@@ -41,13 +44,18 @@ class GpuReference:
         self.device = ""
         self.problem = ""
         self.pending = b""
+        self.started = time.monotonic()
         self.times: dict[tuple[str, tuple[tuple[int, ...], ...]], dict[str, Any] | None] = {}
 
     def ready(self) -> bool:
-        """Whether the process has said it times on a GPU (waiting for it, the first time)."""
+        """Whether the process has said it times on a GPU (waiting for it a while, until
+        it has said, or has been given up)."""
         if self.device or self.problem:
             return bool(self.device)
-        said = self._read(READY_SECONDS)
+        left = READY_SECONDS - (time.monotonic() - self.started)
+        said = self._read(min(RUN_WAIT_SECONDS, max(left, 0.0)))
+        if said is None and self.process.poll() is None and left > RUN_WAIT_SECONDS:
+            return False  # still loading: a later run asks again
         if said and said.get("ready"):
             self.device = str(said.get("device") or "this GPU")[:100]
         else:
@@ -56,10 +64,12 @@ class GpuReference:
 
     def time(self, name: str, shapes: list[tuple[int, ...]]) -> dict[str, Any] | None:
         """{"ms", "runs", "where"} for the reference on arguments of these shapes; None
-        where it cannot be timed here."""
+        where it cannot be timed here (or not yet: the process is still loading)."""
         key = (name, tuple(tuple(s) for s in shapes))
         if key not in self.times:
-            self.times[key] = self._ask(name, shapes) if self.ready() else None
+            if not self.ready():
+                return None
+            self.times[key] = self._ask(name, shapes)
         return self.times[key]
 
     def _ask(self, name: str, shapes: list[tuple[int, ...]]) -> dict[str, Any] | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -74,6 +75,23 @@ def test_a_process_that_never_says_it_is_ready_is_stopped_and_logged(monkeypatch
     assert "did not start" in reference.problem
     assert caplog.messages == [reference.problem]
     assert reference.process.returncode is not None
+
+
+def test_a_run_waits_a_while_for_a_process_still_loading_and_a_later_run_asks_again(
+    monkeypatch,
+):
+    monkeypatch.setattr(gpu_reference, "RUN_WAIT_SECONDS", 0.2)
+    ready = '{"ready": true, "device": "a GPU"}'
+    slow = talking(ready, '{"ms": 0.25, "runs": 20}')
+    slow[-1] = "import time; time.sleep(1.5)\n" + slow[-1]
+    reference = process(slow)
+
+    assert reference.time("add", [(8,), (8,)]) is None  # it says it is ready after 1.5 s
+    assert reference.problem == "" and reference.process.poll() is None
+    time.sleep(1.5)
+
+    assert reference.time("add", [(8,), (8,)]) == {"ms": 0.25, "runs": 20, "where": "a GPU"}
+    reference.process.kill()
 
 
 @pytest.mark.parametrize(
