@@ -179,7 +179,11 @@ def test_on_a_cuda_machine_a_replay_carries_pytorch_s_time_beside_numpy_s(
 ):
     device, env = gpu
     monkeypatch.setattr(gpu_reference, "NVIDIA_DEVICE", Path("/"))
-    gpu_reference.use(gpu_reference.start())
+    reference = gpu_reference.start()
+    assert reference is not None
+    while not reference.ready() and not reference.problem:
+        pass  # PyTorch still loading: each call waits a while, a minute at most in all
+    gpu_reference.use(reference)
 
     outcome = run_harness(device, env, "matmul", 4)
 
