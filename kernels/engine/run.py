@@ -413,6 +413,7 @@ class _Run:
             shadows=False,
             capture=capture,
             whole=whole,
+            recorded=False,
             timed=timed,
         )
         passed: dict[str, dict[str, Any]] = {}

@@ -151,6 +151,9 @@ class Timeline:
     writable held after it (host/capture.py; read when the run ends, in release()), and
     whole: the one buffer after one pass a job asked to keep whole. timed:
     time each pass on the device (host/clock.py) where it can; False for a run not shown.
+    recorded: the entries are a program's record, which a hostile program may have shaped:
+    each is checked, and its line moved to where its call begins; False for a harness's
+    (harness_program.py), made in Python with each call's own line.
     """
 
     def __init__(
@@ -170,8 +173,10 @@ class Timeline:
         capture: bool = False,
         whole: Whole | None = None,
         timed: bool = True,
+        recorded: bool = True,
     ) -> None:
         self.lines = source.splitlines()
+        self.recorded = recorded
         # The worker's memo: a module or "auto" pipeline made before (the same program run
         # again, its diagnostic run) is not compiled again.
         self.memo = memo
@@ -233,12 +238,13 @@ class Timeline:
                 "limit", f"The program made more than {MAX_CALLS:,} WebGPU calls.", shown
             )
         op = shown.get("op")
-        if type(op) is str and type(entry.get("line")) is int:
-            # The line where the call begins (QuickJS names the one where it ends).
-            line = entry["line"] if 1 <= entry["line"] <= len(self.lines) else None
-            entry["line"] = call_start(self.lines, line, METHODS.get(op, op))
-        if problem := check_entry(entry, self.kinds):
-            raise HostError("record", f"the call could not be replayed: {problem}.", shown)
+        if self.recorded:
+            if type(op) is str and type(entry.get("line")) is int:
+                # The line where the call begins (QuickJS names the one where it ends).
+                line = entry["line"] if 1 <= entry["line"] <= len(self.lines) else None
+                entry["line"] = call_start(self.lines, line, METHODS.get(op, op))
+            if problem := check_entry(entry, self.kinds):
+                raise HostError("record", f"the call could not be replayed: {problem}.", shown)
         wgpu = import_wgpu()
         try:
             if op in ENCODER_OPS:
