@@ -130,8 +130,10 @@ def ask(
         run = replay.start_run(whole, fresh=ended, wanted_for=replay.unattended_seconds())
     except replay.ReplayUnavailable as busy:
         raise Refused(str(busy), 503, retry_after=busy.retry_after) from None
-    if replay.backend().long_poll:
-        run = replay.wait(run, settings.REPLAY_DEADLINE + 5)
+    # Waited for here whatever the backend (a task queue's run is polled): the reader who
+    # asked sees the buffer on the page the answer leads to, whose script polls for
+    # nothing once the version's own run is done. The rate limit bounds these waits.
+    run = replay.wait(run, settings.REPLAY_DEADLINE + 5)
     if run.state != Run.State.DONE:
         return run, True
     return kept_buffer(job, number, name).first() or run, True

@@ -119,3 +119,31 @@
     show(link);
   });
 })();
+
+// A buffer being kept whole (its version running again, pages/whole_buffer_views.py): the
+// passes are fetched again every 2 s and swapped in, until the buffer shows kept or why
+// it was not (for two minutes at most; then the page says to reload).
+(function () {
+  var tries = 0;
+  function again() {
+    if (!document.querySelector(".whole-buffer [data-pending]") || ++tries > 60) return;
+    setTimeout(function () {
+      fetch(location.pathname + location.search, {
+        credentials: "same-origin", headers: { Accept: "text/html" },
+      })
+        .then(function (response) {
+          if (!response.ok) throw new Error(response.status);
+          return response.text();
+        })
+        .then(function (html) {
+          var fresh = new DOMParser().parseFromString(html, "text/html");
+          var next = fresh.querySelector('[data-live="passes"]');
+          var old = document.querySelector('[data-live="passes"]');
+          if (next && old) old.replaceWith(document.importNode(next, true));
+          again();
+        })
+        .catch(again);
+    }, 2000);
+  }
+  again();
+})();

@@ -11,6 +11,7 @@ from typing import Any
 from unittest import mock
 
 import numpy as np
+import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.cache import cache
@@ -72,6 +73,14 @@ NPY = "/s/whole/turns/2/replay/whole.npy"
 FORM = 'action="/s/whole/turns/2/replay/whole/"'
 
 
+# These mock what the run's own process does (replay.finish, the pool) and read what it
+# stored as soon as asking answers; a task queue's worker is another process. The
+# browser test (tests/browser/test_whole_buffer.py) keeps a buffer whole through either.
+in_the_local_pool = pytest.mark.skipif(
+    settings.REPLAY_BACKEND != "local", reason="mocks and reads the local pool's run"
+)
+
+
 def downloaded(client: Client, path: str, number: int, buffer: str) -> np.ndarray:
     r = client.get(path, {"pass": str(number), "buffer": buffer})
     assert r.status_code == 200, r.content[:300]
@@ -81,6 +90,7 @@ def downloaded(client: Client, path: str, number: int, buffer: str) -> np.ndarra
     return np.load(io.BytesIO(r.content), allow_pickle=False)
 
 
+@in_the_local_pool
 class WholeBufferTests(TransactionTestCase):
     def setUp(self) -> None:
         cache.clear()  # rate limit counters, kept pages
@@ -370,6 +380,7 @@ class KeptBytesTests(TestCase):
         self.assertFalse(Blob.objects.filter(pk=sha).exists())
 
 
+@in_the_local_pool
 class BudgetWholeBufferTests(TransactionTestCase):
     def test_a_buffer_past_the_runs_budget_is_offered_and_kept_whole(self) -> None:
         cache.clear()
@@ -392,6 +403,7 @@ class BudgetWholeBufferTests(TransactionTestCase):
         np.testing.assert_array_equal(values, np.full(captures.MAX_CELLS, 10, dtype="<f4"))
 
 
+@in_the_local_pool
 class HarnessWholeBufferTests(TransactionTestCase):
     def test_a_harness_output_is_kept_whole_in_its_shape(self) -> None:
         cache.clear()
