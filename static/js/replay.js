@@ -80,13 +80,15 @@
   poll(0);
 })();
 
-// The pass stepper: a pass link (or the arrow keys on the pass list) shows that pass's
-// buffers in place, fetched as the page at ?pass=N; without this script the links load it.
+// The passes shown in place: the pass stepper (a pass link, or the arrow keys on the pass
+// list, shows that pass's buffers, fetched as the page at ?pass=N; without this script the
+// links load it), and a buffer being kept whole (its version running again,
+// pages/whole_buffer_views.py), fetched again every 2 s until it shows kept or why it was
+// not (two minutes at most; then the page says to reload).
 (function () {
-  function show(link) {
-    var rel = link.getAttribute("rel");
-    var url = new URL(link.href, location.href);
-    fetch(url.pathname + url.search, { credentials: "same-origin", headers: { Accept: "text/html" } })
+  // The passes of the page at path (with its query) swapped in for those shown.
+  function swapPasses(path) {
+    return fetch(path, { credentials: "same-origin", headers: { Accept: "text/html" } })
       .then(function (response) {
         if (!response.ok) throw new Error(response.status);
         return response.text();
@@ -97,6 +99,14 @@
         var old = document.querySelector('[data-live="passes"]');
         if (!next || !old) throw new Error("no passes");
         old.replaceWith(document.importNode(next, true));
+      });
+  }
+
+  function show(link) {
+    var rel = link.getAttribute("rel");
+    var url = new URL(link.href, location.href);
+    swapPasses(url.pathname + url.search)
+      .then(function () {
         history.replaceState(null, "", url.search + "#passes");
         var again = (rel && document.querySelector('.pass-steps a[rel="' + rel + '"]')) ||
           document.querySelector(".pass-steps [aria-current]");
@@ -118,32 +128,13 @@
     event.preventDefault();
     show(link);
   });
-})();
 
-// A buffer being kept whole (its version running again, pages/whole_buffer_views.py): the
-// passes are fetched again every 2 s and swapped in, until the buffer shows kept or why
-// it was not (for two minutes at most; then the page says to reload).
-(function () {
   var tries = 0;
-  function again() {
+  function whileKept() {
     if (!document.querySelector(".whole-buffer [data-pending]") || ++tries > 60) return;
     setTimeout(function () {
-      fetch(location.pathname + location.search, {
-        credentials: "same-origin", headers: { Accept: "text/html" },
-      })
-        .then(function (response) {
-          if (!response.ok) throw new Error(response.status);
-          return response.text();
-        })
-        .then(function (html) {
-          var fresh = new DOMParser().parseFromString(html, "text/html");
-          var next = fresh.querySelector('[data-live="passes"]');
-          var old = document.querySelector('[data-live="passes"]');
-          if (next && old) old.replaceWith(document.importNode(next, true));
-          again();
-        })
-        .catch(again);
+      swapPasses(location.pathname + location.search).then(whileKept, whileKept);
     }, 2000);
   }
-  again();
+  whileKept();
 })();

@@ -57,3 +57,38 @@ def test_a_reader_keeps_a_cut_buffer_whole(
     if SHOTS:
         section.screenshot(path=str(Path(SHOTS) / f"whole-kept-{width}.png"))
     context.close()
+
+
+def test_a_page_showing_a_buffer_being_kept_updates_itself(
+    live_server, browser, fresh_replay_backend
+) -> None:
+    from kernels import jobs, whole_buffers
+    from kernels.models import Run
+
+    session = make_session("being-kept", turns=2)
+    version = program_version(session, FILL_WGSL, FILL)
+    page = browser.new_page()
+    problems = watch(page)
+    page.goto(f"{live_server.url}/s/{session.slug}/turns/2/replay/")
+    wait_for_runs(page)
+    # As a task queue's run still in flight leaves it: asked for, not done yet.
+    whole = whole_buffers.whole_buffer_job(jobs.job_for(version), 1, "y")
+    in_flight = Run.objects.create(
+        source_sha256=whole.source_sha256,
+        harness_digest=whole.harness_digest,
+        environment_id="elsewhere",
+        state=Run.State.QUEUED,
+    )
+    session.touch()
+    page.goto(f"{live_server.url}/s/{session.slug}/turns/2/replay/?pass=1#passes")
+    section = page.locator(".passes")
+    assert "Being kept whole" in section.inner_text()
+    assert section.locator(".whole-buffer-form").count() == 0
+
+    in_flight.delete()  # it ended without keeping anything: the page offers the form again
+
+    page.wait_for_selector(".passes .whole-buffer-form button", timeout=30_000)
+    assert "Being kept whole" not in section.inner_text()
+    assert page.url.endswith("?pass=1#passes")  # in place, not reloaded elsewhere
+    assert not problems, problems
+    page.close()
