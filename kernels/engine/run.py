@@ -304,7 +304,7 @@ class _Run:
 
     def combine(self, results: list[CaseResult], named: bool) -> Outcome:
         """The outcome: a lone case's own, or the worst case's with every case listed."""
-        worst = max(results, key=lambda r: SEVERITY.index(r.status))
+        worst = _worst(results)
         self.trace = worst.trace
         outcome = self.outcome(
             worst.status, worst.message, outputs=worst.outputs, report=worst.report
@@ -540,10 +540,15 @@ class _Run:
         return Stop(Status.PIPELINE_ERROR, message, text)
 
 
+def _worst(results: list[CaseResult]) -> CaseResult:
+    """The case a run of several shows: the first of the worst status (SEVERITY)."""
+    return max(results, key=lambda r: SEVERITY.index(r.status))
+
+
 def _one_whole(results: list[CaseResult]) -> None:
     """Only the case shown so far (combine's) keeps the bytes of the buffer its job asked
     for whole: 64 cases of 64 MiB would not fit in a worker."""
-    shown = max(results, key=lambda r: SEVERITY.index(r.status))
+    shown = _worst(results)
     for result in results:
         if result is not shown and result.whole is not None:
             result.whole.pop("data", None)

@@ -14,7 +14,7 @@ length and UTF-8 JSON:
     worker -> pool   {"type": "result", "id": str, "outcome": {...}, "attachment": n}
                      and, where n > 0, a frame of n raw bytes after it: the bytes of the
                      buffer a job asked to keep whole (outcome["whole"]["data"]), which
-                     base64 in the JSON would make ten times slower to send (bench/capture.py)
+                     base64 in the JSON made 14 to 22 times slower to send (bench/whole_buffer.py)
 
 A worker without an adapter stays up and answers every job with an infra_error outcome
 that gives the reason, so the pool needs no special path for it and recycles it like
