@@ -111,13 +111,16 @@ await read.mapAsync(GPUMapMode.READ);
 """
 
 
-def test_inputs_written_as_fetched_are_keyed_by_their_files_sha256(gpu, tmp_path):
+@pytest.mark.parametrize("keeps_inputs", [False, True])
+def test_inputs_written_as_fetched_are_keyed_by_their_files_sha256(gpu, tmp_path, keeps_inputs):
     # A program's reference is kept by the bytes it wrote: bytes written as a fetched file
-    # are matched to it (byte for byte) instead of hashed; bytes changed before they are
-    # written are hashed, and get a reference of their own.
+    # are matched to it (byte for byte, or, where the worker keeps its inputs on the
+    # device, as host/kept_inputs.py found them written) instead of hashed; bytes changed
+    # before they are written are hashed, and get a reference of their own.
     import hashlib
 
     from kernels.engine.host.program import run_program_job
+    from kernels.engine.resident import DeviceBuffers
     from kernels.engine.worker import Memo
     from tests.kernels.test_host_program import ADD_WGSL
 
@@ -147,11 +150,12 @@ def test_inputs_written_as_fetched_are_keyed_by_their_files_sha256(gpu, tmp_path
     }
     memo = Memo()
     device, env = gpu
+    kept = DeviceBuffers() if keeps_inputs else None
 
-    first = run_program_job(device, env, job, memo)
-    again = run_program_job(device, env, job, memo)
+    first = run_program_job(device, env, job, memo, kept)
+    again = run_program_job(device, env, job, memo, kept)
     scaled = run_program_job(
-        device, env, {**job, "source": ADD_FETCHED.replace("SCALE", "a[0] = 1000;")}, memo
+        device, env, {**job, "source": ADD_FETCHED.replace("SCALE", "a[0] = 1000;")}, memo, kept
     )
 
     # Written whole as fetched, then patched by a second write: the reference reads both.
@@ -160,7 +164,7 @@ def test_inputs_written_as_fetched_are_keyed_by_their_files_sha256(gpu, tmp_path
         "device.queue.writeBuffer(bufB, 0, b);", f"device.queue.writeBuffer(bufB, 0, b);\n{patch}"
     )
     assert patch in patched_source
-    patched = run_program_job(device, env, {**job, "source": patched_source}, memo)
+    patched = run_program_job(device, env, {**job, "source": patched_source}, memo, kept)
 
     assert first["status"] == again["status"] == "passed", first["message"]
     assert scaled["status"] == "passed", scaled["message"]

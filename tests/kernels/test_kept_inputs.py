@@ -83,6 +83,8 @@ def run(gpu, source: str, kept: DeviceBuffers) -> np.ndarray:
     device, env = gpu
     result = run_program(device, env, source, FILES, kept=kept, fetched=FETCHED, capture=True)
     assert result.error is None, result.error
+    # A buffer kept after the run holds the fetched file, as the reference's key says.
+    assert set(result.as_fetched.values()) == {k[1] for k in kept.kept}
     return np.frombuffer(result.readbacks[0].data, "<f4")
 
 
@@ -135,19 +137,21 @@ def test_a_run_that_writes_into_a_kept_input_drops_it_and_the_next_run_is_right(
 
 
 @pytest.mark.parametrize(
-    "change",
+    ("change", "first_four"),
     [
-        "encoder.clearBuffer(input, 0, 16);",
-        "encoder.copyBufferToBuffer(output, 0, input, 0, 16);",
-        "device.queue.writeBuffer(input, 0, new Float32Array([7, 7, 7, 7]));",
+        ("encoder.clearBuffer(input, 0, 16);", 0.0),
+        ("encoder.copyBufferToBuffer(output, 0, input, 0, 16);", 0.0),  # y is zeros still
+        ("device.queue.writeBuffer(input, 0, new Float32Array([7, 7, 7, 7]));", 14.0),
     ],
 )
-def test_an_input_changed_by_a_clear_a_copy_or_a_second_write_is_not_kept(gpu, change):
+def test_an_input_changed_by_a_clear_a_copy_or_a_second_write_is_not_kept(gpu, change, first_four):
     kept = DeviceBuffers()
     run(gpu, program(DOUBLE), kept)
 
+    # Made on the kept x: the change happens to it, as it would to a fresh upload.
     changed = run(gpu, program(DOUBLE, change), kept)
 
+    assert changed[:4].tolist() == [first_four] * 4
     assert changed[4:].tolist() == (2 * X[4:]).tolist()
     assert not kept.kept
     np.testing.assert_array_equal(run(gpu, program(DOUBLE), kept), 2 * X)

@@ -411,15 +411,19 @@ class Timeline:
     def op_writeBuffer(self, entry: Entry, blob: Blob) -> None:
         data = self.data(entry, entry["blob"], blob, entry["buffer"], entry["offset"])
         if self.inputs is not None:
-            self.input_written(entry["buffer"], entry["offset"], data)
-        if entry["buffer"] not in self.prefilled:
+            # A program's: only the write that a kept buffer holds already is not made.
+            held = self.input_written(entry["buffer"], entry["offset"], data)
+        else:
+            # A harness's resident input, written once, held from an earlier run.
+            held = entry["buffer"] in self.prefilled
+        if not held:
             self.device.queue.write_buffer(self.objects[entry["buffer"]], entry["offset"], data)
         self.remember(entry["buffer"], entry["offset"], data)
         self.trace_write(entry, entry["buffer"], entry["offset"], data, entry["dtype"])
 
-    def input_written(self, buffer: int, offset: int, data: bytes | memoryview) -> None:
+    def input_written(self, buffer: int, offset: int, data: bytes | memoryview) -> bool:
         """A write that may be a program's input: bound from the kept buffer that holds it
-        already, where one does (the one made for it is unused so far)."""
+        already, where one does (the one made for it is unused so far); whether it was."""
         assert self.inputs is not None and self.kept is not None
         made = self.objects[buffer]
         key = self.inputs.written(
@@ -429,6 +433,7 @@ class Timeline:
             self.objects[buffer], _ = self.kept.get(key, len(data), lambda: None)
             self.prefilled.add(buffer)
             made.destroy()
+        return key is not None
 
     def remember(self, buffer: int, offset: int, data: bytes | memoryview) -> None:
         """Keep what the host put in buffer, in a whole copy of it: up to MAX_SHADOW_BYTES a

@@ -93,6 +93,11 @@ class ProgramInputs:
                 if buffer in self.candidates and (writable is None or (index, binding) in writable):
                     self.spoil(buffer)
 
+    def as_fetched(self) -> dict[int, str]:
+        """The buffers that hold a fetched file whole and nothing else (the candidates not
+        spoiled), by id: the file's sha256."""
+        return {b: key[1] for b, key in self.candidates.items() if b not in self.spoiled}
+
     def settled(self) -> tuple[dict[int, Key], dict[int, Key]]:
         """When the run ends: the candidates to keep and those spoiled (id -> key)."""
         keep: dict[int, Key] = {}

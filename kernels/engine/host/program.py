@@ -92,6 +92,9 @@ class ProgramResult:
     speed: SpeedReport | None = None
     # The bytes the program put in each buffer from the host, whole, by buffer name.
     written: dict[str, bytes] = field(default_factory=dict)
+    # The buffers it wrote a fetched file into whole, and nothing else, by name: the
+    # file's sha256 (host/kept_inputs.py found them as they were written).
+    as_fetched: dict[str, str] = field(default_factory=dict)
 
     def report(self) -> ProgramReport:
         """The JSON for the replay page: console, trace and error (readbacks are in trace)."""
@@ -175,6 +178,10 @@ def run_program(
     result.captured = timeline.capture.read if timeline.capture else {}
     result.whole = whole_entry(timeline.capture)
     result.written = {timeline.names[key]: bytes(data) for key, data in timeline.written.items()}
+    if timeline.inputs is not None:
+        result.as_fetched = {
+            timeline.names[b]: sha for b, sha in timeline.inputs.as_fetched().items()
+        }
     result.run_ms = round((time.perf_counter() - started) * 1000, 2)
     return result
 
@@ -508,7 +515,7 @@ def _expectation(
                 made = program_report(harness, trace, result.written, result.readbacks, fixtures)
                 report.update(made or {})
                 try:
-                    key = reference_key(harness, trace, result.written, fetched)
+                    key = reference_key(harness, trace, result.written, fetched, result.as_fetched)
                     expected = reference_expected(
                         harness, trace, result.written, result.readbacks, memo, key
                     )
