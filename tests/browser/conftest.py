@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 import shutil
 import threading
+import time
 from collections.abc import Iterator
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -46,6 +47,24 @@ def browser():
             os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
         else:
             os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
+
+
+@pytest.fixture(autouse=True)
+def replies_finished(transactional_db) -> Iterator[None]:
+    """Waits, after each test, for the tutor's replies still being written to end.
+
+    A test may end before the stream it started does (the browser has what it looked
+    for); the live server's thread then goes on adding turns while the database is
+    emptied for the next test, which on PostgreSQL can deadlock the flush.
+    """
+    yield
+    from tutor.models import GuidedSession
+
+    deadline = time.monotonic() + 90
+    while GuidedSession.objects.filter(replying_since__isnull=False).exists():
+        if time.monotonic() > deadline:
+            pytest.fail("a tutor reply was still being written 90 s after the test")
+        time.sleep(0.1)
 
 
 class QuietHandler(SimpleHTTPRequestHandler):
