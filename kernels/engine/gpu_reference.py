@@ -5,8 +5,9 @@ The times come from a process of their own (torch_references.py), which a replay
 starts before it caps its address space (CUDA cannot open under the cap) and asks for a
 reference's name and its arguments' shapes only. It is started where PyTorch is installed
 and an NVIDIA GPU is present, unless KERNELBIN_TORCH_REFERENCE is "off"; PyTorch takes
-seconds to load, so the worker does not wait for it to start, only the first run that
-asks for a time does. Each (name, shapes) is timed once per worker.
+seconds to load, so nothing waits for it: a run made while it loads is compared with
+numpy alone and says so (speed's gpu_reference_loading), which keeps it from standing in
+for later runs (outcome.cacheable). Each (name, shapes) is timed once per worker.
 """
 
 from __future__ import annotations
@@ -27,11 +28,11 @@ log = logging.getLogger(__name__)
 
 SWITCH = "KERNELBIN_TORCH_REFERENCE"
 NVIDIA_DEVICE = Path("/dev/nvidiactl")
-# Loading PyTorch and opening CUDA took 4.3 to 4.6 s on the H100's host. A run waits for
-# it at most RUN_WAIT_SECONDS (well inside a replay's deadline: the pool stops a worker
-# past it); a process not ready READY_SECONDS after its start is given up.
+# Loading PyTorch and opening CUDA took 4.3 to 4.6 s on the H100's host; a process not
+# ready READY_SECONDS after its start is given up. A time asked of a ready one is waited
+# for at most ANSWER_SECONDS (well inside a replay's deadline: the pool stops a worker
+# past it).
 READY_SECONDS = 60.0
-RUN_WAIT_SECONDS = 5.0
 ANSWER_SECONDS = 5.0
 MAX_LINE = 4096
 
@@ -47,14 +48,18 @@ class GpuReference:
         self.started = time.monotonic()
         self.times: dict[tuple[str, tuple[tuple[int, ...], ...]], dict[str, Any] | None] = {}
 
+    @property
+    def loading(self) -> bool:
+        """Whether the process has not yet said whether it times on a GPU, nor been given up."""
+        return not (self.device or self.problem)
+
     def ready(self) -> bool:
-        """Whether the process has said it times on a GPU (waiting for it a while, until
-        it has said, or has been given up)."""
-        if self.device or self.problem:
+        """Whether the process has said it times on a GPU; never waits for it to say."""
+        if not self.loading:
             return bool(self.device)
-        left = READY_SECONDS - (time.monotonic() - self.started)
-        said = self._read(min(RUN_WAIT_SECONDS, max(left, 0.0)))
-        if said is None and self.process.poll() is None and left > RUN_WAIT_SECONDS:
+        said = self._read(0.0)
+        young = time.monotonic() - self.started < READY_SECONDS
+        if said is None and self.process.poll() is None and young:
             return False  # still loading: a later run asks again
         if said and said.get("ready"):
             self.device = str(said.get("device") or "this GPU")[:100]
@@ -64,7 +69,7 @@ class GpuReference:
 
     def time(self, name: str, shapes: list[tuple[int, ...]]) -> dict[str, Any] | None:
         """{"ms", "runs", "where"} for the reference on arguments of these shapes; None
-        where it cannot be timed here (or not yet: the process is still loading)."""
+        where it cannot be timed here, or not yet (loading says which)."""
         key = (name, tuple(tuple(s) for s in shapes))
         if key not in self.times:
             if not self.ready():
@@ -91,17 +96,14 @@ class GpuReference:
         return {"ms": ms, "runs": said.get("runs"), "where": self.device}
 
     def _read(self, seconds: float) -> dict[str, Any] | None:
-        """The process's next line as JSON; None when it ends, is late, or says no object."""
+        """The process's next line as JSON; None when it ends, is late, or says no object.
+        With seconds 0, only what the process has written already is read."""
         assert self.process.stdout is not None
         out = self.process.stdout.fileno()
         deadline = time.monotonic() + seconds
         while b"\n" not in self.pending:
-            left = deadline - time.monotonic()
-            if (
-                left <= 0
-                or len(self.pending) > MAX_LINE
-                or not select.select([out], [], [], left)[0]
-            ):
+            left = max(deadline - time.monotonic(), 0.0)
+            if len(self.pending) > MAX_LINE or not select.select([out], [], [], left)[0]:
                 return None
             chunk = os.read(out, MAX_LINE)
             if not chunk:
@@ -151,3 +153,9 @@ def gpu_reference_time(
     """The started process's time for the reference on arguments of shapes() (called only
     where there is a process); None without one."""
     return _started.time(name, shapes()) if _started is not None else None
+
+
+def gpu_reference_loading() -> bool:
+    """Whether this worker's reference process is still loading: a run now goes without
+    the time it will give."""
+    return _started is not None and _started.loading

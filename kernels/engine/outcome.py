@@ -289,6 +289,8 @@ class SpeedReport(TypedDict):
     gpu_reference  the same reference done by PyTorch on the worker's CUDA GPU, where it
                  has one (gpu_reference.py): name, ms (median of runs, each between two
                  CUDA events), runs, where (the GPU's name) and speedup as above
+    gpu_reference_loading  True where the worker's PyTorch was still loading when this
+                 ran: compared with numpy alone, the run does not stand in for later ones
     problem      why a figure is missing ("" when none is)
     """
 
@@ -303,6 +305,7 @@ class SpeedReport(TypedDict):
     peaks: NotRequired[Peaks]
     reference: NotRequired[dict[str, Any]]
     gpu_reference: NotRequired[dict[str, Any]]
+    gpu_reference_loading: NotRequired[bool]
     problem: str
 
 
@@ -415,7 +418,11 @@ class Outcome(TypedDict):
 def cacheable(outcome: Outcome) -> bool:
     """Whether this outcome stands in for new runs of the same inputs: a finished run's
     does, one cut short by us does not, unless the kernel itself crashed its workers
-    (running it again would only crash another)."""
+    (running it again would only crash another). Nor does one made while the worker's
+    PyTorch reference was loading: the next run is compared with it too."""
+    speed = outcome.get("speed")
+    if speed and speed.get("gpu_reference_loading"):
+        return False
     return Status(outcome["status"]).cacheable or "crash" in outcome
 
 

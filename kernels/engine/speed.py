@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from kernels.engine.device import Environment
-from kernels.engine.gpu_reference import gpu_reference_time
+from kernels.engine.gpu_reference import gpu_reference_loading, gpu_reference_time
 from kernels.engine.inputs import Memo
 from kernels.engine.outcome import PassRecord, SpeedReport
 from kernels.engine.references import REFERENCES
@@ -139,6 +139,8 @@ def add_references(
             **timed,
             "speedup": float(f"{timed['ms'] / gpu_ms:.3g}"),
         }
+    elif gpu_reference_loading():
+        speed["gpu_reference_loading"] = True
 
 
 def fractions(record: Mapping[str, Any], peaks: Mapping[str, Any] | None) -> dict[str, float]:

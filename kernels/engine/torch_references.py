@@ -123,7 +123,11 @@ def main() -> int:
         say({"unavailable": "PyTorch sees no CUDA GPU"})
         return 0
     known = _torch_references(torch)
-    torch.zeros(1, device="cuda")  # CUDA's context, made before the first request needs it
+    # CUDA's context and cuBLAS's handle, made before the first request needs them: a run
+    # asks for a time only once this process says it is ready, and then waits for it.
+    one = torch.ones(1, 1, device="cuda")
+    torch.addmm(one.reshape(-1), one, one)
+    torch.cuda.synchronize()
     say({"ready": True, "device": torch.cuda.get_device_name(0)})
     for line in sys.stdin:
         try:

@@ -21,6 +21,7 @@ import pytest
 
 from kernels.engine import gpu_reference
 from kernels.engine.gpu_reference import GpuReference
+from kernels.engine.outcome import cacheable
 from kernels.engine.references import REFERENCES
 from tests.kernels.test_speed import gpu, run_harness  # noqa: F401 (gpu: a fixture)
 
@@ -29,6 +30,15 @@ TORCH_REFERENCES = [sys.executable, "-m", "kernels.engine.torch_references"]
 
 def process(command: list[str]) -> GpuReference:
     return GpuReference(subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE))
+
+
+def settled(reference: GpuReference) -> GpuReference:
+    """The process once it has said whether it is ready (asking never waits for that)."""
+    give_up = time.monotonic() + 60
+    while reference.loading and not reference.ready():
+        assert time.monotonic() < give_up, "the process never said"
+        time.sleep(0.02)
+    return reference
 
 
 def talking(*lines: str) -> list[str]:
@@ -60,7 +70,7 @@ def no_reference_process():
 
 @pytest.mark.skipif(cuda(), reason="PyTorch sees a CUDA GPU here")
 def test_without_a_cuda_gpu_the_reference_process_says_so_and_nothing_is_timed():
-    reference = process(TORCH_REFERENCES)
+    reference = settled(process(TORCH_REFERENCES))
 
     assert reference.time("matmul", [(4, 4), (4, 4)]) is None
     assert reference.problem.startswith("PyTorch's reference process is not used: PyTorch")
@@ -72,25 +82,43 @@ def test_a_process_that_never_says_it_is_ready_is_stopped_and_logged(monkeypatch
     reference = process([sys.executable, "-c", "import time; time.sleep(30)"])
 
     assert reference.time("add", [(8,), (8,)]) is None
+    assert reference.loading and reference.process.poll() is None
+    time.sleep(0.6)
+
+    assert reference.time("add", [(8,), (8,)]) is None
+    assert not reference.loading
     assert "did not start" in reference.problem
     assert caplog.messages == [reference.problem]
     assert reference.process.returncode is not None
 
 
-def test_a_run_waits_a_while_for_a_process_still_loading_and_a_later_run_asks_again(
-    monkeypatch,
+def test_a_run_made_while_pytorch_loads_goes_without_it_and_is_not_cached_and_a_later_one_has_it(
+    gpu,  # noqa: F811
+    no_reference_process,
 ):
-    monkeypatch.setattr(gpu_reference, "RUN_WAIT_SECONDS", 0.2)
+    device, env = gpu
     ready = '{"ready": true, "device": "a GPU"}'
     slow = talking(ready, '{"ms": 0.25, "runs": 20}')
     slow[-1] = "import time; time.sleep(1.5)\n" + slow[-1]
     reference = process(slow)
+    gpu_reference.use(reference)
 
-    assert reference.time("add", [(8,), (8,)]) is None  # it says it is ready after 1.5 s
+    outcome = run_harness(device, env, "matmul", 4)  # it says it is ready after 1.5 s
+
+    assert outcome["status"] == "passed"
+    assert "gpu_reference" not in outcome["speed"]
+    assert outcome["speed"]["gpu_reference_loading"] is True
+    assert outcome["speed"]["reference"]["name"] == "numpy matmul"
+    assert not cacheable(outcome)
     assert reference.problem == "" and reference.process.poll() is None
     time.sleep(1.5)
 
-    assert reference.time("add", [(8,), (8,)]) == {"ms": 0.25, "runs": 20, "where": "a GPU"}
+    later = run_harness(device, env, "matmul", 4)
+
+    assert later["speed"]["gpu_reference"]["ms"] == 0.25
+    assert later["speed"]["gpu_reference"]["where"] == "a GPU"
+    assert "gpu_reference_loading" not in later["speed"]
+    assert cacheable(later)
     reference.process.kill()
 
 
@@ -99,7 +127,7 @@ def test_a_run_waits_a_while_for_a_process_still_loading_and_a_later_run_asks_ag
     ['{"ms": -1.0}', '{"ms": "0.5"}', '{"ms": 1e300}', '{"ms": true}', "[1]", "not json", "{}"],
 )
 def test_an_answer_that_is_not_a_time_gives_no_time(answer):
-    reference = process(talking('{"ready": true, "device": "a GPU"}', answer))
+    reference = settled(process(talking('{"ready": true, "device": "a GPU"}', answer)))
 
     assert reference.time("add", [(8,), (8,)]) is None
     reference.process.kill()
@@ -107,7 +135,9 @@ def test_an_answer_that_is_not_a_time_gives_no_time(answer):
 
 def test_a_time_is_asked_once_per_reference_and_shapes():
     ready = '{"ready": true, "device": "a GPU"}'
-    reference = process(talking(ready, '{"ms": 0.25, "runs": 20}', '{"ms": 0.5, "runs": 20}'))
+    reference = settled(
+        process(talking(ready, '{"ms": 0.25, "runs": 20}', '{"ms": 0.5, "runs": 20}'))
+    )
 
     first = reference.time("add", [(8,), (8,)])
     again = reference.time("add", [(8,), (8,)])
@@ -124,7 +154,7 @@ def test_a_process_that_dies_mid_run_leaves_the_run_compared_with_numpy(
 ):
     device, env = gpu
     ready = """print('{"ready": true, "device": "a GPU"}')"""
-    gpu_reference.use(process([sys.executable, "-c", ready]))  # then it ends
+    gpu_reference.use(settled(process([sys.executable, "-c", ready])))  # then it ends
 
     outcome = run_harness(device, env, "matmul", 4)
 
@@ -181,9 +211,7 @@ def test_on_a_cuda_machine_a_replay_carries_pytorch_s_time_beside_numpy_s(
     monkeypatch.setattr(gpu_reference, "NVIDIA_DEVICE", Path("/"))
     reference = gpu_reference.start()
     assert reference is not None
-    while not reference.ready() and not reference.problem:
-        pass  # PyTorch still loading: each call waits a while, a minute at most in all
-    gpu_reference.use(reference)
+    gpu_reference.use(settled(reference))  # PyTorch loading: a minute at most
 
     outcome = run_harness(device, env, "matmul", 4)
 

@@ -4,9 +4,14 @@ injected into the stored outcome (the headline, the speed-up, the roofline)."""
 
 from __future__ import annotations
 
-import pytest
-from django.test import TransactionTestCase
+from datetime import timedelta
 
+import pytest
+from django.conf import settings
+from django.test import TransactionTestCase
+from django.utils import timezone
+
+from kernels.engine.outcome import cacheable
 from kernels.models import Run
 from kernels.trace_pictures import MAX_SHOWN_PASSES
 from sessions.programs import KernelVersion
@@ -108,6 +113,27 @@ class SpeedPageTests(TransactionTestCase):
         )
         embed = self.client.get("/s/demo/embed/?from=1&to=3")
         self.assertContains(embed, headline)
+
+    def test_a_run_made_while_pytorch_loaded_says_so_and_the_next_view_runs_it_again(
+        self,
+    ) -> None:
+        first = finished(self.client, "/s/demo/turns/2/replay.json")["run"]["id"]
+        run = Run.objects.get()
+        run.outcome = on_a_gpu(run.outcome)
+        run.outcome["speed"]["gpu_reference_loading"] = True
+        # As replay.finish stores such an outcome: not standing in for later runs.
+        run.cacheable = cacheable(run.outcome)
+        run.save(update_fields=["outcome", "cacheable"])
+
+        r = self.client.get("/s/demo/turns/2/replay/")
+        self.assertContains(r, "0.5 ms on the GPU, 3.1x faster than numpy add")
+        self.assertContains(r, "PyTorch was still loading on this worker")
+
+        later = timezone.now() - timedelta(seconds=settings.REPLAY_RETRY_AFTER + 1)
+        Run.objects.filter(pk=first).update(finished=later)
+        again = finished(self.client, "/s/demo/turns/2/replay.json")
+        self.assertNotEqual(again["run"]["id"], first)
+        self.assertNotIn("gpu_reference_loading", again["outcome"]["speed"])
 
     def test_copies_timed_by_nothing_are_not_claimed_to_take_no_time(self) -> None:
         finished(self.client, "/s/demo/turns/2/replay.json")
