@@ -267,7 +267,9 @@ def with_files(job: Job, on_disk: bool = False) -> Job:
     # A fork's edit, over the file it replaces (gpu_program_job).
     edited = {path: text.encode() for path, text in job.payload.get("edited_files", {}).items()}
     sessions = SessionFile.objects.filter(session=session_id)
-    states = StateFile.objects.filter(state=job.payload.get("state_files"))
+    state = job.payload.get("state_files")
+    # No query for a job without a state (most are): it would find nothing.
+    states = StateFile.objects.filter(state=state) if state else StateFile.objects.none()
     if not on_disk:
         rows = list(sessions.values_list("name", "data"))
         rows += states.values_list("path", "blob__data")
@@ -281,9 +283,9 @@ def with_files(job: Job, on_disk: bool = False) -> Job:
         | edited_shas
     )
     folder = Path(settings.REPLAY_FILES_DIR)
-    folder.mkdir(parents=True, exist_ok=True)
     missing = {sha for sha in refs.values() if not (folder / sha).exists()}
     if missing:
+        folder.mkdir(parents=True, exist_ok=True)
         rows = list(sessions.filter(sha256__in=missing).values_list("sha256", "data"))
         rows += Blob.objects.filter(sha256__in=missing).values_list("sha256", "data")
         rows += [(edited_shas[path], data) for path, data in edited.items()]

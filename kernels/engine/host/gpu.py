@@ -411,8 +411,10 @@ class Timeline:
     def op_writeBuffer(self, entry: Entry, blob: Blob) -> None:
         data = self.data(entry, entry["blob"], blob, entry["buffer"], entry["offset"])
         if self.inputs is not None:
-            # A program's: only the write that a kept buffer holds already is not made.
-            held = self.input_written(entry["buffer"], entry["offset"], data)
+            # A program's: only the write that a kept buffer holds already is not made. The
+            # file's own bytes stand for it from here (equal, and immutable: not copied).
+            file = self.input_written(entry["buffer"], entry["offset"], data)
+            held, data = file is not None, data if file is None else file
         else:
             # A harness's resident input, written once, held from an earlier run.
             held = entry["buffer"] in self.prefilled
@@ -421,9 +423,10 @@ class Timeline:
         self.remember(entry["buffer"], entry["offset"], data)
         self.trace_write(entry, entry["buffer"], entry["offset"], data, entry["dtype"])
 
-    def input_written(self, buffer: int, offset: int, data: bytes | memoryview) -> bool:
+    def input_written(self, buffer: int, offset: int, data: bytes | memoryview) -> bytes | None:
         """A write that may be a program's input: bound from the kept buffer that holds it
-        already, where one does (the one made for it is unused so far); whether it was."""
+        already, where one does (the one made for it is unused so far); the fetched file it
+        holds where it was, else None."""
         assert self.inputs is not None and self.kept is not None
         made = self.objects[buffer]
         key = self.inputs.written(
@@ -433,7 +436,8 @@ class Timeline:
             self.objects[buffer], _ = self.kept.get(key, len(data), lambda: None)
             self.prefilled.add(buffer)
             made.destroy()
-        return key is not None
+            return self.inputs.fetched[key[1]]
+        return None
 
     def remember(self, buffer: int, offset: int, data: bytes | memoryview) -> None:
         """Keep what the host put in buffer, in a whole copy of it: up to MAX_SHADOW_BYTES a

@@ -197,9 +197,9 @@ def values_of(data: bytes | memoryview, dtype: str) -> list[Any]:
     itemsize = np.dtype(np_type).itemsize
     count = min(len(data) // itemsize, MAX_VALUES)
     array = np.frombuffer(data, dtype=np_type, count=count)
-    if array.dtype.kind == "f":
+    if array.dtype.kind == "f" and not np.isfinite(array).all():
         return [json_number(float(v)) for v in array]
-    return [int(v) for v in array]
+    return list(array.tolist())
 
 
 def itemsize(dtype: str) -> int:
