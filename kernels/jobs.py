@@ -266,7 +266,8 @@ def with_files(job: Job, on_disk: bool = False) -> Job:
     }
     # A fork's edit, over the file it replaces (gpu_program_job).
     edited = {path: text.encode() for path, text in job.payload.get("edited_files", {}).items()}
-    sessions = SessionFile.objects.filter(session=session_id)
+    # Unordered: the model's ordering would join the session's table for nothing.
+    sessions = SessionFile.objects.filter(session=session_id).order_by()
     state = job.payload.get("state_files")
     # No query for a job without a state (most are): it would find nothing.
     states = StateFile.objects.filter(state=state) if state else StateFile.objects.none()
