@@ -253,9 +253,11 @@ def program_files(version: KernelVersion) -> dict[str, str]:
 
 def with_files(job: Job, on_disk: bool = False) -> Job:
     """The job with its files (the session's, then its state's over them), read from the
-    database when it is sent: in it, in base64, for a worker elsewhere; on_disk, named by
-    their sha256 in REPLAY_FILES_DIR, for a worker on this machine, which reads each once
-    (3 MB of weights crossed the pool's pipe as 4 MB of JSON on every replay)."""
+    database when it is sent: in it, in base64, with each one's sha256 (file_shas), for a
+    worker elsewhere; on_disk, named by their sha256 in REPLAY_FILES_DIR, for a worker on
+    this machine, which reads each once (3 MB of weights crossed the pool's pipe as 4 MB of
+    JSON on every replay). Either way a worker knows each file by its sha256: it decodes
+    or reads it once, and keeps it on the device as a program's input (kept_inputs.py)."""
     session_id = job.payload.get("session_files")
     if session_id is None:
         return job
@@ -271,13 +273,18 @@ def with_files(job: Job, on_disk: bool = False) -> Job:
     state = job.payload.get("state_files")
     # No query for a job without a state (most are): it would find nothing.
     states = StateFile.objects.filter(state=state) if state else StateFile.objects.none()
-    if not on_disk:
-        rows = list(sessions.values_list("name", "data"))
-        rows += states.values_list("path", "blob__data")
-        rows += edited.items()
-        files = {name: base64.b64encode(bytes(data)).decode() for name, data in rows}
-        return Job(job.source_sha256, job.harness_digest, {**payload, "files": files})
     edited_shas = {path: hashlib.sha256(data).hexdigest() for path, data in edited.items()}
+    if not on_disk:
+        sent = list(sessions.values_list("name", "sha256", "data"))
+        sent += states.values_list("path", "blob_id", "blob__data")
+        sent += [(path, edited_shas[path], data) for path, data in edited.items()]
+        files = {name: base64.b64encode(bytes(data)).decode() for name, _, data in sent}
+        shas = {name: sha for name, sha, _ in sent}
+        return Job(
+            job.source_sha256,
+            job.harness_digest,
+            {**payload, "files": files, "file_shas": shas},
+        )
     refs = (
         dict(sessions.values_list("name", "sha256"))
         | dict(states.values_list("path", "blob_id"))

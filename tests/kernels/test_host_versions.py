@@ -158,7 +158,10 @@ class HostVersionTests(TransactionTestCase):
         with_file = jobs.job_for(version)
         self.assertNotEqual(with_file.source_sha256, changed.source_sha256)
         self.assertIsNone(with_file.payload["files"])  # read only when the job is sent
-        self.assertEqual(jobs.with_files(with_file).payload["files"], {"w.bin": "AAAAAAAAAAA="})
+        sent = jobs.with_files(with_file).payload
+        self.assertEqual(sent["files"], {"w.bin": "AAAAAAAAAAA="})
+        # Each with its sha256: a worker decodes it once and keeps it on the device.
+        self.assertEqual(sent["file_shas"], {"w.bin": hashlib.sha256(b"\0" * 8).hexdigest()})
         # For the local pool's workers, the file goes by its sha256 on this machine's disk.
         folder = Path(tempfile.mkdtemp(prefix="kernelbin-files-"))
         self.addCleanup(shutil.rmtree, folder, ignore_errors=True)

@@ -8,6 +8,7 @@ DeviceBuffers, as a worker runs one job after another.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 
 import numpy as np
@@ -190,3 +191,38 @@ def test_a_writable_variable_whose_binding_cannot_be_read_may_write_anything():
 
     assert may_write(DOUBLE, "main") == {(0, 1)}
     assert may_write(unplaced, "main") is None
+
+
+def test_files_sent_in_the_job_are_decoded_once_and_kept_as_inputs_too(gpu, monkeypatch):
+    """A task queue's job carries its files in base64 with their sha256 (jobs.with_files):
+    a worker decodes each once, binds the kept input on the next run, and refuses a file
+    that is not the one its sha256 says."""
+    from kernels.engine.host import program as programs
+    from kernels.engine.worker import Memo
+
+    device, env = gpu
+    sha = next(iter(FETCHED))
+    job = {
+        "kind": "program",
+        "source": program(DOUBLE),
+        "files": {"x.bin": base64.b64encode(X.tobytes()).decode()},
+        "file_shas": {"x.bin": sha},
+        "expected": [(2 * X).tolist()],
+    }
+    memo, kept = Memo(), DeviceBuffers()
+    decoded: list[str] = []
+    decode = programs._decoded
+    monkeypatch.setattr(
+        programs, "_decoded", lambda text, sha: decoded.append(sha) or decode(text, sha)
+    )
+
+    first = programs.run_program_job(device, env, job, memo, kept)
+    second = programs.run_program_job(device, env, job, memo, kept)
+
+    assert first["status"] == second["status"] == "passed", second["message"]
+    assert decoded == [sha]
+    assert [key[:2] for key in kept.kept] == [("program input", sha)]
+    assert second["check"] == first["check"]
+    forged = {**job, "file_shas": {"x.bin": hashlib.sha256(b"other").hexdigest()}}
+    with pytest.raises(ValueError, match="is not the file of that sha256"):
+        programs.run_program_job(device, env, forged, Memo(), DeviceBuffers())

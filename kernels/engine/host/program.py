@@ -406,6 +406,8 @@ def run_program_job(
     """A worker job of kind "program" (kernels/engine/worker.py):
 
         {"kind": "program", "source": str, "files": {name: base64} | null,
+         "file_shas": {name: sha256} | null  (of files: each is decoded once a worker),
+         "file_refs": {name: sha256} | null, "files_dir": str | null  (files on disk),
          "wgsl": {name: str} | null  (the version's WGSL, fetch()ed by these names),
          "expected": [list of numbers | null, ...] | null  (one per readback, in order),
          "harness": {...} | null  (its reference, fed with the inputs the program wrote),
@@ -423,14 +425,10 @@ def run_program_job(
     Raises ValueError for a malformed job (invalid limits, files that are not base64).
     """
     limits = Limits.from_dict(job.get("limits") or {})
-    attached = job.get("files") or {}
-    files = {name: base64.b64decode(data, validate=True) for name, data in attached.items()}
-    for name, sha in (job.get("file_refs") or {}).items():
-        files[name] = memo(("file", sha), functools.partial(_read_file, job["files_dir"], sha))
+    files, fetched = _job_files(job, memo)
     deadline = time.monotonic() + float(job.get("deadline_s") or JOB_SECONDS)
     tolerance = job.get("tolerance") or {}
     report: dict[str, Any] = {}
-    fetched = {sha: files[name] for name, sha in (job.get("file_refs") or {}).items()}
     check, expected, harness_tolerance = _expectation(
         device, env, job, files, limits, deadline, report, memo, fetched
     )
@@ -464,14 +462,40 @@ def run_program_job(
 SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
+def _job_files(job: Mapping[str, Any], memo: Memo) -> tuple[dict[str, bytes], dict[str, bytes]]:
+    """The job's files by name, and those it names by sha256 by their sha256 (what a
+    program's kept inputs are found by). A file named by its sha256 is decoded or read
+    once per worker (memo) and checked to be the file of that sha256."""
+    attached = job.get("files") or {}
+    shas = job.get("file_shas") or {}
+    files, fetched = {}, {}
+    for name, data in attached.items():
+        if sha := shas.get(name):
+            decode = functools.partial(_decoded, data, sha)
+            files[name] = fetched[sha] = memo(("file", sha), decode)
+        else:
+            files[name] = base64.b64decode(data, validate=True)
+    for name, sha in (job.get("file_refs") or {}).items():
+        read = functools.partial(_read_file, job["files_dir"], sha)
+        files[name] = fetched[sha] = memo(("file", sha), read)
+    return files, fetched
+
+
 def _read_file(folder: str, sha: str) -> bytes:
     """A file the job names by its sha256, read from the folder the web process wrote it
-    to (kernels/jobs.py with_files), once per worker, and checked to be that file."""
+    to (kernels/jobs.py with_files)."""
     if not SHA256.fullmatch(sha):
         raise ValueError(f"the job names a file by {sha[:80]!r}, which is not a sha256")
-    data = (Path(folder) / sha).read_bytes()
+    return _checked((Path(folder) / sha).read_bytes(), sha)
+
+
+def _decoded(text: str, sha: str) -> bytes:
+    return _checked(base64.b64decode(text, validate=True), sha)
+
+
+def _checked(data: bytes, sha: str) -> bytes:
     if hashlib.sha256(data).hexdigest() != sha:
-        raise ValueError(f"file {sha} in {folder} is not the file of that sha256")
+        raise ValueError(f"file {sha[:80]!r} is not the file of that sha256")
     return data
 
 
