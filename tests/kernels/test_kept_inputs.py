@@ -212,9 +212,12 @@ def test_files_sent_in_the_job_are_decoded_once_and_kept_as_inputs_too(gpu, monk
     memo, kept = Memo(), DeviceBuffers()
     decoded: list[str] = []
     decode = programs._decoded
-    monkeypatch.setattr(
-        programs, "_decoded", lambda text, sha: decoded.append(sha) or decode(text, sha)
-    )
+
+    def counted(text: str, sha: str) -> bytes:
+        decoded.append(sha)
+        return decode(text, sha)
+
+    monkeypatch.setattr(programs, "_decoded", counted)
 
     first = programs.run_program_job(device, env, job, memo, kept)
     second = programs.run_program_job(device, env, job, memo, kept)
