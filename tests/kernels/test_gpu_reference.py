@@ -78,12 +78,11 @@ def test_without_a_cuda_gpu_the_reference_process_says_so_and_nothing_is_timed()
 
 
 def test_a_process_that_never_says_it_is_ready_is_stopped_and_logged(monkeypatch, caplog):
-    monkeypatch.setattr(gpu_reference, "READY_SECONDS", 0.5)
     reference = process([sys.executable, "-c", "import time; time.sleep(30)"])
 
     assert reference.time("add", [(8,), (8,)]) is None
     assert reference.loading and reference.process.poll() is None
-    time.sleep(0.6)
+    monkeypatch.setattr(gpu_reference, "READY_SECONDS", 0.0)  # as if a minute went by
 
     assert reference.time("add", [(8,), (8,)]) is None
     assert not reference.loading
@@ -95,15 +94,19 @@ def test_a_process_that_never_says_it_is_ready_is_stopped_and_logged(monkeypatch
 def test_a_run_made_while_pytorch_loads_goes_without_it_and_is_not_cached_and_a_later_one_has_it(
     gpu,  # noqa: F811
     no_reference_process,
+    tmp_path,
 ):
     device, env = gpu
+    loaded = tmp_path / "loaded"
     ready = '{"ready": true, "device": "a GPU"}'
     slow = talking(ready, '{"ms": 0.25, "runs": 20}')
-    slow[-1] = "import time; time.sleep(1.5)\n" + slow[-1]
+    # It says it is ready only once the test has made `loaded`: "loading" until then.
+    wait = f"import os, time\nwhile not os.path.exists({str(loaded)!r}): time.sleep(0.01)\n"
+    slow[-1] = wait + slow[-1]
     reference = process(slow)
     gpu_reference.use(reference)
 
-    outcome = run_harness(device, env, "matmul", 4)  # it says it is ready after 1.5 s
+    outcome = run_harness(device, env, "matmul", 4)
 
     assert outcome["status"] == "passed"
     assert "gpu_reference" not in outcome["speed"]
@@ -111,7 +114,8 @@ def test_a_run_made_while_pytorch_loads_goes_without_it_and_is_not_cached_and_a_
     assert outcome["speed"]["reference"]["name"] == "numpy matmul"
     assert not cacheable(outcome)
     assert reference.problem == "" and reference.process.poll() is None
-    time.sleep(1.5)
+    loaded.touch()
+    settled(reference)
 
     later = run_harness(device, env, "matmul", 4)
 
