@@ -406,7 +406,7 @@ def run_program_job(
     """A worker job of kind "program" (kernels/engine/worker.py):
 
         {"kind": "program", "source": str, "files": {name: base64} | null,
-         "file_shas": {name: sha256} | null  (of files: each is decoded once a worker),
+         "file_shas": {name: sha256} | null  (of files: each decoded once per worker),
          "file_refs": {name: sha256} | null, "files_dir": str | null  (files on disk),
          "wgsl": {name: str} | null  (the version's WGSL, fetch()ed by these names),
          "expected": [list of numbers | null, ...] | null  (one per readback, in order),
