@@ -229,3 +229,36 @@ def test_files_sent_in_the_job_are_decoded_once_and_kept_as_inputs_too(gpu, monk
     forged = {**job, "file_shas": {"x.bin": hashlib.sha256(b"other").hexdigest()}}
     with pytest.raises(ValueError, match="is not the file of that sha256"):
         programs.run_program_job(device, env, forged, Memo(), DeviceBuffers())
+
+
+TWO_INPUTS = """
+@group(0) @binding(0) var<storage, read> a: array<f32>;
+@group(0) @binding(1) var<storage, read_write> b: array<f32>;
+@group(0) @binding(2) var<storage, read_write> y: array<f32>;
+@compute @workgroup_size(64) fn main(@builtin(global_invocation_id) id: vec3u) {
+  b[id.x] = 2.0 * b[id.x];
+  y[id.x] = a[id.x] + b[id.x];
+}
+"""
+
+
+def test_two_buffers_of_one_label_written_from_one_file_never_share_a_kept_buffer(gpu):
+    """Both get the same key (label, file, size, usage): only the first may be kept, or
+    the next run binds one kept buffer as both, and doubling b doubles a too."""
+    source = (
+        program(TWO_INPUTS)
+        .replace(
+            'const input = device.createBuffer({ label: "x", size: x.byteLength, usage });',
+            'const input = device.createBuffer({ label: "x", size: x.byteLength, usage });\n'
+            'const other = device.createBuffer({ label: "x", size: x.byteLength, usage });',
+        )
+        .replace(
+            "device.queue.writeBuffer(input, 0, x);",
+            "device.queue.writeBuffer(input, 0, x);\ndevice.queue.writeBuffer(other, 0, x);",
+        )
+        .replace("[input, output]", "[input, other, output]")
+    )
+    kept = DeviceBuffers()
+
+    for _ in range(3):
+        np.testing.assert_array_equal(run(gpu, source, kept), 3 * X)

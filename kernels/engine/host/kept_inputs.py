@@ -73,6 +73,11 @@ class ProgramInputs:
             self.spoiled.add(buffer)
             return None
         key = ("program input", sha, size, usage, name)
+        if key in self.candidates.values():
+            # Another buffer of this run (the same label, the same file) has that key: one
+            # kept buffer must never stand for two.
+            self.spoiled.add(buffer)
+            return None
         self.candidates[buffer] = key
         return key if key in self.kept.kept else None
 
