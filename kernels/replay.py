@@ -366,10 +366,14 @@ def finish(run_id: int, outcome: Outcome) -> dict[str, Any] | None:
             When(environment_id="", then=Value(environment["id"])), default=F("environment_id")
         )
     unfinished = Run.objects.filter(pk=run_id).exclude(state=Run.State.DONE)
-    if not unfinished.update(**fields):
-        return None
-    if whole is not None and data is not None:
-        _keep_whole(run_id, whole, data, values["adapter"])
+    keeping = whole is not None and data is not None
+    # A buffer kept whole is stored in the commit that marks its run done: a reader who
+    # polls the run never finds it done without the buffer.
+    with transaction.atomic() if keeping else nullcontext():
+        if not unfinished.update(**fields):
+            return None
+        if whole is not None and data is not None:
+            _keep_whole(run_id, whole, data, values["adapter"])
     return values
 
 
@@ -377,7 +381,8 @@ def _keep_whole(run_id: int, whole: WholeBuffer, data: bytes, adapter: str) -> N
     from kernels.whole_buffers import keep  # it starts runs through this module
 
     try:
-        keep(run_id, whole, data, adapter)
+        with transaction.atomic():  # a savepoint: failing, it loses the bytes, not the run
+            keep(run_id, whole, data, adapter)
     except Exception:  # the run is stored; its page says that nothing was kept
         logger.exception("A buffer kept whole could not be stored")
 

@@ -23,7 +23,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 
-from config.ratelimit import hit
+from config.ratelimit import peek, record
 from kernels import pictures, replay
 from kernels.engine.host.capture import NP_TYPES, WHOLE_MAX_BYTES, WORD
 from kernels.engine.outcome import PassBuffer, PassRecord, WholeBuffer, pack_values
@@ -99,9 +99,9 @@ def ask(
     version: KernelVersion, number: int, name: str, client: str
 ) -> tuple[Run | KeptBuffer, bool]:
     """Keep buffer `name` after pass `number` of this version whole: the kept buffer if it
-    is kept already, else the run keeping it (started, or joined while in flight), given
-    a few seconds to finish, and whether it ran (what its pages show changed). client:
-    the rate limit's key for the reader asking."""
+    is kept already, else the run keeping it (joined while in flight, or started and given
+    a few seconds to finish), and whether this request started it (what its pages show
+    changed). client: the rate limit's key for the reader asking."""
     try:
         job = job_for(version)
     except ReplayProblem as error:
@@ -115,10 +115,13 @@ def ask(
     runs = Run.objects.filter(
         source_sha256=whole.source_sha256, harness_digest=whole.harness_digest
     )
-    in_flight = runs.exclude(state=Run.State.DONE).exclude(replay.lost()).exists()
+    in_flight = runs.exclude(state=Run.State.DONE).exclude(replay.lost()).first()
+    if in_flight is not None:
+        # Joined: it costs nothing, and nothing waits for it here (the page that the
+        # answer leads to polls the run it shows).
+        return in_flight, False
     limit = settings.WHOLE_BUFFERS_PER_HOUR
-    # Joining a run in flight costs nothing: only a run started counts.
-    if not in_flight and (wait := hit("whole-buffer", client, limit, 3600)):
+    if wait := peek("whole-buffer", client, limit, 3600):
         raise Refused(
             f"You have asked for {limit} whole buffers in the last hour; try again in {wait} s.",
             429,
@@ -130,9 +133,10 @@ def ask(
         run = replay.start_run(whole, fresh=ended, wanted_for=replay.unattended_seconds())
     except replay.ReplayUnavailable as busy:
         raise Refused(str(busy), 503, retry_after=busy.retry_after) from None
+    record("whole-buffer", client, 3600)  # counted once a run is started, not when refused
     # Waited for here whatever the backend (a task queue's run is polled): the reader who
-    # asked sees the buffer on the page the answer leads to, whose script polls for
-    # nothing once the version's own run is done. The rate limit bounds these waits.
+    # asked sees the buffer on the page the answer leads to. The rate limit bounds these
+    # waits: only a request that started a run waits.
     run = replay.wait(run, settings.REPLAY_DEADLINE + 5)
     if run.state != Run.State.DONE:
         return run, True
@@ -213,13 +217,14 @@ def download_url(npy_url: str, number: int, name: str) -> str:
     return f"{npy_url}?{urlencode({'pass': number, 'buffer': name})}"
 
 
-def npy(kept: KeptBuffer) -> bytes:
-    """The kept buffer as a .npy file (numpy.load reads it: its dtype and shape)."""
+def npy(kept: KeptBuffer) -> list[bytes | memoryview]:
+    """The kept buffer as a .npy file (numpy.load reads it: its dtype and shape), in its
+    two parts: the header and the bytes as stored (up to 64 MiB, not copied)."""
     header = io.BytesIO()
     descr = np.dtype(NP_TYPES[kept.dtype]).str  # "<f4", "|u1"
     info = {"descr": descr, "fortran_order": False, "shape": tuple(kept.shape)}
     np.lib.format.write_array_header_1_0(header, info)
-    return header.getvalue() + bytes(kept.blob.data)
+    return [header.getvalue(), kept.blob.data]
 
 
 @dataclass
@@ -254,7 +259,11 @@ def states(run: Run | None, record: PassRecord) -> dict[str, State]:
     digests = {whole_buffer_job(job, number, b["name"]).harness_digest: b["name"] for b in cut}
     runs = Run.objects.filter(source_sha256=run.source_sha256, harness_digest__in=digests)
     latest: dict[str, Run] = {}
-    for each in runs.exclude(replay.lost()).order_by("created"):
+    # Outcomes are read only for the run shown of a buffer not kept (Django loads a
+    # deferred field on use): each is a whole run's.
+    for each in (
+        runs.exclude(replay.lost()).defer("outcome", "picture", "detail").order_by("created")
+    ):
         latest[digests[each.harness_digest]] = each
     found = {}
     for entry in cut:

@@ -8,7 +8,14 @@ from __future__ import annotations
 import re
 
 from django.contrib import messages
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseRedirect,
+    StreamingHttpResponse,
+)
+from django.http.response import HttpResponseBase
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils.http import content_disposition_header
@@ -33,15 +40,18 @@ def _asked(values: dict[str, str]) -> tuple[int, str]:
     number, name = values.get("pass", ""), values.get("buffer", "")
     if not PASS_NUMBER.fullmatch(number):
         raise whole_buffers.Refused("pass must be a pass's number, from 1 to 999999.")
-    if not name or len(name) > MAX_NAME:
-        raise whole_buffers.Refused(f"buffer must name a buffer, in 1 to {MAX_NAME} characters.")
+    if not name or len(name) > MAX_NAME or "\x00" in name:
+        raise whole_buffers.Refused(
+            f"buffer must name a buffer, in 1 to {MAX_NAME} characters (no NUL)."
+        )
     return int(number), name
 
 
 @require_POST
 def ask_turn(request: HttpRequest, slug: str, number: int) -> HttpResponse:
-    turn, version = get_reviewed_turn(request, slug, number)
-    return _ask(request, version, turn.session, reverse("kernels:replay", args=[slug, number]))
+    _, version = get_reviewed_turn(request, slug, number)
+    page = reverse("kernels:replay", args=[slug, number])
+    return _ask(request, version, version.kernel.session, page)
 
 
 @require_POST
@@ -84,18 +94,18 @@ def _ask(request: HttpRequest, version: KernelVersion, session: Session, page: s
 
 
 @require_GET
-def download_turn(request: HttpRequest, slug: str, number: int) -> HttpResponse:
-    turn, version = get_reviewed_turn(request, slug, number)
-    return _download(request, version, f"{turn.session.slug}-turn-{turn.number}")
+def download_turn(request: HttpRequest, slug: str, number: int) -> HttpResponseBase:
+    _, version = get_reviewed_turn(request, slug, number)
+    return _download(request, version, f"{slug}-turn-{number}")
 
 
 @require_GET
-def download_fork(request: HttpRequest, fork_id: str) -> HttpResponse:
+def download_fork(request: HttpRequest, fork_id: str) -> HttpResponseBase:
     made = get_fork(request, fork_id)
     return _download(request, made.as_version(), f"fork-{made.id}")
 
 
-def _download(request: HttpRequest, version: KernelVersion, stem: str) -> HttpResponse:
+def _download(request: HttpRequest, version: KernelVersion, stem: str) -> HttpResponseBase:
     """The kept buffer's values as .npy: its dtype and shape, numpy.load() reads it."""
     try:
         number, name = _asked(request.GET.dict())
@@ -109,7 +119,9 @@ def _download(request: HttpRequest, version: KernelVersion, stem: str) -> HttpRe
         raise Http404(
             f"Buffer {name} after pass {number} is not kept whole: ask for it on the page."
         )
-    response = HttpResponse(whole_buffers.npy(kept), content_type="application/octet-stream")
+    parts = whole_buffers.npy(kept)
+    response = StreamingHttpResponse(parts, content_type="application/octet-stream")
+    response["Content-Length"] = str(sum(len(part) for part in parts))
     filename = f"{stem}-pass-{number}-{slugify(name) or 'buffer'}.npy"
     response["Content-Disposition"] = content_disposition_header(True, filename) or ""
     response["X-Content-Type-Options"] = "nosniff"

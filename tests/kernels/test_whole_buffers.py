@@ -87,7 +87,10 @@ def downloaded(client: Client, path: str, number: int, buffer: str) -> np.ndarra
     assert r["Content-Type"] == "application/octet-stream"
     assert r["X-Content-Type-Options"] == "nosniff"
     assert r["Content-Disposition"].startswith("attachment; filename=")
-    return np.load(io.BytesIO(r.content), allow_pickle=False)
+    assert r.streaming  # its 64 MiB are sent as stored, not copied into one response
+    body = r.getvalue()
+    assert int(r["Content-Length"]) == len(body)
+    return np.load(io.BytesIO(body), allow_pickle=False)
 
 
 @in_the_local_pool
@@ -202,6 +205,7 @@ class WholeBufferTests(TransactionTestCase):
             ("²", "y", 400, "pass must be a pass&#x27;s number"),
             (1, "", 400, "buffer must name a buffer"),
             (1, "y" * 201, 400, "buffer must name a buffer"),
+            (1, "y\x00", 400, "buffer must name a buffer"),  # PostgreSQL refuses NUL
             (9, "y", 404, "This run has no pass 9 (it has passes 1 to 2)."),
             (0, "y", 404, "This run has no pass 0"),
             (1, "z", 404, "Pass 1 wrote no buffer named &#x27;z&#x27;"),
@@ -210,7 +214,11 @@ class WholeBufferTests(TransactionTestCase):
             r = self.ask(number=number, buffer=buffer)
             self.assertContains(r, message, status_code=status)
             self.assertContains(r, f'href="{PAGE}#passes"', status_code=status)
-        for query, status in (({"pass": "x", "buffer": "y"}, 400), ({"buffer": "y"}, 400)):
+        for query, status in (
+            ({"pass": "x", "buffer": "y"}, 400),
+            ({"buffer": "y"}, 400),
+            ({"pass": "1", "buffer": "y\x00"}, 400),
+        ):
             self.assertEqual(self.client.get(NPY, query).status_code, status)
         self.assertEqual(self.client.get(f"{NPY}?pass=3&buffer=y").status_code, 404)
         self.assertEqual(Run.objects.count(), 1)
@@ -305,6 +313,29 @@ class WholeBufferTests(TransactionTestCase):
         # What is kept already costs nothing; another client is not held back.
         self.assertEqual(self.ask().status_code, 303)
         self.assertEqual(self.ask(Client(REMOTE_ADDR="10.0.0.9"), number=2).status_code, 303)
+
+    @override_settings(WHOLE_BUFFERS_PER_HOUR=1)
+    def test_joining_a_run_in_flight_is_free_waits_for_nothing_and_keeps_readers_pages(
+        self,
+    ) -> None:
+        self.assertEqual(self.ask().status_code, 303)  # the hour's one run is used
+        whole = whole_buffers.whole_buffer_job(jobs.job_for(self.version), 2, "y")
+        in_flight = Run.objects.create(
+            source_sha256=whole.source_sha256,
+            harness_digest=whole.harness_digest,
+            environment_id="elsewhere",
+            state=Run.State.QUEUED,
+        )
+        stamp = Session.objects.get(pk=self.session.pk).updated
+
+        r = self.client.post(ASK, {"pass": 2, "buffer": "y"}, follow=True)
+
+        self.assertContains(r, "is being kept whole: the version runs again")
+        in_flight.refresh_from_db()
+        self.assertEqual(in_flight.state, Run.State.QUEUED)  # joined, not waited out
+        self.assertEqual(Session.objects.get(pk=self.session.pk).updated, stamp)
+        in_flight.delete()
+        self.assertContains(self.ask(number=2), "try again in", status_code=429)
 
     def test_asking_needs_the_csrf_token(self) -> None:
         reader = Client(enforce_csrf_checks=True)
