@@ -173,8 +173,12 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=1024)
     args = parser.parse_args()
 
-    # PyTorch's time on this machine's GPU beside numpy's, where it has both (as a worker).
-    gpu_reference.use(gpu_reference.start())
+    # PyTorch's time on this machine's GPU beside numpy's, where it has both (as a worker);
+    # waited for here, where a replay would go without it while it loads.
+    reference = gpu_reference.start()
+    if reference is not None:
+        reference.settle()
+    gpu_reference.use(reference)
     device, env = open_device()
     started = time.perf_counter()
     env = dataclasses.replace(env, peaks=measure_peaks(device, env))

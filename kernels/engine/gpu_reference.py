@@ -12,6 +12,7 @@ for later runs (outcome.cacheable). Each (name, shapes) is timed once per worker
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import logging
@@ -52,6 +53,14 @@ class GpuReference:
     def loading(self) -> bool:
         """Whether the process has not yet said whether it times on a GPU, nor been given up."""
         return not (self.device or self.problem)
+
+    def settle(self) -> bool:
+        """Wait until the process has said whether it times on a GPU (or is given up,
+        READY_SECONDS after its start); whether it does. For a caller that may wait (a
+        benchmark), where a replay goes on without it."""
+        while self.loading and not self.ready():
+            time.sleep(0.02)
+        return bool(self.device)
 
     def ready(self) -> bool:
         """Whether the process has said it times on a GPU; never waits for it to say."""
@@ -121,9 +130,18 @@ class GpuReference:
             self.problem = f"PyTorch's reference process is not used: {why}."
             log.warning("%s", self.problem)
         self.device = ""
+        self.close()
+
+    def close(self) -> None:
+        """Stop the process and close its pipes."""
         if self.process.poll() is None:
             self.process.kill()
         self.process.wait()
+        for pipe in (self.process.stdin, self.process.stdout):
+            if pipe is not None:
+                # A request still buffered for a process that is gone cannot be flushed.
+                with contextlib.suppress(OSError):
+                    pipe.close()
 
 
 _started: GpuReference | None = None
