@@ -37,7 +37,9 @@ class KeptBufferAdmin(admin.ModelAdmin[KeptBuffer]):
 
     list_display = ("buffer", "pass_number", "dtype", "count", "adapter", "created")
     search_fields = ("source_sha256", "harness_digest", "buffer")
-    readonly_fields = [field.name for field in KeptBuffer._meta.fields]
+    # Its blob by sha256: shown as the object, the admin would load its bytes to print it.
+    exclude = ["blob"]
+    readonly_fields = [f.name for f in KeptBuffer._meta.fields if f.name != "blob"] + ["blob_id"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

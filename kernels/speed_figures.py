@@ -155,11 +155,9 @@ def speed_summary(outcome: Mapping[str, Any] | None) -> dict[str, Any] | None:
         # stored before they said so carry 0).
         "upload": "" if (upload := speed.get("upload_ms")) is None or cuda else ms(upload),
         "readback": "" if (back := speed.get("readback_ms")) is None or cuda else ms(back),
-        "against": against,
         "references": references,
         # A GPU worker's PyTorch still loading when this ran: the next run has its time.
         "reference_loading": bool(speed.get("gpu_reference_loading")),
-        "peaks": peaks,
         "bandwidth": figure(peaks["bandwidth_gbs"]) if peaks else "",
         "problem": speed.get("problem", ""),
         "rows": rows,

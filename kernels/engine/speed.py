@@ -111,10 +111,14 @@ def reference_time(
     return float(ms)
 
 
+def speedup(ms: float, gpu_ms: float | None) -> float | None:
+    """A reference's ms over the passes': above 1, the kernel's passes beat it."""
+    return float(f"{ms / gpu_ms:.3g}") if gpu_ms else None
+
+
 def reference_entry(name: str, ms: float, gpu_ms: float | None) -> dict[str, Any]:
-    """SpeedReport's reference: above 1, the kernel's passes beat the reference."""
-    speedup = float(f"{ms / gpu_ms:.3g}") if gpu_ms else None
-    return {"name": f"numpy {name}", "ms": ms, "speedup": speedup}
+    """SpeedReport's reference: numpy's time and the passes' speed-up over it."""
+    return {"name": f"numpy {name}", "ms": ms, "speedup": speedup(ms, gpu_ms)}
 
 
 def add_references(
@@ -137,7 +141,7 @@ def add_references(
         speed["gpu_reference"] = {
             "name": f"PyTorch {name}",
             **timed,
-            "speedup": float(f"{timed['ms'] / gpu_ms:.3g}"),
+            "speedup": speedup(timed["ms"], gpu_ms),
         }
     elif gpu_reference_loading():
         speed["gpu_reference_loading"] = True

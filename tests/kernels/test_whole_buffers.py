@@ -15,7 +15,9 @@ import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.cache import cache
+from django.db import connection
 from django.test import Client, TestCase, TransactionTestCase, override_settings
+from django.test.utils import CaptureQueriesContext
 
 from kernels import jobs, replay, whole_buffers
 from kernels.engine.harness import parse_harness
@@ -352,6 +354,12 @@ class WholeBufferTests(TransactionTestCase):
         curator.force_login(User.objects.create_superuser("curator", password="password"))
         listed = curator.get("/admin/kernels/keptbuffer/")
         self.assertContains(listed, '<td class="field-pass_number">1</td>', html=False)
+        # Its page names the blob by sha256, without loading the bytes to print it.
+        with CaptureQueriesContext(connection) as queries:
+            change = curator.get(f"/admin/kernels/keptbuffer/{kept.pk}/change/")
+        self.assertContains(change, kept.blob_id)
+        blobs = f'"{Blob._meta.db_table}"'
+        self.assertEqual([q["sql"] for q in queries.captured_queries if blobs in q["sql"]], [])
         deleted = curator.post(f"/admin/kernels/keptbuffer/{kept.pk}/delete/", {"post": "yes"})
         self.assertEqual(deleted.status_code, 302)
         self.assertFalse(KeptBuffer.objects.exists())

@@ -51,6 +51,8 @@ SHIM = (
 # run, reading its bytecode 1 ms) leaves its function under this name for Python to take,
 # then deletes it before the program runs.
 SHIM_NAME = "__kernelbinShim"
+# The shim as a script that leaves it under SHIM_NAME (what native.compiled() is keyed by).
+SHIM_SCRIPT = f"globalThis.{SHIM_NAME} = {SHIM};"
 PROGRAM_PREFIX = "(async (__host) => {\n"
 PROGRAM_SUFFIX = "\n})"
 # Calls that run only the shim's own code (reading the record, settling promises) get this
@@ -381,7 +383,7 @@ class Script:
         self._enter(lambda: self.host("start", self.offset, program))
 
     def _load_shim(self) -> Any:
-        code = native.compiled(f"globalThis.{SHIM_NAME} = {SHIM};", "<input>")
+        code = native.compiled(SHIM_SCRIPT, "<input>")
         if code is not None and native.run_compiled(self.context, code):
             host = self.context.get(SHIM_NAME)
             self.context.eval(f"delete globalThis.{SHIM_NAME}")

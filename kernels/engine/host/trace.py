@@ -199,7 +199,8 @@ def values_of(data: bytes | memoryview, dtype: str) -> list[Any]:
     array = np.frombuffer(data, dtype=np_type, count=count)
     if array.dtype.kind == "f" and not np.isfinite(array).all():
         return [json_number(float(v)) for v in array]
-    return list(array.tolist())
+    values: list[Any] = array.tolist()
+    return values
 
 
 def itemsize(dtype: str) -> int:
