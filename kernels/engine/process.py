@@ -167,7 +167,7 @@ class WorkerProcess:
 
 def read_exactly(fd: int, size: int, deadline: float | None) -> bytearray:
     """size bytes from a pipe, read into one buffer made for them: reading chunks and
-    joining them took three times as long for 64 MiB (bench/whole_buffer.py)."""
+    joining them took 1.3x as long for 64 MiB (bench/whole_buffer.py)."""
     buffer = bytearray(size)
     view = memoryview(buffer)
     done = 0
