@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kernels.engine.webgpu import device_limits
+from kernels.engine.wgpu_types import parse_ahead
 
 if TYPE_CHECKING:
     import wgpu
@@ -96,7 +97,9 @@ def open_device(
     """
     wgpu = import_wgpu()
     import wgpu.backends.wgpu_native as native
+    from wgpu.backends.wgpu_native._ffi import ffi
 
+    parse_ahead(ffi)
     wanted = backend.strip().lower()
     if wanted and wanted not in BACKEND_ORDER:
         raise ValueError(f"unknown backend {backend!r}; use one of {', '.join(BACKEND_ORDER)}")
