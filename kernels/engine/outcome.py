@@ -10,9 +10,10 @@ import base64
 import math
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
-from typing import Any, NotRequired, TypedDict
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 
 class Status(StrEnum):
@@ -505,6 +506,8 @@ def pack_values(values: np.ndarray, dtype: str) -> list[int | float | str | None
     "base64"}, the cells' little-endian bytes, never-written cells keeping their
     sentinel bits. output_values reads either back.
     """
+    import numpy as np  # imported where used: the pool, in the web process, needs none
+
     if values.size > LIST_UP_TO:
         data = np.ascontiguousarray(values, dtype=PACKED_DTYPES[dtype]).tobytes()
         return {
@@ -532,6 +535,8 @@ def output_values(output: Mapping[str, Any], key: str) -> np.ma.MaskedArray | No
     Reads both forms pack_values writes, and the lists of outcomes stored before
     values were packed (the same lists, at any size).
     """
+    import numpy as np
+
     raw = output.get(key)
     if raw is None:
         return None
