@@ -6,6 +6,7 @@ and the web process must not load a GPU driver.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 from collections.abc import Mapping
@@ -32,6 +33,8 @@ RUNNER_VERSION = 8
 TIMESTAMPS = "timestamp-query"
 
 BACKEND_ORDER = ("vulkan", "metal", "d3d12", "opengl")
+# wgpu-native's names for them, for an instance that loads only the one asked for.
+INSTANCE_BACKENDS = {"vulkan": "Vulkan", "metal": "Metal", "d3d12": "DX12", "opengl": "GL"}
 ADAPTER_TYPE_ORDER = ("discretegpu", "integratedgpu", "virtualgpu", "unknown", "cpu")
 
 
@@ -103,6 +106,15 @@ def open_device(
     wanted = backend.strip().lower()
     if wanted and wanted not in BACKEND_ORDER:
         raise ValueError(f"unknown backend {backend!r}; use one of {', '.join(BACKEND_ORDER)}")
+    if wanted:
+        from wgpu.backends.wgpu_native.extras import set_instance_extras
+
+        # Only that backend is loaded: wgpu-native otherwise opens every one it knows as
+        # the instance is made (EGL's displays too: 0.1 s of a worker's start on the H200's
+        # host). A process that made its instance already keeps it, and the list below
+        # still holds only the adapters of the backend asked for.
+        with contextlib.suppress(RuntimeError):
+            set_instance_extras(backends=[INSTANCE_BACKENDS[wanted]])
     try:
         adapters = wgpu.gpu.enumerate_adapters_sync()
     except Exception as e:

@@ -1,4 +1,6 @@
-"""wgpu-py's C types are parsed in one go before a device opens (kernels/engine/wgpu_types.py).
+"""What opening a device costs a worker's start: wgpu-py's C types are parsed in one go
+before it opens (kernels/engine/wgpu_types.py), and a backend asked for is the only one
+loaded (kernels/engine/device.py).
 
 Each check runs in a fresh interpreter: cffi keeps what it parsed for the life of a
 process, and this one has opened devices already.
@@ -80,3 +82,16 @@ def test_a_type_cffi_cannot_parse_parses_nothing_ahead_and_the_rest_on_first_use
         "print(json.dumps({'ahead': ahead, 'added': after - before, 'made': bool(made)}))\n"
     )
     assert seen == {"ahead": 0, "added": 0, "made": True}
+
+
+def test_a_backend_asked_for_is_the_only_one_the_instance_loads() -> None:
+    seen = in_fresh_python(
+        "import wgpu\n"
+        "from kernels.engine.device import open_device\n"
+        "_, env = open_device('opengl')\n"
+        "listed = [a.info['backend_type'] for a in wgpu.gpu.enumerate_adapters_sync()]\n"
+        "_, again = open_device()\n"
+        "print(json.dumps({'opened': env.backend, 'listed': listed, 'again': again.backend}))\n"
+    )
+    # llvmpipe offers Vulkan too (tests/kernels/test_pool.py opens it), yet it is not listed.
+    assert seen == {"opened": "OpenGL", "listed": ["OpenGL"], "again": "OpenGL"}
