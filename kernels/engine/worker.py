@@ -499,6 +499,10 @@ def main() -> int:
 
     device = env = None
     steps = {"device": time.monotonic()}
+    # wgpu-py is imported here, before the thread that opens the device starts: the two
+    # threads then never import one module at once.
+    import wgpu.backends.wgpu_native  # noqa: F401
+
     with ThreadPoolExecutor(1, thread_name_prefix="open-device") as opener:
         # The driver opens the device without Python's lock (0.3 to 0.6 s on the H100's
         # host): meanwhile this thread imports what every job needs (numpy alone took
