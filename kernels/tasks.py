@@ -1,16 +1,21 @@
 """The replay jobs as Celery tasks (REPLAY_BACKEND=celery): WebGPU replays on the "replay"
 queue, Triton and CUDA programs on the queue of their kind (kernels.jobs.GPU_KINDS), and
-each worker's announcement of what it offers (kernels/workers.py)."""
+each worker's announcement of what it offers (kernels/workers.py).
+
+The tasks belong to the project's app (config/celery.py) by name, not through
+shared_task: a web process loads Celery only once it sends one, not as Django starts
+(0.2 s of a web process's start on the H100's host, before its replay workers could
+start with the local backend)."""
 
 from __future__ import annotations
 
 import threading
 from typing import Any
 
-from celery import shared_task
 from celery.signals import worker_ready, worker_shutdown
 from django.db import close_old_connections
 
+from config.celery import app
 from kernels import local_pool, replay, workers
 from kernels.engine.gpu_run import run_program
 from kernels.engine.pool import Pool
@@ -28,7 +33,7 @@ def worker_pool() -> Pool:
     return _pool
 
 
-@shared_task(name="kernels.replay", acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+@app.task(name="kernels.replay", acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def run_replay(run_id: int, key: str, payload: dict[str, Any]) -> None:
     # acks_late + reject_on_worker_lost: if this process is killed mid-job the broker
     # hands the job to another worker, and claim() counts the attempt.
@@ -38,9 +43,7 @@ def run_replay(run_id: int, key: str, payload: dict[str, Any]) -> None:
     replay.finish(run_id, worker_pool().run(key, payload))
 
 
-@shared_task(
-    name="kernels.gpu_replay", acks_late=True, reject_on_worker_lost=True, ignore_result=True
-)
+@app.task(name="kernels.gpu_replay", acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def run_gpu_replay(run_id: int, key: str, payload: dict[str, Any]) -> None:
     """A Triton or CUDA program, in the sandbox, on this worker's GPU. The sandbox is the
     process boundary: a program that hangs or crashes its GPU context is killed with
