@@ -12,13 +12,8 @@ import tempfile
 from pathlib import Path
 
 import dj_database_url
-import django_stubs_ext
 from csp.constants import NONCE, NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
-
-# ModelAdmin and the other classes django-stubs makes generic are subscripted in the
-# code (ModelAdmin[Session]); this gives them __class_getitem__ at run time.
-django_stubs_ext.monkeypatch()
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 

@@ -1,7 +1,8 @@
 """The device a worker runs on: the best adapter wgpu offers, with WebGPU's default limits.
 
-wgpu is imported on first use, not with this module: the pool imports NoAdapter here,
-and the web process must not load a GPU driver.
+wgpu, and the WGSL reader that WebGPU's limits come with, are imported on first use, not
+with this module: the pool imports NoAdapter here, and the web process must not load a
+GPU driver, nor wait for more than it needs before it starts its replay workers.
 """
 
 from __future__ import annotations
@@ -12,9 +13,6 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
-
-from kernels.engine.webgpu import device_limits
-from kernels.engine.wgpu_types import parse_ahead
 
 if TYPE_CHECKING:
     import wgpu
@@ -89,6 +87,17 @@ def import_wgpu() -> Any:
     return wgpu
 
 
+def _load_only(backend: str) -> None:
+    """Have wgpu-native load one backend: otherwise it opens every one it knows as its
+    instance is made (EGL's displays too: 0.1 s of a worker's start on the H200's host).
+    A process that made its instance already keeps it, and open_device still lists only
+    the adapters of the backend asked for."""
+    from wgpu.backends.wgpu_native.extras import set_instance_extras
+
+    with contextlib.suppress(RuntimeError):
+        set_instance_extras(backends=[INSTANCE_BACKENDS[backend]])
+
+
 def open_device(
     backend: str = "", *, timestamps: bool = True
 ) -> tuple[wgpu.GPUDevice, Environment]:
@@ -102,19 +111,15 @@ def open_device(
     import wgpu.backends.wgpu_native as native
     from wgpu.backends.wgpu_native._ffi import ffi
 
+    from kernels.engine.webgpu import device_limits
+    from kernels.engine.wgpu_types import parse_ahead
+
     parse_ahead(ffi)
     wanted = backend.strip().lower()
     if wanted and wanted not in BACKEND_ORDER:
         raise ValueError(f"unknown backend {backend!r}; use one of {', '.join(BACKEND_ORDER)}")
     if wanted:
-        from wgpu.backends.wgpu_native.extras import set_instance_extras
-
-        # Only that backend is loaded: wgpu-native otherwise opens every one it knows as
-        # the instance is made (EGL's displays too: 0.1 s of a worker's start on the H200's
-        # host). A process that made its instance already keeps it, and the list below
-        # still holds only the adapters of the backend asked for.
-        with contextlib.suppress(RuntimeError):
-            set_instance_extras(backends=[INSTANCE_BACKENDS[wanted]])
+        _load_only(wanted)
     try:
         adapters = wgpu.gpu.enumerate_adapters_sync()
     except Exception as e:
