@@ -21,7 +21,7 @@ from urllib.parse import urlencode
 import numpy as np
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import QuerySet
+from django.db.models import QuerySet, Subquery
 
 from config.ratelimit import peek, record
 from kernels import pictures, replay
@@ -192,6 +192,23 @@ def keep(run_id: int, whole: WholeBuffer, data: bytes, adapter: str) -> KeptBuff
     except IntegrityError:  # kept by another run a moment ago
         kept = KeptBuffer.objects.get(**fields)
     return kept
+
+
+def newest_kept(source_sha256: str, harness_digest: str) -> Subquery:
+    """The id of the newest buffer kept whole of this job, as a subquery: a stored answer
+    about the job made before it was kept lacks it (pages/reader_pages.py)."""
+    return Subquery(_newest(source_sha256, harness_digest))
+
+
+def newest_kept_id(run: Run) -> int | None:
+    """newest_kept's id for the run's job, read now: taken before an answer is made, it is
+    never newer than what the answer shows."""
+    return _newest(run.source_sha256, run.harness_digest).first()
+
+
+def _newest(source_sha256: str, harness_digest: str) -> QuerySet[KeptBuffer, int]:
+    kept = KeptBuffer.objects.filter(source_sha256=source_sha256, harness_digest=harness_digest)
+    return kept.order_by("-pk").values_list("pk", flat=True)[:1]
 
 
 def listed(run: Run, npy_url: str) -> list[dict[str, Any]]:

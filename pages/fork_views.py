@@ -172,7 +172,7 @@ def fork_page(request: HttpRequest, fork_id: str, key: str | None) -> HttpRespon
     response, swaps = reader_pages.render_page(request, key, "kernels/fork.html", context)
     pending = bool(context["passes"] and context["passes"]["pending"])
     stamped = stamp_of(found) if found and not pending else None
-    reader_pages.keep(key, stamped, shown, response.content, **swaps)
+    reader_pages.keep(key, stamped, shown, response.content, swaps)
     return response
 
 

@@ -6,7 +6,8 @@ a re-import changes), on the run it shows (kept with its id: another run of the 
 job, a fresh run landing, makes it stale), on the site's origin and the adapter the
 replay workers run on (in its key), and on nothing of the reader but the CSRF token of
 the page's forms and the nonce of its stylesheet, which are put back per reader. One
-precompiled query (pages/stamps.py) checks the stamp and the newest run; the answer is
+precompiled query (pages/stamps.py) checks the stamp, the newest run and, for a turn's
+replay page and replay.json, the newest buffer kept whole of its job; the answer is
 then served without finding the turn, the version, its job or its run, and without
 drawing anything. Only a finished, cacheable run's answer is kept, and only where a
 reader who is not signed in may open the session. Readers who come at once for a page
@@ -17,7 +18,7 @@ RENDER_WAIT_S), rather than each rendering it.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from functools import wraps
 from typing import Any
@@ -88,24 +89,32 @@ def page_key(request: HttpRequest, *parts: object) -> str | None:
 
 def stored(key: str | None, check: Prepared, **values: str) -> dict[str, Any] | None:
     """What was kept under key, if it still holds: check, given values and the job's
-    digests (sources, harness), finds the session's id, its `updated` and the job's
-    newest run where a reader who is not signed in may see them."""
+    digests (sources, harness), finds the session's id, its `updated`, the job's newest
+    run and whatever else the answer depends on (keep's also) where a reader who is not
+    signed in may see them."""
     kept: dict[str, Any] | None = cache.get(key) if key is not None else None
     if kept is None:
         return None
     sources, harness = kept["job"]
     row = check.first(**values, sources=sources, harness=harness)
-    if row is None or (stamp_of(row), row[2]) != (kept["stamp"], kept["run"]):
+    if row is None or (stamp_of(row), tuple(row[2:])) != (kept["stamp"], kept["newest"]):
         return None
     return kept
 
 
 def keep(
-    key: str | None, found: str | None, shown: replay.Replay, body: bytes, **swaps: str
+    key: str | None,
+    found: str | None,
+    shown: replay.Replay,
+    body: bytes,
+    swaps: Mapping[str, str] | None = None,
+    also: tuple[object, ...] = (),
 ) -> None:
     """Keep body under key, with found (the session's stamp, taken before the answer was
     made, so that it is never kept under a newer stamp than its own), if it shows a
-    finished, cacheable run. swaps: the reader's own strings in it, by name."""
+    finished, cacheable run. also: what else the answer showed that the check reads
+    after the newest run (taken before the answer was made, as found is). swaps: the
+    reader's own strings in it, by name."""
     run = shown.run
     if key is None or found is None or run is None or shown.problem or shown.busy:
         return
@@ -113,10 +122,10 @@ def keep(
         return
     kept = {
         "stamp": found,
-        "run": run.pk,
+        "newest": (run.pk, *also),
         "job": (run.source_sha256, run.harness_digest),
         "body": body,
-        "swaps": swaps,
+        "swaps": dict(swaps or {}),
     }
     cache.set(key, kept, timeout=settings.PAGE_CACHE_SECONDS)
 

@@ -119,6 +119,7 @@ def replay_page(request: HttpRequest, slug: str, number: int, key: str | None) -
     shown = replay.for_reader(version, start=True, fresh=fresh)
     if fresh and not shown.problem:
         return redirect(request.path)
+    kept_buffer = _newest_kept(key, shown)
 
     previous, following = version.previous(), version.next()
     outcome = shown.outcome
@@ -168,8 +169,17 @@ def replay_page(request: HttpRequest, slug: str, number: int, key: str | None) -
     }
     response, swaps = reader_pages.render_page(request, key, "kernels/replay.html", context)
     pending = bool(context["passes"] and context["passes"]["pending"])
-    reader_pages.keep(key, None if pending else found, shown, response.content, **swaps)
+    also = (kept_buffer,)
+    reader_pages.keep(key, None if pending else found, shown, response.content, swaps, also)
     return response
+
+
+def _newest_kept(key: str | None, shown: replay.Replay) -> int | None:
+    """The newest buffer kept whole of the shown run's job, for a page to be kept (which
+    STORED_ANSWER checks): read before the page is made, never newer than it."""
+    if key is None or shown.run is None:
+        return None
+    return whole_buffers.newest_kept_id(shown.run)
 
 
 def _fork_editor(request: HttpRequest, version: KernelVersion) -> dict[str, Any]:
@@ -258,18 +268,25 @@ def replay_json(request: HttpRequest, slug: str, number: int) -> HttpResponse:
         return HttpResponse(kept["body"], content_type="application/json")
     found = stamp(OPENABLE, slug)
     shown = replay.for_reader(get_reviewed_turn(request, slug, number)[1], start=True)
+    # A buffer kept whole after this answer was kept (its run outlasting the wait of the
+    # request that asked) makes the answer stale, as a newer run does.
+    also = (_newest_kept(key, shown),)
     response = _answer(shown, {}, npy=npy)
-    reader_pages.keep(key, found, shown, response.content)
+    reader_pages.keep(key, found, shown, response.content, also=also)
     return response
 
 
-# The session's stamp, and the newest run of a kernel's sources under its harness.
+# The session's stamp, the newest run of a kernel's sources under its harness, and the
+# newest buffer kept whole of that job.
 STORED_ANSWER = Prepared(
     lambda slug, sources, harness: (
         Session.objects.viewable_by(AnonymousUser())
         .filter(slug=slug)
-        .annotate(newest=replay.newest_run(sources, harness))
-        .values_list("pk", "updated", "newest")
+        .annotate(
+            newest=replay.newest_run(sources, harness),
+            kept=whole_buffers.newest_kept(sources, harness),
+        )
+        .values_list("pk", "updated", "newest", "kept")
     ),
     ["slug", "sources", "harness"],
 )

@@ -306,6 +306,22 @@ class WholeBufferTests(TransactionTestCase):
         page = reader.get(PAGE).content.decode()
         self.assertIn(f"y: {CELLS} f32, kept whole", page)
 
+    def test_a_buffer_kept_after_a_readers_replay_json_was_kept_is_listed_in_it(self) -> None:
+        # A reader's replay.json is kept (pages/reader_pages.py)...
+        reader, answer = Client(), "/s/whole/turns/2/replay.json"
+        self.assertNotIn("whole_buffers", reader.get(answer).json())
+        stamp = Session.objects.get(pk=self.session.pk).updated
+        # ...and a buffer is kept whole under the same stamp: its run outlasted the wait of
+        # the request that asked, which stamped the session before the reader's answer.
+        self.assertEqual(self.ask(number=2).status_code, 303)
+        Session.objects.filter(pk=self.session.pk).update(updated=stamp)
+        listed = reader.get(answer).json()["whole_buffers"]
+        self.assertEqual([(kept["pass"], kept["buffer"]) for kept in listed], [(2, "y")])
+        # The answer with it is kept in turn: one query serves it.
+        with CaptureQueriesContext(connection) as queries:
+            self.assertEqual(reader.get(answer).json()["whole_buffers"], listed)
+        self.assertEqual(len(queries), 1)
+
     @override_settings(WHOLE_BUFFERS_PER_HOUR=1)
     def test_a_flood_of_requests_gets_429_with_retry_after(self) -> None:
         self.assertEqual(self.ask().status_code, 303)
