@@ -27,7 +27,7 @@ JSON lists, 9x9 the first packed as bytes (LIST_UP_TO), 64x64 the last that carr
 cells at all and 65x65 the first that does not (SHOW_VALUES_UP_TO).
 
     .venv/bin/python bench/replay.py [--runs 20] [--batch 1000] [--sizes 64,65,256,...]
-                                     [--replays-only]
+                                     [--replays-only] [--starts 1]
     .venv/bin/python bench/replay.py --crossover [--runs 20] [--sizes 256,1024,...]
 
 --crossover times only the runner, with large outputs checked on the device and read
@@ -49,6 +49,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from statistics import median
 from typing import TYPE_CHECKING, Any
 
 from common import ROOT, gunicorn, median_ms, setup_django, timed_gets
@@ -300,8 +301,6 @@ def hops(elapsed: list[float], timings: list[Timings]) -> dict[str, float]:
     """Median milliseconds per hop of a warm replay, from the timings each layer records:
     the runner's compile and run, the pool's wall time around the worker, and the total
     the caller saw."""
-    from statistics import median
-
     total = median_ms(elapsed)
     wall = median(t["wall_ms"] or 0.0 for t in timings)
     compile_ms = median(t["compile_ms"] or 0.0 for t in timings)
@@ -443,13 +442,14 @@ def boundary(
     return rows
 
 
-def served(database: Path, spec: dict[str, Any]) -> dict[str, float]:
-    """Cold starts, cached replay.json and /healthz through gunicorn, in ms."""
+def served(database: Path, spec: dict[str, Any], start: int = 0) -> dict[str, float]:
+    """Cold starts, cached replay.json and /healthz through gunicorn, in ms (start: which
+    of several, each on versions of its own)."""
     token = "bench-replay"  # noqa: S105 (a scratch server's monitor token)
     env = {"SQLITE_PATH": str(database), "REPLAY_WORKERS": "1", "HEALTHZ_TOKEN": token}
     figures = {}
     for when in ("at once", "warm"):
-        slug = make_version(spec, f"cold-{when.replace(' ', '-')}")
+        slug = make_version(spec, f"cold-{when.replace(' ', '-')}-{start}")
         opened = time.perf_counter()
         with gunicorn("config.wsgi:application", env, threads=4) as base:
             if when == "warm":
@@ -510,6 +510,10 @@ def main() -> None:
         "--replays-only", action="store_true", help="skip the served rows (cached "
         "replay.json, /healthz, cold start), which start gunicorn",
     )  # fmt: skip
+    parser.add_argument(
+        "--starts", type=int, default=1, help="server starts the served rows are measured "
+        "over (their medians, and each start's first replay)",
+    )  # fmt: skip
     args = parser.parse_args()
     if args.crossover:
         crossover([int(side) for side in args.sizes.split(",") if side], args.runs)
@@ -532,7 +536,11 @@ def main() -> None:
         data_rows = boundary(device, environment, args.runs)
         if isinstance(pool_of := replay.backend(), LocalBackend):
             pool_of.pool().close()
-        figures = {} if args.replays_only else served(database, spec)
+        count = 0 if args.replays_only else args.starts
+        starts = [served(database, spec, number) for number in range(count)]
+        figures = (
+            {key: median([start[key] for start in starts]) for key in starts[0]} if starts else {}
+        )
     floor_ms, warm_ms, program_ms = (
         median_ms(times[key]) for key in ("floor", "harness", "program")
     )
@@ -558,6 +566,9 @@ def main() -> None:
     ):
         if value is not None:
             print(f"{label:42} {value:>9.2f} {value / floor_ms:>7.2f}x {value / warm_ms:>9.2f}x")
+    if len(starts) > 1:
+        each = ", ".join(f"{start['first replay, at once'] / 1000:.2f}" for start in starts)
+        print(f"cold start, medians of {len(starts)} starts; each one's first replay (s): {each}")
     print(f"program replay / harness replay: {program_ms / warm_ms:.2f}x")
     if figures:
         print(f"cached replay.json / GET /healthz: {figures['cached'] / figures['healthz']:.2f}x")
