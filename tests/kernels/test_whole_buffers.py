@@ -103,6 +103,16 @@ class WholeBufferTests(TransactionTestCase):
         self.version = program_version(self.session, FILL_WGSL, FILL)
         self.outcome = finished(self.client, "/s/whole/turns/2/replay.json")["outcome"]
 
+    def whole_run_in_flight(self) -> Run:
+        """A run keeping buffer y after pass 2 whole, queued for a worker elsewhere."""
+        whole = whole_buffers.whole_buffer_job(jobs.job_for(self.version), 2, "y")
+        return Run.objects.create(
+            source_sha256=whole.source_sha256,
+            harness_digest=whole.harness_digest,
+            environment_id="elsewhere",
+            state=Run.State.QUEUED,
+        )
+
     def ask(
         self, client: Client | None = None, number: int | str = 1, buffer: str = "y", **extra: str
     ) -> Any:
@@ -288,13 +298,7 @@ class WholeBufferTests(TransactionTestCase):
         # A page kept for readers who are not signed in (pages/reader_pages.py)...
         reader = Client()
         self.assertIn(FORM, reader.get(PAGE).content.decode())
-        whole = whole_buffers.whole_buffer_job(jobs.job_for(self.version), 2, "y")
-        in_flight = Run.objects.create(
-            source_sha256=whole.source_sha256,
-            harness_digest=whole.harness_digest,
-            environment_id="elsewhere",
-            state=Run.State.QUEUED,
-        )
+        in_flight = self.whole_run_in_flight()
         self.session.touch()  # as asking does
         page = reader.get(PAGE).content.decode()
         self.assertIn("Being kept whole: this version is running again.", page)
@@ -337,13 +341,7 @@ class WholeBufferTests(TransactionTestCase):
         self,
     ) -> None:
         self.assertEqual(self.ask().status_code, 303)  # the hour's one run is used
-        whole = whole_buffers.whole_buffer_job(jobs.job_for(self.version), 2, "y")
-        in_flight = Run.objects.create(
-            source_sha256=whole.source_sha256,
-            harness_digest=whole.harness_digest,
-            environment_id="elsewhere",
-            state=Run.State.QUEUED,
-        )
+        in_flight = self.whole_run_in_flight()
         stamp = Session.objects.get(pk=self.session.pk).updated
 
         r = self.client.post(ASK, {"pass": 2, "buffer": "y"}, follow=True)
