@@ -89,9 +89,8 @@ def import_wgpu() -> Any:
 
 def _load_only(backend: str) -> None:
     """Have wgpu-native load one backend: otherwise it opens every one it knows as its
-    instance is made (EGL's displays too: 0.1 s of a worker's start on the H200's host).
-    A process that made its instance already keeps it, and open_device still lists only
-    the adapters of the backend asked for."""
+    instance is made, EGL's displays too. A process that made its instance already keeps
+    it, and open_device still lists only the adapters of the backend asked for."""
     from wgpu.backends.wgpu_native.extras import set_instance_extras
 
     with contextlib.suppress(RuntimeError):

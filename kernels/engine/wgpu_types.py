@@ -2,11 +2,10 @@
 
 wgpu-py builds its descriptors with cffi, which parses a type string the first time one is
 made (ffi.new("WGPUBufferDescriptor *")). Each parse is a pycparser run over a preamble
-that declares every typedef of wgpu.h: 18 ms a type on a 2-core machine, 25 on the H200's
-host. A worker makes 41 of them to open its device and run its first harness and program,
-0.7 to 1.0 s of its start, which a reader's first replay after a restart waited for.
-Declared together as the parameters of one function, they take one run of the parser
-(18 to 37 ms measured).
+that declares every typedef of wgpu.h, 15 to 20 ms, and a worker makes 41 of them to open
+its device and run its first harness and program: half of its start, which a reader's
+first replay after a restart waited for. Declared together as the parameters of one
+function, they take one run of the parser (bench/worker_start.py measures both ways).
 """
 
 from __future__ import annotations

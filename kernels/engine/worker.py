@@ -504,9 +504,9 @@ def main() -> int:
     import wgpu.backends.wgpu_native  # noqa: F401
 
     with ThreadPoolExecutor(1, thread_name_prefix="open-device") as opener:
-        # The driver opens the device without Python's lock (0.4 to 0.7 s on the H200's
-        # host): meanwhile this thread imports what every job needs (numpy and the runner,
-        # 0.2 to 0.3 s there), which it would otherwise do after.
+        # The driver opens the device without Python's lock: meanwhile this thread imports
+        # what every job needs (numpy and the runner), which it would otherwise do after
+        # (about 0.2 s and 0.1 s on the H100's host, bench/worker_start.py).
         opening = opener.submit(open_device, os.environ.get("KERNELBIN_WGPU_BACKEND", ""))
         import_job_modules()
     from kernels.engine.peaks import kept_peaks
