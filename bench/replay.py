@@ -4,7 +4,8 @@
                   module, pipeline, buffers and bind group built once beforehand
   warm uncached   a fresh replay through the site's replay layer and worker pool
                   (database row, pool, worker: compile, buffers, dispatch, readback,
-                  numpy reference, comparison), on a warm worker
+                  numpy reference, comparison), on a warm worker, until a reader waiting
+                  on it is answered; its store, which follows the answer, is timed apart
   program         the same layer as a learner's WebGPU host program, replayed fresh
                   through the same pool: QuickJS runs it, fetch() loads x, w and b from
                   the session's files, the shim's calls replay on wgpu-py, and the
@@ -37,7 +38,8 @@ Every floor and replay of a round runs in one loop, one of each per round, so th
 machine's state weighs on all alike. Prints medians, ratios to the floor, and where a
 warm replay's time goes: the runner (compile, then dispatch, readback, reference and
 comparison), the hand-off between pool and worker (the pool's wall time less the
-runner's), and the rest (the run's row, the backend's queue, storing the outcome).
+runner's), the rest (the run's row, the backend's queue, the outcome made ready to
+store), and the store after the answer.
 """
 
 from __future__ import annotations
@@ -60,7 +62,6 @@ if TYPE_CHECKING:
     import wgpu
 
     from kernels.engine.device import Environment
-    from kernels.engine.outcome import Timings
     from kernels.jobs import Job
 
 SOURCE = """@group(0) @binding(0) var<storage, read> x: array<f32>;
@@ -285,22 +286,25 @@ def make_version(
     return slug
 
 
-def timed_replay(job: Job) -> tuple[float, Timings]:
-    """Seconds for a fresh run of job through the replay layer, to its stored outcome,
-    and the timings the layers recorded on it."""
+def timed_replay(job: Job) -> tuple[float, dict[str, Any]]:
+    """Seconds for a fresh run of job through the replay layer until a reader waiting on
+    it would be answered (its outcome ready), and the timings the layers recorded on it,
+    with the milliseconds its store took after that answer (stored_ms)."""
     from kernels import replay
 
     started = time.perf_counter()
-    run = replay.wait(replay.start_run(job, fresh=True), 60)
+    run = replay.wait(replay.start_run(job, fresh=True), 60, answer_first=True)
     elapsed = time.perf_counter() - started
+    replay.settle()  # as a request's end does, once its answer has gone
+    stored_ms = (time.perf_counter() - started - elapsed) * 1000
     assert run.status == "passed", run.outcome["message"]
-    return elapsed, run.outcome["timings"]
+    return elapsed, {**run.outcome["timings"], "stored_ms": stored_ms}
 
 
-def hops(elapsed: list[float], timings: list[Timings]) -> dict[str, float]:
+def hops(elapsed: list[float], timings: list[dict[str, Any]]) -> dict[str, float]:
     """Median milliseconds per hop of a warm replay, from the timings each layer records:
-    the runner's compile and run, the pool's wall time around the worker, and the total
-    the caller saw."""
+    the runner's compile and run, the pool's wall time around the worker, the total the
+    caller saw, and the store that follows the answer."""
     total = median_ms(elapsed)
     wall = median(t["wall_ms"] or 0.0 for t in timings)
     compile_ms = median(t["compile_ms"] or 0.0 for t in timings)
@@ -309,7 +313,8 @@ def hops(elapsed: list[float], timings: list[Timings]) -> dict[str, float]:
         "runner: compile (memoised)": compile_ms,
         "runner: device, reference, comparison": run_ms,
         "pool <-> worker hand-off and encoding": max(wall - compile_ms - run_ms, 0.0),
-        "run row, queue, stored outcome": max(total - wall, 0.0),
+        "run row, queue, outcome made ready": max(total - wall, 0.0),
+        "storing it, after the answer": median(t["stored_ms"] for t in timings),
     }
 
 
@@ -334,7 +339,7 @@ def sweep(
         rounds = max(3, min(runs, (runs * 512 * 512) // (side * side)))
         floors: list[float] = []
         elapsed: list[float] = []
-        timings: list[Timings] = []
+        timings: list[dict[str, Any]] = []
         for _ in range(rounds):
             floors.append(floor.once())
             seconds, recorded = timed_replay(job)

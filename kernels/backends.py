@@ -43,21 +43,34 @@ class Backend(Protocol):
     def environment_id(self, wait: bool) -> str | None: ...
     def start(self, run: Run, job: Job, wanted_for: float | None) -> None: ...
     def want(self, run: Run, seconds: float) -> None: ...
-    def wait(self, run: Run, timeout: float) -> dict[str, Any] | None: ...
+    def wait(
+        self, run: Run, timeout: float, answer_first: bool = False
+    ) -> dict[str, Any] | None: ...
+    def settle(self) -> None: ...
     def health(self) -> dict[str, Any]: ...
 
 
 @dataclass
 class InFlight:
-    """A run this process holds: its job's key in the pool, the job's future, and an event
-    set once its outcome is stored (or its run dropped), with the values stored."""
+    """A run this process holds: its job's key in the pool and the job's future; once the
+    job ends, its outcome made ready to store (done), then stored."""
 
     key: str
     future: Future[Outcome]
+    # Set once the outcome is ready (or the run dropped); readers answered first wake here.
+    ready: threading.Event = field(default_factory=threading.Event)
+    # Set once the outcome is stored (or the run dropped, or finished elsewhere first).
     stored: threading.Event = field(default_factory=threading.Event)
-    # What replay.finish stored; None while unstored, or when the run was dropped or
+    done: replay.Finished | None = None
+    # What replay.store stored; None while unstored, or when the run was dropped or
     # finished elsewhere first.
     values: dict[str, Any] | None = None
+    # Readers waiting to be answered before the store (LocalBackend.wait); when there are
+    # any as the outcome is ready, one of them stores it after its answer (handed,
+    # claimed).
+    early: int = 0
+    handed: bool = False
+    claimed: bool = False
 
 
 class LocalBackend:
@@ -72,6 +85,8 @@ class LocalBackend:
         self._pool: Pool | None = None
         self._lock = threading.Lock()
         self._in_flight: dict[int, InFlight] = {}
+        # The runs this thread was answered with first and is to store (settle()).
+        self._local = threading.local()
 
     def pool(self) -> Pool:
         with self._lock:
@@ -112,39 +127,89 @@ class LocalBackend:
             ) from None
         held = InFlight(key, future)
         self._in_flight[run.pk] = held
-        future.add_done_callback(lambda done: self._store(run.pk, held))
+        future.add_done_callback(lambda done: self._ready(run.pk, held))
 
-    def _store(self, run_id: int, held: InFlight) -> None:
-        # Runs on a pool thread, which keeps its own connection between stores as a web
-        # thread does between requests (CONN_MAX_AGE): opening one costs more than the
-        # UPDATE (1.1 against 0.15 ms on SQLite).
+    def _ready(self, run_id: int, held: InFlight) -> None:
+        """The job's done-callback, on a pool thread: its outcome made ready, then stored
+        here, unless a reader is waiting to be answered first; one of those stores it
+        once answered (settle())."""
+        # A pool thread keeps its own connection between stores as a web thread does
+        # between requests (CONN_MAX_AGE): opening one costs more than the UPDATE (1.1
+        # against 0.15 ms on SQLite).
         close_old_connections()
         try:
             if held.future.cancelled():
                 replay.drop(run_id)
-            else:
-                held.values = replay.finish(run_id, held.future.result())
+                return
+            done = replay.finished(held.future.result())
+            with self._lock:
+                held.done = done
+                # A buffer kept whole is stored before anyone is answered: the answer
+                # links to its download.
+                held.handed = held.early > 0 and not done.keeps_whole
+            if held.handed:
+                held.ready.set()
+                return
+            held.values = done.values if replay.store(run_id, done) else None
         finally:
-            self._in_flight.pop(run_id, None)
+            if not held.handed:
+                self._stored(run_id, held)
             close_old_connections()
-            held.stored.set()
+
+    def _stored(self, run_id: int, held: InFlight) -> None:
+        self._in_flight.pop(run_id, None)
+        held.stored.set()
+        held.ready.set()
 
     def want(self, run: Run, seconds: float) -> None:
         """Someone wants this run for seconds more: its job is kept if still queued."""
         if held := self._in_flight.get(run.pk):
             self.pool().want(held.key, seconds)
 
-    def wait(self, run: Run, timeout: float) -> dict[str, Any] | None:
+    def wait(self, run: Run, timeout: float, answer_first: bool = False) -> dict[str, Any] | None:
         """Wait for a run this process holds; the values stored on it, if it was stored
-        in time from here (None: the caller reads it from the database)."""
+        in time from here (None: the caller reads it from the database).
+
+        answer_first: the values as soon as they are ready, before they are stored; the
+        caller may then be the one to store them, once it has answered (settle())."""
         held = self._in_flight.get(run.pk)
         if held is None:
             return None
         self.want(run, timeout)
-        # The outcome is encoded and stored once, by the done-callback (_store): wait for
-        # that rather than storing it a second time from here.
-        held.stored.wait(timeout)
+        if not answer_first:
+            held.stored.wait(timeout)
+            return held.values
+        with self._lock:
+            held.early += 1
+        try:
+            held.ready.wait(timeout)
+        finally:
+            with self._lock:
+                held.early -= 1
+                mine = held.handed and not held.claimed
+                held.claimed = held.claimed or mine
+        if mine:
+            self._handed().append((run.pk, held))
+        if held.handed and held.done is not None:
+            return held.done.values
         return held.values
+
+    def settle(self) -> None:
+        """Store the outcomes this thread was answered with before they were stored."""
+        handed = self._handed()
+        while handed:
+            run_id, held = handed.pop()
+            try:
+                if held.done is not None and replay.store(run_id, held.done):
+                    held.values = held.done.values
+            finally:
+                self._stored(run_id, held)
+
+    def _handed(self) -> list[tuple[int, InFlight]]:
+        if not hasattr(self._local, "handed"):
+            self._local.handed = []
+        handed: list[tuple[int, InFlight]] = self._local.handed
+        return handed
 
     def health(self) -> dict[str, Any]:
         if self._pool is None:
@@ -192,7 +257,7 @@ class CeleryBackend:
     def want(self, run: Run, seconds: float) -> None:
         pass  # queued tasks all run
 
-    def wait(self, run: Run, timeout: float) -> None:
+    def wait(self, run: Run, timeout: float, answer_first: bool = False) -> None:
         # For callers that must have the result (the tutor, the replay command); they
         # read it from the database.
         deadline = time.monotonic() + timeout
@@ -200,6 +265,9 @@ class CeleryBackend:
             if Run.objects.filter(pk=run.pk, state=Run.State.DONE).exists():
                 return
             time.sleep(0.1)
+
+    def settle(self) -> None:
+        """Nothing is answered before it is stored: the workers store it."""
 
     def health(self) -> dict[str, Any]:
         from config.celery import app

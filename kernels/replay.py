@@ -335,9 +335,22 @@ def claim(run_id: int, worker: str) -> bool:
     return False
 
 
-def finish(run_id: int, outcome: Outcome) -> dict[str, Any] | None:
-    """Store a finished outcome on its run, in one UPDATE. Returns the values stored
-    (_settle() puts them on a Run in memory), or None if the run was already finished.
+@dataclass
+class Finished:
+    """An outcome made ready to store (finished()): the run's new values, and a buffer
+    kept whole with its bytes, if any."""
+
+    values: dict[str, Any]
+    whole: WholeBuffer | None = None
+    data: bytes | None = None
+
+    @property
+    def keeps_whole(self) -> bool:
+        return self.whole is not None and self.data is not None
+
+
+def finished(outcome: Outcome) -> Finished:
+    """What finishing a run with this outcome stores, made without the database.
 
     What is for staff only (dead workers' ids and stderr) goes to Run.detail, apart from
     the outcome that readers see; the bytes of a buffer kept whole go to a KeptBuffer
@@ -359,22 +372,36 @@ def finish(run_id: int, outcome: Outcome) -> dict[str, Any] | None:
         "adapter": environment.get("label", "")[:200],
         "finished": timezone.now(),
     }
-    fields: dict[str, Any] = dict(values)
-    if environment.get("id"):
+    return Finished(values, whole, data)
+
+
+def store(run_id: int, done: Finished) -> bool:
+    """Store a finished outcome on its run, in one UPDATE; False if the run was already
+    finished."""
+    fields: dict[str, Any] = dict(done.values)
+    environment_id = (done.values["outcome"].get("environment") or {}).get("id")
+    if environment_id:
         # A run queued before any worker had said where it runs learns it now (_settle()).
         fields["environment_id"] = Case(
-            When(environment_id="", then=Value(environment["id"])), default=F("environment_id")
+            When(environment_id="", then=Value(environment_id)), default=F("environment_id")
         )
     unfinished = Run.objects.filter(pk=run_id).exclude(state=Run.State.DONE)
-    keeping = whole is not None and data is not None
     # A buffer kept whole is stored in the commit that marks its run done: a reader who
     # polls the run never finds it done without the buffer.
-    with transaction.atomic() if keeping else nullcontext():
+    with transaction.atomic() if done.keeps_whole else nullcontext():
         if not unfinished.update(**fields):
-            return None
-        if whole is not None and data is not None:
-            _keep_whole(run_id, whole, data, values["adapter"])
-    return values
+            return False
+        if done.whole is not None and done.data is not None:
+            _keep_whole(run_id, done.whole, done.data, done.values["adapter"])
+    return True
+
+
+def finish(run_id: int, outcome: Outcome) -> dict[str, Any] | None:
+    """Store a finished outcome on its run (finished(), then store()). Returns the values
+    stored (_settle() puts them on a Run in memory), or None if the run was already
+    finished."""
+    done = finished(outcome)
+    return done.values if store(run_id, done) else None
 
 
 def _keep_whole(run_id: int, whole: WholeBuffer, data: bytes, adapter: str) -> None:
@@ -419,13 +446,18 @@ def drop(run_id: int) -> None:
     Run.objects.filter(pk=run_id).exclude(state=Run.State.DONE).delete()
 
 
-def wait(run: Run, timeout: float) -> Run:
+def wait(run: Run, timeout: float, answer_first: bool = False) -> Run:
     """Give a run up to timeout seconds to finish; return it as it is then (unfinished, if
-    it was dropped unrun meanwhile)."""
+    it was dropped unrun meanwhile).
+
+    answer_first: for a reader waiting on a request, the outcome as soon as it is ready,
+    stored after the answer has gone (settle(), which every request's end calls:
+    kernels/apps.py). Another request sees the run unfinished until then, and waits on it.
+    """
     if run.state == Run.State.DONE:
         return run
     deadline = time.monotonic() + timeout
-    stored = backend().wait(run, timeout)
+    stored = backend().wait(run, timeout, answer_first)
     if stored is not None:
         _settle(run, stored)
         return run
@@ -434,6 +466,13 @@ def wait(run: Run, timeout: float) -> Run:
     while _refreshed(run) and run.state != Run.State.DONE and time.monotonic() < deadline:
         time.sleep(0.25)
     return run
+
+
+def settle(**signal: Any) -> None:
+    """Store the outcomes this thread answered with first (wait's answer_first); a
+    receiver of request_finished, which a server sends once the response has gone."""
+    if _backend is not None:
+        _backend.settle()
 
 
 def _refreshed(run: Run) -> bool:
@@ -558,12 +597,14 @@ def run_now(
     fresh: bool = False,
     timeout: float | None = None,
     compare_with: KernelVersion | None = None,
+    answer_first: bool = False,
 ) -> Replay:
     """Run this version (under its harness, or the one given) and wait for the outcome.
 
     A cached run stands in unless fresh. Waits up to timeout seconds, by default the
     replay deadline and a little for the queue: for callers that must show an outcome
-    (the tutor, the draw-a-digit page, the replay command).
+    (the tutor, the draw-a-digit page, the replay command). answer_first: as wait's,
+    for a reader's request.
     """
     try:
         job = job_for(version, harness, compare_with)
@@ -574,7 +615,7 @@ def run_now(
         run = start_run(job, fresh=fresh, wanted_for=timeout)
     except ReplayUnavailable as unavailable:
         return _busy(version, unavailable)
-    run = wait(run, timeout)
+    run = wait(run, timeout, answer_first)
     if run.state != Run.State.DONE:
         late = "The run did not finish in time; try again."
         return Replay(version, run, busy=late, retry_after=2)

@@ -335,7 +335,8 @@ def _answer(
     if shown.run is None:
         return JsonResponse({"error": "No such run of this kernel.", "state": "none"}, status=404)
     if wait:
-        shown.run = replay.wait(shown.run, wait)
+        # Answered once the outcome is ready; it is stored after this answer has gone.
+        shown.run = replay.wait(shown.run, wait, answer_first=True)
     status = 200 if shown.run.state == Run.State.DONE else 202
     if status == 200 and npy and (kept := whole_buffers.listed(shown.run, npy)):
         extra = {**extra, "whole_buffers": kept}
@@ -475,7 +476,7 @@ def _read_drawing(upload: UploadedFile | None) -> np.ndarray:
 
 
 def _classify(version: KernelVersion, pixels: np.ndarray) -> dict[str, Any]:
-    shown = replay.run_now(version, drawing_harness(version.harness, pixels))
+    shown = replay.run_now(version, drawing_harness(version.harness, pixels), answer_first=True)
     if shown.problem:
         raise DigitsProblem(shown.problem, status=500)
     if shown.busy:

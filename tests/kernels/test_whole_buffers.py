@@ -277,13 +277,13 @@ class WholeBufferTests(TransactionTestCase):
         self.assertTrue(KeptBuffer.objects.exists())
 
     def test_a_run_that_fails_this_time_says_why_and_offers_to_try_again(self) -> None:
-        real = replay.finish
+        real = replay.finished
 
-        def timed_out(run_id: int, outcome: Any) -> Any:
+        def timed_out(outcome: Any) -> Any:
             stopped = dict(outcome, status="timeout", message="Stopped after 10.0 s.")
-            return real(run_id, stored_outcome({**stopped, "whole": {"asked": {}}}))
+            return real(stored_outcome({**stopped, "whole": {"asked": {}}}))
 
-        with mock.patch.object(replay, "finish", side_effect=timed_out):
+        with mock.patch.object(replay, "finished", side_effect=timed_out):
             r = self.ask()
         self.assertEqual(r.status_code, 303)
         page = self.client.get(r["Location"]).content.decode()
