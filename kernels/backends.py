@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, overload
@@ -41,7 +42,13 @@ class Backend(Protocol):
     def environment_id(self, wait: Literal[True]) -> str: ...
     @overload
     def environment_id(self, wait: bool) -> str | None: ...
-    def start(self, run: Run, job: Job, wanted_for: float | None) -> None: ...
+    def start(
+        self,
+        job: Job,
+        environment_id: str,
+        wanted_for: float | None,
+        create: Callable[[], Run | None],
+    ) -> Run | None: ...
     def want(self, run: Run, seconds: float) -> None: ...
     def wait(
         self, run: Run, timeout: float, answer_first: bool = False
@@ -115,19 +122,32 @@ class LocalBackend:
                 raise
             return None
 
-    def start(self, run: Run, job: Job, wanted_for: float | None) -> None:
-        """Queue the run's job; still queued after wanted_for seconds with nobody wanting
-        it since (want), it is dropped unrun, and so is its run (replay.drop)."""
-        key = job.key(run.environment_id)
+    def start(
+        self,
+        job: Job,
+        environment_id: str,
+        wanted_for: float | None,
+        create: Callable[[], Run | None],
+    ) -> Run | None:
+        """Queue the job, then make its run (create(): None when one is in flight already,
+        and then so is this). Still queued after wanted_for seconds with nobody wanting it
+        since (want), the job is dropped unrun, and so is its run (replay.drop)."""
+        key = job.key(environment_id)
         try:
             future = self.pool().submit(key, job.payload, wanted_for)
         except Busy as busy:
             raise replay.ReplayUnavailable(
                 "Every replay worker is busy. Try again in a few seconds.", busy.retry_after
             ) from None
+        # The INSERT after the job is sent: a worker runs it meanwhile. One that finds
+        # another run in flight leaves the job's outcome unstored (it is that run's too).
+        run = create()
+        if run is None:
+            return None
         held = InFlight(key, future)
         self._in_flight[run.pk] = held
         future.add_done_callback(lambda done: self._ready(run.pk, held))
+        return run
 
     def _ready(self, run_id: int, held: InFlight) -> None:
         """The job's done-callback, on a pool thread: its outcome made ready, then stored
@@ -150,7 +170,7 @@ class LocalBackend:
             if held.handed:
                 held.ready.set()
                 return
-            held.values = done.values if replay.store(run_id, done) else None
+            held.values = replay.store(run_id, done)
         finally:
             if not held.handed:
                 self._stored(run_id, held)
@@ -200,8 +220,8 @@ class LocalBackend:
         while handed:
             run_id, held = handed.pop()
             try:
-                if held.done is not None and replay.store(run_id, held.done):
-                    held.values = held.done.values
+                if held.done is not None:
+                    held.values = replay.store(run_id, held.done)
             finally:
                 self._stored(run_id, held)
 
@@ -241,18 +261,31 @@ class CeleryBackend:
         # are queued under "" and learn their environment when they finish.
         return Run.objects.fleet_environment_id() or ""
 
-    def start(self, run: Run, job: Job, wanted_for: float | None) -> None:
-        # A queued task is not withdrawn when its requester leaves: it runs, and is cached.
+    def start(
+        self,
+        job: Job,
+        environment_id: str,
+        wanted_for: float | None,
+        create: Callable[[], Run | None],
+    ) -> Run | None:
+        """Make the run (create(): None when one is in flight already), then queue its
+        task, which names it. A queued task is not withdrawn when its requester leaves: it
+        runs, and is cached."""
         from kernels.tasks import run_replay
 
+        run = create()
+        if run is None:
+            return None
         try:
-            run_replay.apply_async((run.pk, job.key(run.environment_id), job.payload), retry=False)
+            run_replay.apply_async((run.pk, job.key(environment_id), job.payload), retry=False)
         except Exception as error:  # kombu raises OperationalError and friends, or socket errors
+            run.delete()
             raise replay.ReplayUnavailable(
                 "The replay queue cannot be reached right now, so this kernel cannot run. "
                 "Results that were already stored still show.",
                 retry_after=30,
             ) from error
+        return run
 
     def want(self, run: Run, seconds: float) -> None:
         pass  # queued tasks all run

@@ -10,6 +10,7 @@ for the outcome as long as the caller can). Both answer with a Replay.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from contextlib import nullcontext
@@ -185,15 +186,18 @@ def start_run(job: Job, fresh: bool = False, wanted_for: float | None = None) ->
         raise
     except Exception as error:  # no adapter: say so, and cache nothing
         return _record_infra_error(job, str(error))
+    chosen = backend()
+    sent = with_files(job, on_disk=chosen.files_on_disk)
+    create = functools.partial(_new_run, job, environment_id)
     # A fresh run looks for no cached one, so its INSERT goes first: when it succeeds,
     # none was in flight (run_one_in_flight_per_key) and the look for one, a query of its
     # own, is not needed. When it fails, look (lost runs are finished on the way).
-    run = _new_run(job, environment_id) if fresh else None
+    run = chosen.start(sent, environment_id, wanted_for, create) if fresh else None
     if run is None:
         shared = _shared_run(job, environment_id, fresh)
         if shared is not None:
             return shared
-        run = _new_run(job, environment_id)
+        run = chosen.start(sent, environment_id, wanted_for, create)
     if run is None:
         # Someone asked for the same run a moment ago: share it.
         same = Run.objects.for_key(job.source_sha256, job.harness_digest, environment_id)
@@ -201,12 +205,6 @@ def start_run(job: Job, fresh: bool = False, wanted_for: float | None = None) ->
         if joined is not None:
             return joined
         return start_run(job, fresh=False, wanted_for=wanted_for)
-    try:
-        chosen = backend()
-        chosen.start(run, with_files(job, on_disk=chosen.files_on_disk), wanted_for)
-    except ReplayUnavailable:
-        run.delete()
-        raise
     return run
 
 
@@ -366,8 +364,6 @@ def finished(outcome: Outcome) -> Finished:
         "status": Status(shown["status"]).value,
         "cacheable": cacheable(shown),
         "outcome": shown,
-        # Drawn here, once, in the process that stores the outcome: pages only read it.
-        "picture": _picture(shown),
         "detail": outcome.get("detail", ""),
         "adapter": environment.get("label", "")[:200],
         "finished": timezone.now(),
@@ -375,10 +371,13 @@ def finished(outcome: Outcome) -> Finished:
     return Finished(values, whole, data)
 
 
-def store(run_id: int, done: Finished) -> bool:
-    """Store a finished outcome on its run, in one UPDATE; False if the run was already
-    finished."""
-    fields: dict[str, Any] = dict(done.values)
+def store(run_id: int, done: Finished) -> dict[str, Any] | None:
+    """Store a finished outcome on its run, in one UPDATE. Returns the values stored
+    (_settle() puts them on a Run in memory), or None if the run was already finished."""
+    # Drawn here, once, in the process that stores the outcome (after a reader waiting
+    # for it is answered: replay.json has no picture): pages only read it.
+    values = {**done.values, "picture": _picture(done.values["outcome"])}
+    fields: dict[str, Any] = dict(values)
     environment_id = (done.values["outcome"].get("environment") or {}).get("id")
     if environment_id:
         # A run queued before any worker had said where it runs learns it now (_settle()).
@@ -390,18 +389,15 @@ def store(run_id: int, done: Finished) -> bool:
     # polls the run never finds it done without the buffer.
     with transaction.atomic() if done.keeps_whole else nullcontext():
         if not unfinished.update(**fields):
-            return False
+            return None
         if done.whole is not None and done.data is not None:
-            _keep_whole(run_id, done.whole, done.data, done.values["adapter"])
-    return True
+            _keep_whole(run_id, done.whole, done.data, values["adapter"])
+    return values
 
 
 def finish(run_id: int, outcome: Outcome) -> dict[str, Any] | None:
-    """Store a finished outcome on its run (finished(), then store()). Returns the values
-    stored (_settle() puts them on a Run in memory), or None if the run was already
-    finished."""
-    done = finished(outcome)
-    return done.values if store(run_id, done) else None
+    """Store a finished outcome on its run: finished(), then store()."""
+    return store(run_id, finished(outcome))
 
 
 def _keep_whole(run_id: int, whole: WholeBuffer, data: bytes, adapter: str) -> None:

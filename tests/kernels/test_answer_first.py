@@ -46,7 +46,7 @@ class AnswerFirstTests(TransactionTestCase):
             self.events.append(("answer while " + state, threading.current_thread().name))
             return real_json(shown, extra)
 
-        def store(run_id: int, done: replay.Finished) -> bool:
+        def store(run_id: int, done: replay.Finished) -> dict[str, Any] | None:
             self.events.append(("store", threading.current_thread().name))
             return real_store(run_id, done)
 
@@ -97,7 +97,7 @@ class AnswerFirstTests(TransactionTestCase):
         stored = threading.Event()
         real_store = replay.store
 
-        def slow_store(run_id: int, done: replay.Finished) -> bool:
+        def slow_store(run_id: int, done: replay.Finished) -> dict[str, Any] | None:
             stored.wait(30)
             return real_store(run_id, done)
 
