@@ -295,7 +295,7 @@ def timed_replay(job: Job) -> tuple[float, dict[str, Any]]:
     started = time.perf_counter()
     run = replay.wait(replay.start_run(job, fresh=True), 60, answer_first=True)
     elapsed = time.perf_counter() - started
-    replay.settle()  # as a request's end does, once its answer has gone
+    replay.store_answered()  # as a request's end does, once its answer has gone
     stored_ms = (time.perf_counter() - started - elapsed) * 1000
     assert run.status == "passed", run.outcome["message"]
     return elapsed, {**run.outcome["timings"], "stored_ms": stored_ms}

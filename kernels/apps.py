@@ -11,4 +11,4 @@ class KernelsConfig(AppConfig):
 
         # A reader's replay is answered before its outcome is stored; the store follows
         # once the response has gone (replay.wait's answer_first).
-        request_finished.connect(replay.settle, dispatch_uid="kernels.replay.settle")
+        request_finished.connect(replay.store_answered, dispatch_uid="kernels.replay")

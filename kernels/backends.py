@@ -53,7 +53,7 @@ class Backend(Protocol):
     def wait(
         self, run: Run, timeout: float, answer_first: bool = False
     ) -> dict[str, Any] | None: ...
-    def settle(self) -> None: ...
+    def store_answered(self) -> None: ...
     def health(self) -> dict[str, Any]: ...
 
 
@@ -92,7 +92,7 @@ class LocalBackend:
         self._pool: Pool | None = None
         self._lock = threading.Lock()
         self._in_flight: dict[int, InFlight] = {}
-        # The runs this thread was answered with first and is to store (settle()).
+        # The runs this thread was answered with first and is to store (store_answered()).
         self._local = threading.local()
 
     def pool(self) -> Pool:
@@ -147,12 +147,15 @@ class LocalBackend:
         held = InFlight(key, future)
         self._in_flight[run.pk] = held
         future.add_done_callback(lambda done: self._ready(run.pk, held))
+        if held.values is not None:
+            # The job ended before its INSERT did: stored just now, from here.
+            replay.put_stored(run, held.values)
         return run
 
     def _ready(self, run_id: int, held: InFlight) -> None:
         """The job's done-callback, on a pool thread: its outcome made ready, then stored
         here, unless a reader is waiting to be answered first; one of those stores it
-        once answered (settle())."""
+        once answered (store_answered())."""
         # A pool thread keeps its own connection between stores as a web thread does
         # between requests (CONN_MAX_AGE): opening one costs more than the UPDATE (1.1
         # against 0.15 ms on SQLite).
@@ -191,7 +194,7 @@ class LocalBackend:
         in time from here (None: the caller reads it from the database).
 
         answer_first: the values as soon as they are ready, before they are stored; the
-        caller may then be the one to store them, once it has answered (settle())."""
+        caller may then be the one to store them, once it has answered (store_answered())."""
         held = self._in_flight.get(run.pk)
         if held is None:
             return None
@@ -214,7 +217,7 @@ class LocalBackend:
             return held.done.values
         return held.values
 
-    def settle(self) -> None:
+    def store_answered(self) -> None:
         """Store the outcomes this thread was answered with before they were stored."""
         handed = self._handed()
         while handed:
@@ -299,7 +302,7 @@ class CeleryBackend:
                 return
             time.sleep(0.1)
 
-    def settle(self) -> None:
+    def store_answered(self) -> None:
         """Nothing is answered before it is stored: the workers store it."""
 
     def health(self) -> dict[str, Any]:

@@ -373,14 +373,14 @@ def finished(outcome: Outcome) -> Finished:
 
 def store(run_id: int, done: Finished) -> dict[str, Any] | None:
     """Store a finished outcome on its run, in one UPDATE. Returns the values stored
-    (_settle() puts them on a Run in memory), or None if the run was already finished."""
+    (put_stored() puts them on a Run in memory), or None if the run was already finished."""
     # Drawn here, once, in the process that stores the outcome (after a reader waiting
     # for it is answered: replay.json has no picture): pages only read it.
     values = {**done.values, "picture": _picture(done.values["outcome"])}
     fields: dict[str, Any] = dict(values)
     environment_id = (done.values["outcome"].get("environment") or {}).get("id")
     if environment_id:
-        # A run queued before any worker had said where it runs learns it now (_settle()).
+        # A run queued before any worker had said where it runs learns it now (put_stored()).
         fields["environment_id"] = Case(
             When(environment_id="", then=Value(environment_id)), default=F("environment_id")
         )
@@ -428,7 +428,7 @@ def stored_picture(run: Run, own_source: str) -> dict[str, Any] | None:
     return run.picture
 
 
-def _settle(run: Run, stored: dict[str, Any]) -> None:
+def put_stored(run: Run, stored: dict[str, Any]) -> None:
     """Put what finish() stored on the run in memory, rather than reading it back."""
     for name, value in stored.items():
         setattr(run, name, value)
@@ -447,7 +447,7 @@ def wait(run: Run, timeout: float, answer_first: bool = False) -> Run:
     it was dropped unrun meanwhile).
 
     answer_first: for a reader waiting on a request, the outcome as soon as it is ready,
-    stored after the answer has gone (settle(), which every request's end calls:
+    stored after the answer has gone (store_answered(), which every request's end calls:
     kernels/apps.py). Another request sees the run unfinished until then, and waits on it.
     """
     if run.state == Run.State.DONE:
@@ -455,7 +455,7 @@ def wait(run: Run, timeout: float, answer_first: bool = False) -> Run:
     deadline = time.monotonic() + timeout
     stored = backend().wait(run, timeout, answer_first)
     if stored is not None:
-        _settle(run, stored)
+        put_stored(run, stored)
         return run
     # A run this process does not hold (a task queue's, or one another web process
     # started) is stored from elsewhere: poll it.
@@ -464,11 +464,11 @@ def wait(run: Run, timeout: float, answer_first: bool = False) -> Run:
     return run
 
 
-def settle(**signal: Any) -> None:
+def store_answered(**signal: Any) -> None:
     """Store the outcomes this thread answered with first (wait's answer_first); a
     receiver of request_finished, which a server sends once the response has gone."""
     if _backend is not None:
-        _backend.settle()
+        _backend.store_answered()
 
 
 def _refreshed(run: Run) -> bool:

@@ -1,18 +1,23 @@
 """What a fresh replay costs the database: the queries from a request to its stored outcome.
 
 Counted on the caller's connection; the outcome is stored by a pool thread, on its own
-connection, and counted apart (finish).
+connection (or by the caller, when the job ended before the run's INSERT did), and counted
+apart (finish).
 """
 
 from __future__ import annotations
 
 import threading
+from concurrent.futures import Future
+from typing import Any
+from unittest import mock
 
 import pytest
 from django.conf import settings
 from django.core.cache import cache
 from django.db import connection, transaction
 from django.test import TransactionTestCase, override_settings
+from django.test.utils import CaptureQueriesContext
 
 from kernels import jobs, replay
 from kernels.models import Run
@@ -37,8 +42,12 @@ class FreshReplayQueriesTestCase(TransactionTestCase):
         self.environment_id = replay.backend().environment_id(wait=True)
 
     def test_a_fresh_replay_is_one_lookup_and_one_insert_and_is_not_read_back(self) -> None:
-        with self.assertNumQueries(2):
+        with CaptureQueriesContext(connection) as queries:
             shown = replay.run_now(self.version)
+        # The store's UPDATE is on this connection when the job ended before its INSERT
+        # did, else on the pool thread's; either way it is counted apart (below).
+        asked = [q["sql"] for q in queries if not q["sql"].startswith('UPDATE "kernels_run"')]
+        self.assertEqual([sql.split()[0] for sql in asked], ["SELECT", "INSERT"], asked)
 
         self.assertEqual(shown.outcome["status"], "passed")
         # What the caller holds is what was stored, though nothing was read back.
@@ -47,6 +56,33 @@ class FreshReplayQueriesTestCase(TransactionTestCase):
         for name in STORED + TAKEN:
             self.assertEqual(getattr(shown.run, name), getattr(stored, name), name)
         self.assertEqual((stored.attempts, stored.worker), (1, replay.worker_name()))
+
+    def test_a_job_that_ends_before_its_insert_is_stored_and_not_read_back(self) -> None:
+        pool = replay.backend().pool()  # type: ignore[attr-defined]
+        real_submit, real_new_run = pool.submit, replay._new_run
+        futures: list[Future[Any]] = []
+
+        def submit(*args: Any, **kwargs: Any) -> Future[Any]:
+            futures.append(real_submit(*args, **kwargs))
+            return futures[-1]
+
+        def late(*args: Any, **kwargs: Any) -> Run | None:
+            futures[-1].result(30)  # the job has ended
+            return real_new_run(*args, **kwargs)
+
+        pool.submit = submit
+        self.addCleanup(delattr, pool, "submit")
+        patched = mock.patch.object(replay, "_new_run", side_effect=late)
+        with patched, CaptureQueriesContext(connection) as queries:
+            shown = replay.run_now(self.version)
+
+        self.assertEqual(shown.outcome["status"], "passed")
+        stored = Run.objects.get()
+        self.assertEqual(shown.run.pk, stored.pk)
+        for name in STORED:
+            self.assertEqual(getattr(shown.run, name), getattr(stored, name), name)
+        verbs = [q["sql"].split()[0] for q in queries]
+        self.assertEqual(verbs, ["SELECT", "INSERT", "UPDATE"])
 
     def test_a_fresh_run_is_one_insert(self) -> None:
         replay.run_now(self.version)
