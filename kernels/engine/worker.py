@@ -509,6 +509,8 @@ def main() -> int:
         # (about 0.2 s and 0.1 s on the H100's host, bench/worker_start.py).
         opening = opener.submit(open_device, os.environ.get("KERNELBIN_WGPU_BACKEND", ""))
         import_job_modules()
+    from kernels.engine.host.js import make_spare
+    from kernels.engine.host.program_errors import JS_HEAP_BYTES
     from kernels.engine.peaks import kept_peaks
     from kernels.engine.resident import DeviceBuffers
 
@@ -533,6 +535,8 @@ def main() -> int:
         hello = {"type": "hello", "error": no_adapter, "pid": os.getpid()}
     channel.write(encode_frame(hello))
     channel.flush()
+    if env is not None:
+        make_spare(JS_HEAP_BYTES)  # the first program's context
     # After the warm-up, which is not to wait for PyTorch to load.
     gpu_reference.use(reference)
 
@@ -548,8 +552,11 @@ def main() -> int:
         answer = Answer(channel, message, env)
         if env is None:
             answer.send(failure(Status.INFRA_ERROR, no_adapter, no_adapter))
-        else:
-            answer.send(run_job(device, env, message, memo, kept))
+            continue
+        answer.send(run_job(device, env, message, memo, kept))
+        if message.get("kind") == "program":
+            # The next program's QuickJS context, made while this worker waits for it.
+            make_spare(JS_HEAP_BYTES)
 
 
 if __name__ == "__main__":
