@@ -177,3 +177,26 @@ def test_inputs_written_as_fetched_are_keyed_by_their_files_sha256(gpu, tmp_path
         f"sha256:{refs['b.bin']}",
     ]
     assert not changed[2][3].startswith("sha256:") and changed[3][3] == f"sha256:{refs['b.bin']}"
+
+
+def test_a_body_is_read_once_as_in_a_browser(gpu):
+    device, env = gpu
+    source = """const r = await fetch("data.bin");
+console.log(r.bodyUsed, (await r.text()).length, r.bodyUsed);
+try {
+  await r.arrayBuffer();
+} catch (error) {
+  console.log(error.name, error.message);
+}
+const again = await fetch("data.bin");
+const bytes = new Uint8Array(await again.arrayBuffer());
+console.log(bytes.length, bytes[2]);
+"""
+    result = run_program(device, env, source, {"data.bin": b"abc"})
+
+    assert result.error is None, result.error
+    assert [line["text"] for line in result.console] == [
+        "false 3 true",
+        "TypeError Failed to execute 'arrayBuffer' on 'Response': body stream already read",
+        "3 99",
+    ]
