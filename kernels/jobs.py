@@ -163,6 +163,8 @@ def program_job(
         "files": None,
         "session_files": version.kernel.session_id if files else None,
         "state_files": version.state_id if files else None,
+        # The files the key covers, by sha256: a worker on this machine gets these.
+        "known_files": files,
         "deadline_s": max(1.0, settings.REPLAY_DEADLINE - PROGRAM_MARGIN),
         "fixtures_dir": str(settings.FIXTURES_DIR),
     }
@@ -232,6 +234,7 @@ def gpu_program_job(version: KernelVersion) -> Job:
         "session_files": version.kernel.session_id,
         "state_files": state.pk,
         "edited_files": edited,
+        "known_files": files,
         "deadline_s": settings.GPU_REPLAY_DEADLINE,
     }
     digest = hashlib.sha256(f"gpu/{state.kind}".encode()).hexdigest()
@@ -264,7 +267,7 @@ def with_files(job: Job, on_disk: bool = False) -> Job:
     payload = {
         key: value
         for key, value in job.payload.items()
-        if key not in ("session_files", "state_files", "edited_files")
+        if key not in ("session_files", "state_files", "edited_files", "known_files")
     }
     # A fork's edit, over the file it replaces (gpu_program_job).
     edited = {path: text.encode() for path, text in job.payload.get("edited_files", {}).items()}
@@ -285,7 +288,9 @@ def with_files(job: Job, on_disk: bool = False) -> Job:
             job.harness_digest,
             {**payload, "files": files, "file_shas": shas},
         )
-    refs = (
+    # The files the job's key was made of, when it says (not read again: the run is of
+    # those, whatever changed since).
+    refs = job.payload.get("known_files") or (
         dict(sessions.values_list("name", "sha256"))
         | dict(states.values_list("path", "blob_id"))
         | edited_shas

@@ -170,6 +170,12 @@ class HostVersionTests(TransactionTestCase):
         sha = hashlib.sha256(b"\0" * 8).hexdigest()
         self.assertEqual((on_disk["files"], on_disk["file_refs"]), (None, {"w.bin": sha}))
         self.assertEqual((folder / sha).read_bytes(), b"\0" * 8)
+        # Sent again, the files are those the key was made of, and are not looked up.
+        SessionFile.objects.filter(name="w.bin").update(sha256="0" * 64, data=b"\1" * 8)
+        with self.settings(REPLAY_FILES_DIR=folder), self.assertNumQueries(0):
+            again = jobs.with_files(with_file, on_disk=True).payload
+        self.assertEqual(again["file_refs"], {"w.bin": sha})
+        self.assertNotIn("known_files", again)
         version.host_program = ""
         version.save()
         self.assertNotIn("kind", jobs.job_for(version).payload)
