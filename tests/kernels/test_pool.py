@@ -337,6 +337,14 @@ def test_workers_run_below_the_web_process_with_a_memory_cap_of_their_own(pool: 
         assert resource.prlimit(pid, resource.RLIMIT_AS) == (MEMORY_BYTES, MEMORY_BYTES)
 
 
+def test_workers_keep_freed_memory_for_their_next_job(pool: Pool) -> None:
+    assert pool.run("malloc-add", add_job(6))["status"] == "passed"
+    for pid in pool.status()["worker_pids"]:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        assert b"MALLOC_MMAP_THRESHOLD_=33554432" in environ
+        assert b"MALLOC_TRIM_THRESHOLD_=134217728" in environ
+
+
 def test_a_program_stuck_in_a_regular_expression_is_stopped_naming_its_line(single: Pool) -> None:
     # QuickJS cannot interrupt its regular expressions: the worker's watchdog answers.
     timeouts = single.status()["timeouts"]
