@@ -16,7 +16,7 @@ from typing import Any, Literal, Protocol, overload
 
 from django.db import close_old_connections
 
-from kernels import local_pool, replay
+from kernels import finishing, local_pool, replay
 from kernels.engine.outcome import Outcome
 from kernels.engine.pool import Busy, Pool
 from kernels.jobs import Job
@@ -68,8 +68,8 @@ class InFlight:
     ready: threading.Event = field(default_factory=threading.Event)
     # Set once the outcome is stored (or the run dropped, or finished elsewhere first).
     stored: threading.Event = field(default_factory=threading.Event)
-    done: replay.Finished | None = None
-    # What replay.store stored; None while unstored, or when the run was dropped or
+    done: finishing.Finished | None = None
+    # What finishing.store stored; None while unstored, or when the run was dropped or
     # finished elsewhere first.
     values: dict[str, Any] | None = None
     # Readers waiting to be answered before the store (LocalBackend.wait); when there are
@@ -131,7 +131,7 @@ class LocalBackend:
     ) -> Run | None:
         """Queue the job, then make its run (create(): None when one is in flight already,
         and then so is this). Still queued after wanted_for seconds with nobody wanting it
-        since (want), the job is dropped unrun, and so is its run (replay.drop)."""
+        since (want), the job is dropped unrun, and so is its run (finishing.drop)."""
         key = job.key(environment_id)
         try:
             future = self.pool().submit(key, job.payload, wanted_for)
@@ -152,7 +152,7 @@ class LocalBackend:
         future.add_done_callback(lambda done: self._ready(run.pk, held))
         if held.values is not None:
             # The job ended before its INSERT did: stored just now, from here.
-            replay.put_stored(run, held.values)
+            finishing.put_stored(run, held.values)
         return run
 
     def _ready(self, run_id: int, held: InFlight) -> None:
@@ -165,9 +165,9 @@ class LocalBackend:
         close_old_connections()
         try:
             if held.future.cancelled():
-                replay.drop(run_id)
+                finishing.drop(run_id)
                 return
-            done = replay.finished(held.future.result())
+            done = finishing.finished(held.future.result())
             with self._lock:
                 held.done = done
                 # A buffer kept whole is stored before anyone is answered: the answer
@@ -176,7 +176,7 @@ class LocalBackend:
             if held.handed:
                 held.ready.set()
                 return
-            held.values = replay.store(run_id, done)
+            held.values = finishing.store(run_id, done)
         finally:
             if not held.handed:
                 self._stored(run_id, held)
@@ -227,7 +227,7 @@ class LocalBackend:
             run_id, held = handed.pop()
             try:
                 if held.done is not None:
-                    held.values = replay.store(run_id, held.done)
+                    held.values = finishing.store(run_id, held.done)
             finally:
                 self._stored(run_id, held)
 

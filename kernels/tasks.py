@@ -16,7 +16,7 @@ from celery.signals import worker_ready, worker_shutdown
 from django.db import close_old_connections
 
 from config.celery import app
-from kernels import local_pool, replay, workers
+from kernels import finishing, local_pool, replay, workers
 from kernels.engine.gpu_run import run_program
 from kernels.engine.pool import Pool
 
@@ -38,9 +38,9 @@ def run_replay(run_id: int, key: str, payload: dict[str, Any]) -> None:
     # acks_late + reject_on_worker_lost: if this process is killed mid-job the broker
     # hands the job to another worker, and claim() counts the attempt.
     worker = replay.worker_name()
-    if not replay.claim(run_id, worker):
+    if not finishing.claim(run_id, worker):
         return
-    replay.finish(run_id, worker_pool().run(key, payload))
+    finishing.finish(run_id, worker_pool().run(key, payload))
 
 
 @app.task(name="kernels.gpu_replay", acks_late=True, reject_on_worker_lost=True, ignore_result=True)
@@ -49,9 +49,9 @@ def run_gpu_replay(run_id: int, key: str, payload: dict[str, Any]) -> None:
     process boundary: a program that hangs or crashes its GPU context is killed with
     everything it started, and the worker goes on."""
     worker = replay.worker_name()
-    if not replay.claim(run_id, worker):
+    if not finishing.claim(run_id, worker):
         return
-    replay.finish(run_id, run_program({**payload, "gpu": workers.gpu_index()}))
+    finishing.finish(run_id, run_program({**payload, "gpu": workers.gpu_index()}))
 
 
 def _queues(sender: Any) -> list[str]:

@@ -5,7 +5,7 @@ through the same backend and pool as any replay, and what it keeps is stored onc
 job, pass and buffer (KeptBuffer, its bytes a Blob).
 
 ask() validates a request against the run the reader saw and starts (or joins) that run;
-replay.finish() hands the bytes to keep(); states() says, for a pass's buffers, what a
+finishing.finish() hands the bytes to keep(); states() says, for a pass's buffers, what a
 page offers: the kept buffer, its run in flight, why it failed, or the form.
 """
 
@@ -154,7 +154,7 @@ def kept_buffer(job: Job, number: int, name: str) -> QuerySet[KeptBuffer]:
 
 
 def keep(run_id: int, whole: WholeBuffer, data: bytes, adapter: str) -> KeptBuffer | None:
-    """Store the bytes a run kept whole (replay.finish), once per job, pass and buffer,
+    """Store the bytes a run kept whole (finishing.finish), once per job, pass and buffer,
     with the block means its picture draws; None where they do not fit what was asked."""
     asked = whole["asked"]
     job = asked.get("job")

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernels import jobs, replay, trace_pictures
+from kernels import finishing, jobs, trace_pictures
 from kernels.engine.host.harness_program import harness_host
 from kernels.engine.host.trace import module_sources
 from kernels.engine.outcome import Outcome, Status, run_trace
@@ -154,7 +154,7 @@ def _picture(
         return None
     if run is None or run.state != Run.State.DONE:
         return trace_pictures.host_picture(host.trace, host.module_sources, error, counted)
-    picture = replay.stored_picture(run, version.source)
+    picture = finishing.stored_picture(run, version.source)
     if picture is None:
         return None
     # The bind group WebGPU refused carries the error in the words the page uses (the

@@ -384,7 +384,7 @@ class Outcome(TypedDict):
     crash        on crashed, when the kernel itself ended its workers: Crash; such an
                  outcome is kept like a finished run (see cacheable)
     detail       for staff only: the dead workers' ids and the tails of their stderr, a
-                 traceback; kept apart from the outcome a reader sees (kernels.replay.finish)
+                 traceback; kept apart from the outcome a reader sees (kernels.finishing.finish)
     cut          what the worker left out so that the outcome stays under its size cap
                  (worker.MAX_OUTCOME_BYTES): "the program's trace", "the program's
                  console", the values of an output; absent when nothing was cut

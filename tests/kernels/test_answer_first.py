@@ -13,7 +13,7 @@ import pytest
 from django.conf import settings
 from django.test import Client, TransactionTestCase
 
-from kernels import replay
+from kernels import finishing
 from kernels.models import Run
 from pages import replay_views
 from tests.base import add_kernel, make_session
@@ -39,18 +39,18 @@ class AnswerFirstTests(TransactionTestCase):
     def setUp(self) -> None:
         add_kernel(make_session("demo", turns=3), turn=2)
         self.events: list[tuple[str, str]] = []
-        real_json, real_store = replay_views._run_json, replay.store
+        real_json, real_store = replay_views._run_json, finishing.store
 
         def answer(shown: Any, extra: Any) -> str:
             state = Run.objects.values_list("state", flat=True).get()
             self.events.append(("answer while " + state, threading.current_thread().name))
             return real_json(shown, extra)
 
-        def store(run_id: int, done: replay.Finished) -> dict[str, Any] | None:
+        def store(run_id: int, done: finishing.Finished) -> dict[str, Any] | None:
             self.events.append(("store", threading.current_thread().name))
             return real_store(run_id, done)
 
-        for name, target, fake in (("_run_json", replay_views, answer), ("store", replay, store)):
+        for name, target, fake in (("_run_json", replay_views, answer), ("store", finishing, store)):
             patcher = mock.patch.object(target, name, side_effect=fake)
             patcher.start()
             self.addCleanup(patcher.stop)
@@ -78,13 +78,13 @@ class AnswerFirstTests(TransactionTestCase):
 
     def test_a_reader_who_gave_up_leaves_the_store_to_the_pool(self) -> None:
         release = threading.Event()
-        real = replay.finished
+        real = finishing.finished
 
-        def held_back(outcome: Any) -> replay.Finished:
+        def held_back(outcome: Any) -> finishing.Finished:
             release.wait(30)
             return real(outcome)
 
-        with mock.patch.object(replay, "finished", side_effect=held_back):
+        with mock.patch.object(finishing, "finished", side_effect=held_back):
             r = self.client.get(PATH, {"wait": "0.2"})
             self.assertEqual(r.status_code, 202)
             release.set()
@@ -95,14 +95,14 @@ class AnswerFirstTests(TransactionTestCase):
 
     def test_a_second_reader_meanwhile_gets_the_same_outcome_unstored(self) -> None:
         stored = threading.Event()
-        real_store = replay.store
+        real_store = finishing.store
 
-        def slow_store(run_id: int, done: replay.Finished) -> dict[str, Any] | None:
+        def slow_store(run_id: int, done: finishing.Finished) -> dict[str, Any] | None:
             stored.wait(30)
             return real_store(run_id, done)
 
         answers: list[Any] = []
-        with mock.patch.object(replay, "store", side_effect=slow_store):
+        with mock.patch.object(finishing, "store", side_effect=slow_store):
             first = threading.Thread(
                 target=lambda: answers.append(Client().get(PATH, {"wait": 30})), name="first"
             )

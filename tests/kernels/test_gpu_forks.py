@@ -20,7 +20,7 @@ from django.core.management import call_command
 from django.test import Client, TestCase, override_settings
 from django.utils import timezone
 
-from kernels import replay, tasks, workers
+from kernels import finishing, tasks, workers
 from kernels.models import Fork, GpuForkRun, Run
 from sessions.models import Session
 from sessions.programs import KernelVersion
@@ -238,7 +238,7 @@ class GpuForkTestCase(TestCase):
         ((run_id, _, _),), _ = self.sent.call_args
         # Sent again while it is in flight, then once it is stored: the same fork and run.
         self.assertEqual(self.fork()["Location"], location)
-        replay.finish(run_id, replay.failed_outcome("The GPU stopped."))
+        finishing.finish(run_id, finishing.failed_outcome("The GPU stopped."))
         Run.objects.filter(pk=run_id).update(cacheable=True)
         again = self.fork()
         self.assertEqual((again.status_code, again["Location"]), (303, location))

@@ -14,7 +14,7 @@ from django.test import TransactionTestCase, override_settings
 from django.utils import timezone
 
 from config import processes
-from kernels import jobs, replay
+from kernels import finishing, jobs, replay
 from kernels.backends import LocalBackend
 from kernels.models import Run
 from tests.base import add_kernel, make_session
@@ -78,7 +78,7 @@ class CrashedKernelTestCase(TransactionTestCase):
         run = Run.objects.create(
             source_sha256=job.source_sha256, harness_digest=job.harness_digest, environment_id="x"
         )
-        replay.finish(run.pk, replay.failed_outcome("The worker running it stopped."))
+        finishing.finish(run.pk, finishing.failed_outcome("The worker running it stopped."))
         run.refresh_from_db()
         self.assertEqual(run.status, "crashed")
         self.assertFalse(run.cacheable)
@@ -162,14 +162,14 @@ class ClaimTestCase(TransactionTestCase):
     def test_a_run_with_attempts_left_is_taken_in_one_query(self) -> None:
         run = self.run_with(settings.REPLAY_MAX_ATTEMPTS - 1)
         with self.assertNumQueries(1):
-            self.assertTrue(replay.claim(run.pk, "host:1:2"))
+            self.assertTrue(finishing.claim(run.pk, "host:1:2"))
         run.refresh_from_db()
         self.assertEqual((run.state, run.worker), (Run.State.RUNNING, "host:1:2"))
         self.assertEqual(run.attempts, settings.REPLAY_MAX_ATTEMPTS)
 
     def test_a_run_out_of_attempts_ends_as_crashed(self) -> None:
         run = self.run_with(settings.REPLAY_MAX_ATTEMPTS)
-        self.assertFalse(replay.claim(run.pk, "host:1:2"))
+        self.assertFalse(finishing.claim(run.pk, "host:1:2"))
         run.refresh_from_db()
         self.assertEqual((run.state, run.status), (Run.State.DONE, "crashed"))
         stopped = f"stopped {settings.REPLAY_MAX_ATTEMPTS} times"
@@ -177,6 +177,6 @@ class ClaimTestCase(TransactionTestCase):
 
     def test_a_finished_run_is_not_taken(self) -> None:
         run = self.run_with(0, state=Run.State.DONE)
-        self.assertFalse(replay.claim(run.pk, "host:1:2"))
+        self.assertFalse(finishing.claim(run.pk, "host:1:2"))
         run.refresh_from_db()
         self.assertEqual((run.attempts, run.worker), (0, ""))

@@ -4,7 +4,7 @@ still the answer: the session unchanged and visible to the reader, no newer run.
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from kernels import replay
+from kernels import finishing, replay
 from kernels.engine.outcome import WarningCode
 from kernels.engine.run_warnings import coded
 from kernels.models import Run
@@ -96,7 +96,7 @@ class WarningsShapeTestCase(BaseTestCase):
         run = store_run(self.version, "passed")
         Run.objects.filter(pk=run.pk).update(state=Run.State.RUNNING)
         outcome = {**run.outcome, "warnings": [LOOP_CAP]}
-        self.assertIsNotNone(replay.finish(run.pk, stored_outcome(outcome)))
+        self.assertIsNotNone(finishing.finish(run.pk, stored_outcome(outcome)))
         stored = Run.objects.get(pk=run.pk).outcome
         self.assertEqual(stored["warnings"], [LOOP_CAP["text"]])
         self.assertEqual(stored["warning_items"], [LOOP_CAP])

@@ -12,7 +12,7 @@ from django.conf import settings
 from django.test import TransactionTestCase
 from django.utils import timezone
 
-from kernels import replay
+from kernels import finishing
 from kernels.engine.outcome import Outcome
 from kernels.models import Run
 from kernels.trace_pictures import MAX_SHOWN_PASSES
@@ -122,9 +122,9 @@ class SpeedPageTests(TransactionTestCase):
         first = finished(self.client, "/s/demo/turns/2/replay.json")["run"]["id"]
         outcome = on_a_gpu(Run.objects.get().outcome)
         outcome["speed"]["gpu_reference_loading"] = True
-        # Stored as a worker's outcome is, by replay.finish: not standing in for later runs.
+        # Stored as a worker's outcome is, by finishing.finish: not standing in for later runs.
         Run.objects.filter(pk=first).update(state=Run.State.RUNNING)
-        replay.finish(first, cast(Outcome, outcome))
+        finishing.finish(first, cast(Outcome, outcome))
         self.assertFalse(Run.objects.get().cacheable)
 
         r = self.client.get("/s/demo/turns/2/replay/")

@@ -19,7 +19,7 @@ from django.db import connection
 from django.test import Client, TestCase, TransactionTestCase, override_settings
 from django.test.utils import CaptureQueriesContext
 
-from kernels import jobs, replay, whole_buffers
+from kernels import finishing, jobs, replay, whole_buffers
 from kernels.engine.harness import parse_harness
 from kernels.engine.host import capture as captures
 from kernels.engine.host.check import harness_values
@@ -75,7 +75,7 @@ NPY = "/s/whole/turns/2/replay/whole.npy"
 FORM = 'action="/s/whole/turns/2/replay/whole/"'
 
 
-# These mock what the run's own process does (replay.finish, the pool) and read what it
+# These mock what the run's own process does (finishing.finish, the pool) and read what it
 # stored as soon as asking answers; a task queue's worker is another process. The
 # browser test (tests/browser/test_whole_buffer.py) keeps a buffer whole through either.
 in_the_local_pool = pytest.mark.skipif(
@@ -277,13 +277,13 @@ class WholeBufferTests(TransactionTestCase):
         self.assertTrue(KeptBuffer.objects.exists())
 
     def test_a_run_that_fails_this_time_says_why_and_offers_to_try_again(self) -> None:
-        real = replay.finished
+        real = finishing.finished
 
         def timed_out(outcome: Any) -> Any:
             stopped = dict(outcome, status="timeout", message="Stopped after 10.0 s.")
             return real(stored_outcome({**stopped, "whole": {"asked": {}}}))
 
-        with mock.patch.object(replay, "finished", side_effect=timed_out):
+        with mock.patch.object(finishing, "finished", side_effect=timed_out):
             r = self.ask()
         self.assertEqual(r.status_code, 303)
         page = self.client.get(r["Location"]).content.decode()
