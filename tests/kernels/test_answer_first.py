@@ -50,7 +50,10 @@ class AnswerFirstTests(TransactionTestCase):
             self.events.append(("store", threading.current_thread().name))
             return real_store(run_id, done)
 
-        for name, target, fake in (("_run_json", replay_views, answer), ("store", finishing, store)):
+        for name, target, fake in (
+            ("_run_json", replay_views, answer),
+            ("store", finishing, store),
+        ):
             patcher = mock.patch.object(target, name, side_effect=fake)
             patcher.start()
             self.addCleanup(patcher.stop)
