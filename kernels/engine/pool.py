@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kernels.engine import malloc
 from kernels.engine.device import NoAdapter
 from kernels.engine.outcome import Outcome, Status, failure, no_timings
 from kernels.engine.process import Deadline, Death, WorkerProcess
@@ -122,9 +121,6 @@ class Pool:
             "respawns": 0,
             "abandoned": 0,
         }
-        # This process reads its workers' outcomes (a few MB of JSON a replay, at most):
-        # its freed memory is kept for the next, as theirs is (malloc.py).
-        malloc.keep_freed_memory()
         self._slots = [_Slot(number) for number in range(size)]
         for slot in self._slots:
             # Each slot spawns its own workers from its own thread: Linux ties a
@@ -331,8 +327,12 @@ class Pool:
             # on a CPU adapter they take the cores llvmpipe runs the kernel on (measured:
             # a 1000x784x128 matmul replay went from 1.45x to 1.1x a bare dispatch).
             "OPENBLAS_NUM_THREADS": "1",
-            # What a job frees is kept for the next one (malloc.py).
-            **malloc.ENVIRONMENT,
+            # glibc's malloc keeps what a job frees (a program's few MB through QuickJS,
+            # numpy and JSON) for the next job, rather than handing it back to the kernel
+            # and faulting it in again page by page; up to 128 MiB, under the worker's
+            # 4 GiB. The README has what it measured (bench/profile_program.py).
+            "MALLOC_MMAP_THRESHOLD_": str(32 * 1024**2),
+            "MALLOC_TRIM_THRESHOLD_": str(128 * 1024**2),
             **os.environ,
             **self.env_overrides,
             "KERNELBIN_WGPU_BACKEND": self.backend,
