@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import collections
 import itertools
-import json
 import logging
 import math
 import os
@@ -29,7 +28,7 @@ from typing import Any
 from kernels.engine.device import NoAdapter
 from kernels.engine.outcome import Outcome, Status, failure, no_timings
 from kernels.engine.process import Deadline, Death, WorkerProcess
-from kernels.engine.worker import HEADER
+from kernels.engine.worker import encode_frame
 
 log = logging.getLogger("kernels.engine.pool")
 
@@ -171,8 +170,7 @@ class Pool:
         message = {"type": "job", "id": job_id, **job}
         if "fixtures_dir" in message:
             message["fixtures_dir"] = str(message["fixtures_dir"])
-        body = json.dumps(message, allow_nan=False).encode()
-        queued = _Job(key=key, id=job_id, payload=HEADER.pack(len(body)) + body)
+        queued = _Job(key=key, id=job_id, payload=encode_frame(message))
         self._queue.append(queued)
         self._in_flight[key] = queued
         self._changed.notify_all()

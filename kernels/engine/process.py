@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import json
 import logging
 import math
 import os
@@ -17,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from kernels.engine.worker import HEADER, MAX_FRAME
+from kernels.engine.worker import HEADER, MAX_FRAME, loads
 
 log = logging.getLogger("kernels.engine.process")
 
@@ -107,8 +106,7 @@ class WorkerProcess:
             view = view[written:]
 
     def receive(self, deadline: float | None) -> dict[str, Any]:
-        message: dict[str, Any] = json.loads(self.receive_bytes(deadline))
-        return message
+        return loads(self.receive_bytes(deadline))
 
     def receive_bytes(self, deadline: float | None) -> bytearray:
         """The next frame's body (a message's JSON, or a result's attachment:

@@ -2,7 +2,7 @@
 
 Started by kernels.engine.pool as `python -m kernels.engine.worker` with the repository
 root as cwd; never imports Django. Messages both ways are framed as a 4-byte big-endian
-length and UTF-8 JSON:
+length and UTF-8 JSON (dumps and loads):
 
     worker -> pool   {"type": "hello", "environment": {...}, "pid": n, "warm_up": [status, ...]}
                      once its device is open and its warm-up jobs have run (warm_up())
@@ -28,7 +28,6 @@ import base64
 import ctypes
 import dataclasses
 import faulthandler
-import json
 import logging
 import os
 import resource
@@ -45,6 +44,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, cast
+
+import orjson
 
 from kernels.engine import gpu_reference
 from kernels.engine.outcome import Outcome, Status, failure
@@ -93,12 +94,25 @@ def read_frame(stream: BinaryIO) -> dict[str, Any] | None:
     body = stream.read(length)
     if len(body) < length:
         raise EOFError("input ended inside a frame")
-    message: dict[str, Any] = json.loads(body)
+    return loads(body)
+
+
+def loads(body: bytes | bytearray) -> dict[str, Any]:
+    message: dict[str, Any] = orjson.loads(body)
     return message
 
 
+def dumps(message: Any) -> bytes:
+    """A message's JSON. orjson, not the json module: an outcome is mostly floats, which
+    json writes one at a time in Python (0.45 ms for an 8x8 layer's 330 on the H100's host,
+    and 0.35 ms to parse them again; orjson does both in 0.05 ms). Keys that are not
+    strings become strings, as with json; NaN and the infinities become null where json
+    refused them (outcomes carry them as strings: outcome.pack_values)."""
+    return orjson.dumps(message, option=orjson.OPT_NON_STR_KEYS)
+
+
 def encode_frame(message: dict[str, Any]) -> bytes:
-    body = json.dumps(message, allow_nan=False).encode()
+    body = dumps(message)
     return HEADER.pack(len(body)) + body
 
 
@@ -145,7 +159,7 @@ def result_frame(job_id: Any, outcome: Outcome, retire: bool = False, attachment
         ),
         ("the staff detail", shown, "detail"),
     ]
-    sizes = [(len(json.dumps(holder.get(key))), what, holder, key) for what, holder, key in parts]
+    sizes = [(len(dumps(holder.get(key))), what, holder, key) for what, holder, key in parts]
     cut: list[str] = []
     total = len(frame)
     for size, what, holder, key in sorted(sizes, key=lambda part: -part[0]):
