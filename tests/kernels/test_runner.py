@@ -612,27 +612,29 @@ def test_a_worker_computes_inputs_and_compiles_each_source_once(run, gpu) -> Non
     # source's stores are counted once ("stores counted"): instrumented ("store counts"),
     # and that copy written as a program and compiled once. The reviewer's facts about a
     # source are read once ("source facts"), and numpy's time for the reference once per
-    # inputs ("reference time").
+    # inputs ("reference time"). The harness is parsed once, and the device's query slots
+    # for timing passes made once.
     facts = ["facts"] if gpu[1].software else []
     compiled = ["harness program", "module", "refusal", "pipeline"]
     counts = ["stores counted", "store counts", *compiled]
     first = run(ADD, add_harness(), memo=counting)
-    expected = ["device answer", "inputs", *compiled, *counts, *facts]
+    expected = ["harness", "query slots", "device answer", "inputs", *compiled, *counts, *facts]
     expected += ["source facts", "reference time"]
     assert sorted(computed) == sorted(expected)
     # The same source again: nothing is computed or compiled twice...
     done = len(computed)
     again = run(ADD, add_harness(), memo=counting)
     assert len(computed) == done
-    # ...another version under the same harness shares the inputs only...
+    # ...another version under the same harness shares it and its inputs only...
     other = run(ADD.replace("a[i] + b[i]", "b[i] + a[i]"), add_harness(), memo=counting)
     assert sorted(computed[done:]) == sorted([*compiled, *counts, *facts, "source facts"])
     assert first["status"] == again["status"] == other["status"] == "passed"
-    # ...and a different harness gets its own inputs.
+    # ...and a different harness is parsed and gets its own inputs.
     done = len(computed)
     run(ADD, add_harness(n=512, dispatch=8), memo=counting)
     # (whether a pass needs its stores counted is decided once per harness: here not)
     assert computed[done:] == [
+        "harness",
         "inputs",
         "harness program",
         "stores counted",
