@@ -87,6 +87,32 @@ def import_wgpu() -> Any:
     return wgpu
 
 
+# The mode of a read mapping of a buffer that only submitted copies fill (a staging
+# buffer): wgpu-py 0.32's own name for a read without the empty submit it makes before a
+# buffer's first read mapping, which is there for queue writes still pending on it
+# (gfx-rs/wgpu-native#305): there are none on these.
+COPIED_READ = "READ_NOSYNC"
+
+
+def wait_for_queue(device: Any) -> None:
+    """Block this thread until the work submitted to the device is done.
+
+    wgpu-py's own waits hand the wait to its poll thread, which wakes this one: two thread
+    wakes a wait, and a replay waits three to five times. The empty submit ends one:
+    wgpu-native frees the buffers destroyed before it once it is done.
+    """
+    device.queue.submit([])
+    device._poll_wait()
+
+
+def map_now(buffer: Any, mode: Any, offset: int = 0, size: int | None = None) -> None:
+    """buffer.map_sync, with the wait on this thread (as wait_for_queue's). mode: a
+    MapMode, or COPIED_READ."""
+    promise = buffer.map_async(mode, offset, size)
+    buffer._device._poll_wait()
+    promise.sync_wait()
+
+
 def _load_only(backend: str) -> None:
     """Have wgpu-native load one backend: otherwise it opens every one it knows as its
     instance is made, EGL's displays too. A process that made its instance already keeps

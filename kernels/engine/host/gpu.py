@@ -23,10 +23,10 @@ from typing import Any, cast
 
 import numpy as np
 
-from kernels.engine.device import TIMESTAMPS, Environment, import_wgpu
+from kernels.engine.device import TIMESTAMPS, Environment, import_wgpu, map_now, wait_for_queue
 from kernels.engine.host import trace as traces
 from kernels.engine.host.capture import Capture, Whole
-from kernels.engine.host.clock import PassClock
+from kernels.engine.host.clock import PassClock, QuerySlots
 from kernels.engine.host.encoder import ENCODER_OPS, Encoder, encode, first_failing
 from kernels.engine.host.js import assigned_variables, call_start
 from kernels.engine.host.kept_inputs import ProgramInputs
@@ -219,7 +219,8 @@ class Timeline:
         self.group_bytes: dict[int, int] = {}  # bind group id -> the bytes of its bound ranges
         self.group_buffers: dict[int, dict[int, int]] = {}  # bind group id -> binding -> buffer
         self.trace: Trace = traces.new_trace()
-        self.clock = PassClock(device, timed)
+        slots = memo(("query slots",), functools.partial(QuerySlots, device))
+        self.clock = PassClock(device, timed, slots)
         self.finished: dict[int, Encoder] = {}  # command buffer id -> the encoder it came from
         self.ran: list[Encoder] = []  # the encoders of the command buffers submitted, in order
         self.upload_ms = 0.0
@@ -350,12 +351,7 @@ class Timeline:
 
     def wait_idle(self) -> None:
         """Wait for the work submitted so far; wgpu-native frees destroyed buffers then."""
-        # wgpu-py 0.32's on_submitted_work_done fails in cffi (a callback signature from
-        # an older wgpu-native); mapping a buffer waits for the same submitted work.
-        wgpu = import_wgpu()
-        fence = self.device.create_buffer(size=4, usage=wgpu.BufferUsage.MAP_READ)
-        fence.map_sync(wgpu.MapMode.READ)
-        fence.destroy()
+        wait_for_queue(self.device)
 
     def op_destroyDevice(self, entry: Entry, blob: Blob) -> None:
         return None
@@ -523,7 +519,7 @@ class Timeline:
             self.within("max_readback_bytes", what, self.readback_bytes, entry)
         wgpu = import_wgpu()
         map_mode = wgpu.MapMode.READ if mode & MAP_READ else wgpu.MapMode.WRITE
-        buf.map_sync(map_mode, offset, size)
+        map_now(buf, map_mode, offset, size)
         if not mode & MAP_READ:
             # A write mapping starts from zeros here: the program is about to fill it.
             return {"size": size}, bytes(size)
@@ -796,6 +792,11 @@ class Timeline:
                         self.inputs.spoil(buffer)
 
     def encode_again(self, encoder: Encoder) -> Any:
+        # Encoded again untimed: its passes are shown without a time, not with what its
+        # query slots last held.
+        for slot, _ in encoder.clock.reads:
+            self.clock.slots.give(slot)
+        encoder.clock.reads = []
         again = Encoder(self.device.create_command_encoder(label="encoder"))
         for entry in encoder.entries:
             done = encode(again, entry, self.objects)
