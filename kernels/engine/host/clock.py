@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from kernels.engine.device import COPIED_READ, TIMESTAMPS, import_wgpu, map_now
+from kernels.engine.device import COPIED_READ, TIMESTAMPS, import_wgpu
 
 PASSES_PER_SET = 32
 
@@ -112,7 +112,7 @@ class PassClock:
         """Read the timestamps of what was submitted (waits for it to finish)."""
         for slot, passes in self.submitted:
             size = 16 * len(passes)
-            map_now(slot.read, COPIED_READ, 0, size)
+            slot.read.map_sync(COPIED_READ, 0, size)
             stamps = np.frombuffer(slot.read.read_mapped(0, size), dtype=np.uint64).reshape(-1, 2)
             slot.read.unmap()
             self.slots.give(slot)
