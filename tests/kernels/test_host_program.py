@@ -730,9 +730,9 @@ def test_a_program_run_again_reuses_its_compiled_module_and_pipeline(gpu):
     runs = [run_program(gpu[0], gpu[1], VECTOR_ADD, memo=memo) for _ in range(2)]
 
     assert [r.error for r in runs] == [None, None]
-    # Once each: the device's query slots, its answer to requestDevice, the module and
-    # whether a browser would refuse it, the pipeline.
-    assert made == ["query slots", "device answer", "module", "refusal", "pipeline"]
+    # Once each: the device's answer to requestDevice, the module and whether a browser
+    # would refuse it, the pipeline.
+    assert made == ["device answer", "module", "refusal", "pipeline"]
     assert runs[0].readbacks[0].data == runs[1].readbacks[0].data
 
 

@@ -612,13 +612,12 @@ def test_a_worker_computes_inputs_and_compiles_each_source_once(run, gpu) -> Non
     # source's stores are counted once ("stores counted"): instrumented ("store counts"),
     # and that copy written as a program and compiled once. The reviewer's facts about a
     # source are read once ("source facts"), and numpy's time for the reference once per
-    # inputs ("reference time"). The harness is parsed once, and the device's query slots
-    # for timing passes made once.
+    # inputs ("reference time"). The harness is parsed once.
     facts = ["facts"] if gpu[1].software else []
     compiled = ["harness program", "module", "refusal", "pipeline"]
     counts = ["stores counted", "store counts", *compiled]
     first = run(ADD, add_harness(), memo=counting)
-    expected = ["harness", "query slots", "device answer", "inputs", *compiled, *counts, *facts]
+    expected = ["harness", "device answer", "inputs", *compiled, *counts, *facts]
     expected += ["source facts", "reference time"]
     assert sorted(computed) == sorted(expected)
     # The same source again: nothing is computed or compiled twice...

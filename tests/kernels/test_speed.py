@@ -19,7 +19,6 @@ from kernels.engine.outcome import Outcome
 from kernels.engine.peaks import measure_peaks
 from kernels.engine.run import execute
 from kernels.engine.speed import fractions
-from kernels.engine.worker import Memo
 from tests.kernels.test_showcase import DATA, FIXTURES, KERNELS, harness_of, sources_for
 
 
@@ -64,22 +63,6 @@ def test_each_pass_of_a_harness_run_has_its_gpu_time(gpu) -> None:
     assert speed["repeats"] == REPEATS
     assert speed["upload_ms"] >= 0 and speed["readback_ms"] >= 0
     assert speed["problem"] == ""
-
-
-def test_a_workers_runs_time_their_passes_with_the_same_query_slots(gpu) -> None:
-    device, env = gpu
-    memo = Memo()
-    k, v = KERNELS["forward"], version("forward", 2)
-
-    def slots_after_a_run() -> list[int]:
-        outcome = execute(device, env, sources_for(k, v), harness_of(k, v), FIXTURES, memo=memo)
-        assert all(p["gpu_ms"] is not None for p in outcome["passes"])
-        return sorted(id(slot.queries) for slot in memo(("query slots",), list).free)
-
-    first = slots_after_a_run()
-    # The run's three passes fit one slot, which the repeats took again once it was read.
-    assert len(first) == 1
-    assert slots_after_a_run() == first
 
 
 def test_a_failed_run_that_dispatched_keeps_its_times(gpu) -> None:

@@ -21,63 +21,25 @@ PASSES_PER_SET = 32
 
 
 @dataclass
-class QuerySlot:
-    """A query set for PASSES_PER_SET passes, and the buffers its timestamps are resolved
-    into and read from."""
-
-    queries: Any
-    resolved: Any
-    read: Any
-
-
-class QuerySlots:
-    """A device's query slots, each used again once its timestamps are read: made a run and
-    an encoder, they were a third of what timing an 8x8 run cost on the H100's host (a
-    query set and two buffers made, and a buffer destroyed)."""
-
-    def __init__(self, device: Any) -> None:
-        self.device = device
-        self.free: list[QuerySlot] = []
-
-    def take(self) -> QuerySlot:
-        if self.free:
-            return self.free.pop()
-        wgpu = import_wgpu()
-        size = 16 * PASSES_PER_SET
-        usage = wgpu.BufferUsage
-        return QuerySlot(
-            self.device.create_query_set(type=wgpu.QueryType.timestamp, count=2 * PASSES_PER_SET),
-            self.device.create_buffer(size=size, usage=usage.QUERY_RESOLVE | usage.COPY_SRC),
-            self.device.create_buffer(size=size, usage=usage.MAP_READ | usage.COPY_DST),
-        )
-
-    def give(self, slot: QuerySlot) -> None:
-        """Its timestamps were read (the device is done with it)."""
-        self.free.append(slot)
-
-
-@dataclass
 class EncoderClock:
-    """The query slots of one encoder, and the pass (an index into Timeline.passes, None
+    """The query sets of one encoder, and the pass (an index into Timeline.passes, None
     for one past MAX_PASSES, which is not timed) of each beginComputePass in order."""
 
-    sets: list[QuerySlot] = field(default_factory=list)
+    sets: list[Any] = field(default_factory=list)
     begins: list[int | None] = field(default_factory=list)
     timed: list[int] = field(default_factory=list)  # the passes timed, in query order
-    reads: list[tuple[QuerySlot, list[int]]] = field(default_factory=list)
+    reads: list[tuple[Any, list[int]]] = field(default_factory=list)
 
 
 class PassClock:
     """Timestamps of every pass of a run (times: pass index -> milliseconds, a sample a
     run), for a device opened with timestamp-query; `available` is False otherwise, and
-    for a run whose times are not shown (timed False). slots: the device's, kept between
-    runs (a slot taken and never read is left to the garbage collector)."""
+    for a run whose times are not shown (timed False)."""
 
-    def __init__(self, device: Any, timed: bool = True, slots: QuerySlots | None = None) -> None:
+    def __init__(self, device: Any, timed: bool = True) -> None:
         self.device = device
         self.available = timed and TIMESTAMPS in device.features
-        self.slots = slots if slots is not None else QuerySlots(device)
-        self.submitted: list[tuple[QuerySlot, list[int]]] = []
+        self.submitted: list[tuple[Any, list[int]]] = []
         self.times: dict[int, list[float]] = {}
 
     def writes(self, clock: EncoderClock, index: int | None) -> dict[str, Any] | None:
@@ -85,23 +47,36 @@ class PassClock:
         clock.begins.append(index)
         if not self.available or index is None:
             return None
+        wgpu = import_wgpu()
         slot = len(clock.timed) % PASSES_PER_SET
         if slot == 0:
-            clock.sets.append(self.slots.take())
+            clock.sets.append(
+                self.device.create_query_set(
+                    type=wgpu.QueryType.timestamp, count=2 * PASSES_PER_SET
+                )
+            )
         clock.timed.append(index)
         return {
-            "query_set": clock.sets[-1].queries,
+            "query_set": clock.sets[-1],
             "beginning_of_pass_write_index": 2 * slot,
             "end_of_pass_write_index": 2 * slot + 1,
         }
 
     def resolve(self, clock: EncoderClock, encoder: Any) -> None:
         """Before the encoder finishes: its timestamps into buffers the host can map."""
-        for number, slot in enumerate(clock.sets):
+        wgpu = import_wgpu()
+        for number, query_set in enumerate(clock.sets):
             passes = clock.timed[number * PASSES_PER_SET : (number + 1) * PASSES_PER_SET]
-            encoder.resolve_query_set(slot.queries, 0, 2 * len(passes), slot.resolved, 0)
-            encoder.copy_buffer_to_buffer(slot.resolved, 0, slot.read, 0, 16 * len(passes))
-            clock.reads.append((slot, passes))
+            size = 16 * len(passes)
+            resolved = self.device.create_buffer(
+                size=size, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC
+            )
+            read = self.device.create_buffer(
+                size=size, usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST
+            )
+            encoder.resolve_query_set(query_set, 0, 2 * len(passes), resolved, 0)
+            encoder.copy_buffer_to_buffer(resolved, 0, read, 0, size)
+            clock.reads.append((read, passes))
 
     def submit(self, clock: EncoderClock) -> None:
         """The encoder's command buffer was submitted: its timestamps will be written."""
@@ -110,12 +85,10 @@ class PassClock:
 
     def collect(self) -> None:
         """Read the timestamps of what was submitted (waits for it to finish)."""
-        for slot, passes in self.submitted:
-            size = 16 * len(passes)
-            slot.read.map_sync(COPIED_READ, 0, size)
-            stamps = np.frombuffer(slot.read.read_mapped(0, size), dtype=np.uint64).reshape(-1, 2)
-            slot.read.unmap()
-            self.slots.give(slot)
+        for read, passes in self.submitted:
+            read.map_sync(COPIED_READ)
+            stamps = np.frombuffer(read.read_mapped(), dtype=np.uint64).reshape(-1, 2)
+            read.destroy()
             for index, (begin, end) in zip(passes, stamps.tolist(), strict=True):
                 # A clock that went backwards (some drivers between submits) says nothing.
                 ms = (end - begin) / 1e6 if end >= begin else float("nan")

@@ -26,7 +26,7 @@ import numpy as np
 from kernels.engine.device import TIMESTAMPS, Environment, import_wgpu, wait_for_queue
 from kernels.engine.host import trace as traces
 from kernels.engine.host.capture import Capture, Whole
-from kernels.engine.host.clock import PassClock, QuerySlots
+from kernels.engine.host.clock import PassClock
 from kernels.engine.host.encoder import ENCODER_OPS, Encoder, encode, first_failing
 from kernels.engine.host.js import assigned_variables, call_start
 from kernels.engine.host.kept_inputs import ProgramInputs
@@ -219,8 +219,7 @@ class Timeline:
         self.group_bytes: dict[int, int] = {}  # bind group id -> the bytes of its bound ranges
         self.group_buffers: dict[int, dict[int, int]] = {}  # bind group id -> binding -> buffer
         self.trace: Trace = traces.new_trace()
-        slots = memo(("query slots",), functools.partial(QuerySlots, device))
-        self.clock = PassClock(device, timed, slots)
+        self.clock = PassClock(device, timed)
         self.finished: dict[int, Encoder] = {}  # command buffer id -> the encoder it came from
         self.ran: list[Encoder] = []  # the encoders of the command buffers submitted, in order
         self.upload_ms = 0.0
@@ -792,11 +791,6 @@ class Timeline:
                         self.inputs.spoil(buffer)
 
     def encode_again(self, encoder: Encoder) -> Any:
-        # Encoded again untimed: its passes are shown without a time, not with what its
-        # query slots last held.
-        for slot, _ in encoder.clock.reads:
-            self.clock.slots.give(slot)
-        encoder.clock.reads = []
         again = Encoder(self.device.create_command_encoder(label="encoder"))
         for entry in encoder.entries:
             done = encode(again, entry, self.objects)
