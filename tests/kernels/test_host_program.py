@@ -736,6 +736,25 @@ def test_a_program_run_again_reuses_its_compiled_module_and_pipeline(gpu):
     assert runs[0].readbacks[0].data == runs[1].readbacks[0].data
 
 
+def test_a_program_replayed_again_reads_its_kernel_for_warnings_once(gpu):
+    made: list[str] = []
+    kept: dict[tuple, object] = {}
+
+    def memo(key: tuple, compute):
+        if key not in kept:
+            made.append(key[0])
+            kept[key] = compute()
+        return kept[key]
+
+    for _ in range(2):
+        outcome = replay_program(
+            gpu[0], gpu[1], VECTOR_ADD, expected=vector_add_expected(), memo=memo
+        )
+        assert outcome["status"] == "passed"
+    # What llvmpipe could hide is read of each source once (a GPU looks for none).
+    assert made.count("facts") == (1 if gpu[1].software else 0)
+
+
 def test_every_compute_pass_is_recorded_in_order_beyond_the_traces_cap(run, gpu):
     # The vector add's pass, encoded 300 times: the trace keeps its first MAX_ENTRIES, the
     # run's list of passes keeps each, numbered in the order the GPU ran them.

@@ -249,15 +249,17 @@ def program_outcome(
     atol: float = 1e-5,
     rtol: float = 1e-5,
     sentinel: ProgramResult | None = None,
+    memo: Memo = no_memo,
 ) -> Outcome:
     """The outcome of a run. expected lines up with result.readbacks (None: show only);
-    sentinel is the diagnostic run, whose never-written cells mark the wrong ones here."""
+    sentinel is the diagnostic run, whose never-written cells mark the wrong ones here.
+    memo: the worker's, which keeps what llvmpipe's warnings read of each source."""
     outcome = new_outcome(
         Status.NO_REFERENCE,
         "",
         env.as_dict(),
         {"compile_ms": None, "run_ms": result.run_ms, "wall_ms": None},
-        program_warnings(env.software, result.trace or new_trace()),
+        program_warnings(env.software, result.trace or new_trace(), memo),
     )
     outcome["program"] = result.report()
     outcome["passes"] = with_buffers(
@@ -382,13 +384,13 @@ def replay_program(
     result = run(whole=whole)
     if callable(expected):
         expected = expected(result) if result.error is None else None
-    outcome = program_outcome(result, env, expected, atol, rtol)
+    outcome = program_outcome(result, env, expected, atol, rtol, memo=memo)
     if not needs_diagnosis(outcome, result) or time.monotonic() >= deadline:
         return outcome
     diagnostic = run(sentinel=True)
     if diagnostic.error is not None:
         return outcome
-    return program_outcome(result, env, expected, atol, rtol, sentinel=diagnostic)
+    return program_outcome(result, env, expected, atol, rtol, sentinel=diagnostic, memo=memo)
 
 
 # Seconds a program job may run when the job does not say: under the pool's default
