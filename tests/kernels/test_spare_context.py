@@ -5,6 +5,7 @@ programs."""
 from __future__ import annotations
 
 import time
+import weakref
 
 import pytest
 
@@ -72,3 +73,14 @@ def test_a_program_in_the_spare_context_is_held_to_its_heap() -> None:
     assert spare is not None and script.context is spare.context
     error = script.take().error
     assert error is not None and error["message"] == "out of memory"
+
+
+def test_the_last_programs_context_is_freed_when_the_spare_is_made() -> None:
+    script = started("globalThis.kept = new Float32Array(1 << 20);")
+    gone = weakref.ref(script)
+    del script
+    # The worker's last program is still held (its line is read by the watchdog)...
+    assert gone() is not None
+    # ...until the worker, having answered, makes the next one's context.
+    js.make_spare(HEAP)
+    assert gone() is None
