@@ -93,6 +93,15 @@ class HostileProgramTests(TransactionTestCase):
         self.assertEqual(outcome["program"]["dispatches"], 6000)
         self.assertIn(b"The trace is capped", page)
 
+    def test_a_lone_surrogate_in_what_a_program_logs_is_shown_as_a_browser_shows_it(self) -> None:
+        # UTF-8 has no lone surrogate: the worker's message could not carry it as it is.
+        outcome, page = self.replay(DEVICE + 'console.log("half \\ud800 a pair", "\\udfff");\n')
+
+        self.assertEqual(outcome["status"], "no_reference")
+        line = outcome["program"]["console"][0]
+        self.assertEqual(line["text"], "half \ufffd a pair \ufffd")
+        self.assertIn("half \ufffd a pair".encode(), page)
+
     def test_labels_and_an_error_message_of_megabytes_are_cut_in_the_worker(self) -> None:
         outcome, _ = self.replay(HUGE_LABELS)
 
