@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import orjson
 
 from kernels.engine import store_counts
 from kernels.engine.analysis import analyse, misleading_on_cpu
@@ -32,7 +31,7 @@ from kernels.engine.case_results import CaseResult, case_entry, compare_case
 from kernels.engine.cases import Case
 from kernels.engine.device import Environment, import_wgpu
 from kernels.engine.gpu_compare import BY_ADAPTER, CHECK_FROM, DeviceCheck
-from kernels.engine.harness import Harness, HarnessError, canonical_digest, parse_harness
+from kernels.engine.harness import Harness, HarnessError, canonical_digest
 from kernels.engine.host.capture import Capture, Captured, Whole, whole_entry, with_buffers
 from kernels.engine.host.gpu import VERSION_WGSL, HostError, Timeline
 from kernels.engine.host.harness_program import COUNTERS, Counting, HarnessHost, harness_host
@@ -44,6 +43,7 @@ from kernels.engine.inputs import (
     invalid,
     make_inputs,
     no_memo,
+    parsed_harness,
     struct_layouts,
 )
 from kernels.engine.layout import StructLayout
@@ -71,8 +71,6 @@ if TYPE_CHECKING:
 
 # A run of several cases takes the status of its worst, in this order.
 SEVERITY = (Status.PASSED, Status.NO_REFERENCE, Status.NONFINITE, Status.MISMATCH)
-# A harness's JSON up to this size is kept parsed in the worker's memo (_Run.parsed).
-MEMO_HARNESS_BYTES = 64 * 1024
 
 
 @dataclass
@@ -195,7 +193,11 @@ class _Run:
         if not spec:
             return self.compile_only()
         try:
-            harness = spec if isinstance(spec, Harness) else self.parsed(spec)
+            harness = (
+                spec
+                if isinstance(spec, Harness)
+                else parsed_harness(spec, self.fixtures_dir, self.memo)
+            )
         except HarnessError as e:
             raise invalid(e) from None
         for name in sorted(harness.kernel_names()):
@@ -224,17 +226,6 @@ class _Run:
             self.timings["compile_ms"] = round(self.compile_ms, 2)
             self.timings["run_ms"] = round(_ms(started) - self.compile_ms, 2)
         return self.combine(results, bool(harness.cases))
-
-    def parsed(self, spec: Mapping[str, Any]) -> Harness:
-        """The harness, parsed once a worker for all the versions of a kernel that share it
-        (0.1 to 0.2 ms of an 8x8 replay on the H100's host); not one whose JSON is over
-        MEMO_HARNESS_BYTES, which the memo would keep whole."""
-        text = orjson.dumps(spec, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
-        parse = functools.partial(parse_harness, spec, self.fixtures_dir)
-        if len(text) > MEMO_HARNESS_BYTES:
-            return parse()
-        harness: Harness = self.memo(("harness", text, str(self.fixtures_dir)), parse)
-        return harness
 
     def inputs(self, harness: Harness, layouts: dict[str, StructLayout]) -> Inputs:
         # A harness's inputs and reference do not depend on the kernel (but for a struct's

@@ -617,6 +617,7 @@ def test_a_program_run_again_on_the_same_inputs_computes_its_reference_once(gpu)
     assert first["status"] == again["status"] == "passed"
     assert first["outputs"] == again["outputs"]
     assert computed.count("program reference") == 1
+    assert computed.count("harness") == 1  # parsed once too
     # Other inputs are another reference.
     job["source"] = ceil["host_program"].replace("b[i] = 2 * i;", "b[i] = 5 * i;", 1)
     other = run_program_job(device, env, job, counting)

@@ -25,7 +25,7 @@ import numpy as np
 from kernels.engine.analysis import analyse
 from kernels.engine.compare import compare_output, mark_unwritten, no_reference_message, verdict
 from kernels.engine.device import Environment
-from kernels.engine.harness import Buffer, HarnessError, parse_harness
+from kernels.engine.harness import Buffer, HarnessError
 from kernels.engine.host.capture import Captured, Whole, whole_entry, with_buffers
 from kernels.engine.host.check import (
     Unchecked,
@@ -51,7 +51,7 @@ from kernels.engine.host.program_errors import (
     timed_out,
 )
 from kernels.engine.host.trace import NP_VIEWS, Trace, new_trace
-from kernels.engine.inputs import Memo, no_memo
+from kernels.engine.inputs import Memo, no_memo, parsed_harness
 from kernels.engine.limits import DEFAULT_LIMITS, Limits
 from kernels.engine.outcome import (
     CheckReport,
@@ -529,7 +529,7 @@ def _expectation(
     spec = job.get("harness")
     if spec:
         try:
-            harness = parse_harness(spec)
+            harness = parsed_harness(spec, None, memo)
         except HarnessError as e:
             raise ValueError(f"the job's harness is invalid: {e}") from None
         if harness.reference is not None:
