@@ -23,7 +23,6 @@ import argparse
 import base64
 import functools
 import itertools
-import json
 import os
 import statistics
 import sys
@@ -40,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 from kernels.engine.pool import Pool  # noqa: E402
 from kernels.engine.process import read_exactly  # noqa: E402
-from kernels.engine.worker import HEADER, result_frames  # noqa: E402
+from kernels.engine.worker import HEADER, encode_frame, loads, result_frames  # noqa: E402
 
 WGSL = """@group(0) @binding(0) var<storage, read_write> y: array<f32>;
 
@@ -113,15 +112,14 @@ def raw(data: bytes, read: Callable[..., Any] = read_exactly) -> bytes | bytearr
     """The bytes as the pool hands them on (a bytearray from read_exactly: not copied)."""
     outcome = {"status": "no_reference", "whole": {"asked": {"pass": 1}, "data": data}}
     head, attached = received(result_frames("1", outcome), 2, read)  # type: ignore[arg-type]
-    json.loads(head)
+    loads(head)
     return attached  # type: ignore[no-any-return]
 
 
 def in_json(data: bytes) -> bytes:
     whole = {"asked": {"pass": 1}, "base64": base64.b64encode(data).decode("ascii")}
-    body = json.dumps({"type": "result", "outcome": {"whole": whole}}).encode()
-    (head,) = received([HEADER.pack(len(body)) + body], 1)
-    return base64.b64decode(json.loads(head)["outcome"]["whole"]["base64"])
+    (head,) = received([encode_frame({"type": "result", "outcome": {"whole": whole}})], 1)
+    return base64.b64decode(loads(head)["outcome"]["whole"]["base64"])
 
 
 def run(pool: Pool, job: dict[str, Any]) -> None:
