@@ -37,9 +37,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from kernels.engine.messages import HEADER, encode_frame, loads  # noqa: E402
 from kernels.engine.pool import Pool  # noqa: E402
 from kernels.engine.process import read_exactly  # noqa: E402
-from kernels.engine.worker import HEADER, encode_frame, loads, result_frames  # noqa: E402
+from kernels.engine.worker import result_frames  # noqa: E402
 
 WGSL = """@group(0) @binding(0) var<storage, read_write> y: array<f32>;
 

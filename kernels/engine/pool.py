@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from kernels.engine.device import NoAdapter
+from kernels.engine.messages import encode_frame
 from kernels.engine.outcome import Outcome, Status, failure, no_timings
 from kernels.engine.process import Deadline, Death, WorkerProcess
-from kernels.engine.worker import encode_frame
 
 log = logging.getLogger("kernels.engine.pool")
 

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from kernels.engine.worker import HEADER, MAX_FRAME, loads
+from kernels.engine.messages import HEADER, MAX_FRAME, loads
 
 log = logging.getLogger("kernels.engine.process")
 

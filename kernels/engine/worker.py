@@ -2,7 +2,7 @@
 
 Started by kernels.engine.pool as `python -m kernels.engine.worker` with the repository
 root as cwd; never imports Django. Messages both ways are framed as a 4-byte big-endian
-length and UTF-8 JSON (dumps and loads):
+length and UTF-8 JSON (kernels/engine/messages.py):
 
     worker -> pool   {"type": "hello", "environment": {...}, "pid": n, "warm_up": [status, ...]}
                      once its device is open and its warm-up jobs have run (warm_up())
@@ -30,7 +30,6 @@ import dataclasses
 import faulthandler
 import logging
 import os
-import re
 import resource
 import signal
 import stat
@@ -46,17 +45,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
-import orjson
-
 from kernels.engine import gpu_reference
+from kernels.engine.messages import HEADER, dumps, encode_frame, read_frame
 from kernels.engine.outcome import Outcome, Status, failure
 
 if TYPE_CHECKING:
     from kernels.engine.device import Environment
     from kernels.engine.resident import DeviceBuffers
 
-HEADER = struct.Struct(">I")
-MAX_FRAME = 256 * 1024 * 1024
 MAX_FILE_BYTES = 16 * 1024 * 1024
 MEMO_BYTES = 512 * 1024 * 1024
 MEMO_ENTRIES = 256
@@ -80,66 +76,6 @@ NICENESS = 10
 PR_SET_PDEATHSIG = 1
 
 log = logging.getLogger("kernels.engine.worker")
-
-
-def read_frame(stream: BinaryIO) -> dict[str, Any] | None:
-    """The next message, or None at a clean end of input."""
-    header = stream.read(HEADER.size)
-    if not header:
-        return None
-    if len(header) < HEADER.size:
-        raise EOFError("input ended inside a frame header")
-    (length,) = HEADER.unpack(header)
-    if length > MAX_FRAME:
-        raise ValueError(f"frame of {length} bytes is over the {MAX_FRAME} byte cap")
-    body = stream.read(length)
-    if len(body) < length:
-        raise EOFError("input ended inside a frame")
-    return loads(body)
-
-
-def loads(body: bytes | bytearray) -> dict[str, Any]:
-    message: dict[str, Any] = orjson.loads(body)
-    return message
-
-
-def dumps(message: Any) -> bytes:
-    """A message's JSON. orjson, not the json module: an outcome is mostly floats, which
-    json writes one at a time in Python (0.45 ms for an 8x8 layer's 330 on the H100's host,
-    and 0.35 ms to parse them again; orjson does both in 0.05 ms). Keys that are not
-    strings become strings, as with json, and numpy's numbers numbers (json took its
-    float64, a float, and refused the others); NaN and the infinities become null where
-    json refused them (outcomes carry them as strings: outcome.pack_values).
-
-    Text a program made may hold a lone surrogate (console.log("\\ud800")), which UTF-8
-    cannot: each becomes U+FFFD, as a browser shows it, and the message is written again.
-    """
-    try:
-        return orjson.dumps(message, option=MESSAGE_OPTIONS)
-    except orjson.JSONEncodeError:
-        return orjson.dumps(_encodable(message), option=MESSAGE_OPTIONS)
-
-
-MESSAGE_OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
-
-
-LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def _encodable(value: Any) -> Any:
-    """value with every lone surrogate in its strings, keys too, replaced by U+FFFD."""
-    if isinstance(value, str):
-        return LONE_SURROGATE.sub("\ufffd", value)
-    if isinstance(value, dict):
-        return {_encodable(key): _encodable(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_encodable(item) for item in value]
-    return value
-
-
-def encode_frame(message: dict[str, Any]) -> bytes:
-    body = dumps(message)
-    return HEADER.pack(len(body)) + body
 
 
 def result_frames(job_id: Any, outcome: Outcome, retire: bool = False) -> list[bytes]:

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 from django.test import TransactionTestCase
 
-from kernels.engine import worker
+from kernels.engine import messages, worker
 from kernels.engine.host import capture as captures
 from kernels.engine.host.capture import cells_of
 from kernels.engine.host.program import program_outcome, replay_program, run_program
@@ -298,7 +298,7 @@ def test_an_outcome_over_the_workers_cap_drops_buffers_before_failing(gpu, monke
     monkeypatch.setattr(worker, "MAX_OUTCOME_BYTES", len(whole) - 100)
 
     frame = worker.result_frame(1, outcome)
-    sent = json.loads(frame[worker.HEADER.size :])["outcome"]
+    sent = json.loads(frame[messages.HEADER.size :])["outcome"]
 
     assert sent["status"] == "no_reference"
     assert sent["cut"] and sent["cut"][0].startswith("the buffers after pass")

@@ -24,8 +24,9 @@ from kernels.engine.harness import parse_harness
 from kernels.engine.host import capture as captures
 from kernels.engine.host.check import harness_values
 from kernels.engine.host.program import run_program
+from kernels.engine.messages import HEADER
 from kernels.engine.run import execute
-from kernels.engine.worker import HEADER, result_frame, result_frames
+from kernels.engine.worker import result_frame, result_frames
 from kernels.models import Fork, KeptBuffer, Run
 from sessions.models import Session
 from sessions.programs import Blob

@@ -1,11 +1,11 @@
-"""What the worker and the pool write to each other (worker.dumps and loads): what json
+"""What the worker and the pool write to each other (messages.dumps and loads): what json
 wrote before, and what a program's text can hold that UTF-8 cannot."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from kernels.engine.worker import dumps, loads
+from kernels.engine.messages import dumps, loads
 
 
 def test_numbers_keys_and_nan_are_written_as_json_would_read_them() -> None:
