@@ -98,10 +98,12 @@ def wait_for_queue(device: Any) -> None:
     """Block this thread until the work submitted to the device is done.
 
     Cheaper than mapping a fence buffer, which costs a buffer, an empty submit and a
-    hand-off to wgpu-py's poll thread and back (0.18 to 0.22 ms on the H100's host, against
-    0.08). The empty submit is what a wait waits for: wgpu-native frees the buffers
-    destroyed before it once it is done. Never while a mapping is pending: wgpu-py's poll
-    thread is polling then too, and on the H100 the two stalled each other for 10 ms.
+    hand-off to wgpu-py's poll thread and back: on the H100's host 0.13 to 0.21 ms, against
+    0.02 to 0.03 (bench/worker_messages.py). It polls through wgpu-py's private
+    _poll_wait (wgpu is pinned to 0.32). The empty submit is what a wait waits for:
+    wgpu-native frees the buffers destroyed before it once it is done. Never while a
+    mapping is pending: wgpu-py's poll thread is polling then too, and on the H100 the two
+    stalled each other (commit 54e54c1).
     """
     device.queue.submit([])
     device._poll_wait()

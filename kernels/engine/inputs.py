@@ -52,7 +52,7 @@ def no_memo(key: tuple[Any, ...], compute: Callable[[], Any]) -> Any:
 
 def parsed_harness(spec: Mapping[str, Any], fixtures_dir: Path | None, memo: Memo) -> Harness:
     """parse_harness, once a worker for all the versions of a kernel that share the harness
-    (0.1 to 0.2 ms of an 8x8 replay on the H100's host); not for a harness whose JSON is
+    (a parse walks every field, reference and case); not for a harness whose JSON is
     over MEMO_HARNESS_BYTES, which the memo would keep whole, nor for one given in-process
     with values JSON has no type for (numpy's floats)."""
     parse = functools.partial(parse_harness, spec, fixtures_dir)

@@ -368,8 +368,8 @@ def make_spare(heap_bytes: int) -> None:
     """Make the context the next program runs in, with the shim loaded (about 1 ms): a
     worker does it after answering, while it waits for its next job, rather than in the
     next program's time. Each context still serves one program only. The last program's
-    is freed first, its heap and ArrayBuffers with it (0.4 ms for a program that fetched
-    3.6 MB, on a 2-core machine), which would otherwise be when the next one starts."""
+    is freed first, its heap and ArrayBuffers with it, which would otherwise be in the
+    next program's time, when it starts."""
     global _spare, _running
     _running = None
     if _spare is None or _spare.heap_bytes != heap_bytes:
