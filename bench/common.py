@@ -9,7 +9,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -83,6 +83,15 @@ def timed_gets(base: str, path: str, count: int, warmup: int = 20) -> tuple[list
         size = len(body)
     connection.close()
     return times, size
+
+
+def median_seconds(work: Callable[[], object], runs: int) -> float:
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        work()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
 
 
 def median_ms(times: list[float]) -> float:

@@ -16,15 +16,12 @@ import argparse
 import base64
 import io
 import os
-import statistics
 import tempfile
-import time
-from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-from common import setup_django
+from common import median_seconds, setup_django
 
 
 def png_of(megabytes: float) -> str:
@@ -34,15 +31,6 @@ def png_of(megabytes: float) -> str:
     out = io.BytesIO()
     Image.frombytes("RGB", (side, side), os.urandom(side * side * 3)).save(out, "PNG")
     return base64.b64encode(out.getvalue()).decode()
-
-
-def median_seconds(work: Callable[[], object], runs: int) -> float:
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        work()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def scrub(value: dict[str, Any]) -> None:

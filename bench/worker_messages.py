@@ -24,17 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from common import setup_django
+from common import median_seconds, setup_django
 from replay import DOUBLE, PROGRAM, SOURCE, double_harness, harness, make_version
-
-
-def median_ms(work: Callable[[], Any], runs: int) -> float:
-    times = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        work()
-        times.append(time.perf_counter() - started)
-    return 1000 * statistics.median(times)
 
 
 def outcomes(device: Any, env: Any) -> dict[str, Any]:
@@ -64,10 +55,11 @@ def messages(made: dict[str, Any], runs: int) -> None:
     for name, outcome in made.items():
         text = json.dumps(outcome, allow_nan=False).encode()
         body = dumps(outcome)
-        before = median_ms(functools.partial(json.dumps, outcome, allow_nan=False), runs)
-        before_read = median_ms(functools.partial(json.loads, text), runs)
-        after = median_ms(functools.partial(dumps, outcome), runs)
-        after_read = median_ms(functools.partial(loads, body), runs)
+        write = functools.partial(json.dumps, outcome, allow_nan=False)
+        before = 1000 * median_seconds(write, runs)
+        before_read = 1000 * median_seconds(functools.partial(json.loads, text), runs)
+        after = 1000 * median_seconds(functools.partial(dumps, outcome), runs)
+        after_read = 1000 * median_seconds(functools.partial(loads, body), runs)
         print(
             f"  {name:16} {len(body):>9,} bytes  write {before:7.3f} -> {after:6.3f}"
             f" ({before / after:5.1f}x)  read {before_read:7.3f} -> {after_read:6.3f}"
