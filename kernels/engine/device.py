@@ -87,11 +87,77 @@ def import_wgpu() -> Any:
     return wgpu
 
 
-# The mode of a read mapping of a buffer that only submitted copies fill (a staging
-# buffer): wgpu-py 0.32's own name for a read without the empty submit it makes before a
-# buffer's first read mapping, which is there for queue writes still pending on it
-# (gfx-rs/wgpu-native#305): there are none on these.
-COPIED_READ = "READ_NOSYNC"
+# Mapping callbacks wgpu-native has not called yet (map_now): it calls each once, maybe
+# only on a later poll after an error, so each is kept alive until then.
+_MAP_CALLBACKS: set[Any] = set()
+# Polls a mapping may wait for: each waits for the queue, so one is all a mapping of
+# finished work takes; the bound turns a mapping that never ends into an error.
+MAX_MAP_POLLS = 100
+
+
+def map_now(buffer: Any, write: bool = False, offset: int = 0, size: int | None = None) -> None:
+    """Map buffer for reading (write: for writing), as wgpu-py's map_sync does, but on
+    this thread and without wgpu-py's poll thread.
+
+    map_sync wakes that thread, which polls until the mapping is done and wakes this one:
+    two hand-offs between threads a mapping, and a replay maps up to four buffers (the
+    readback, the timestamps, the repeats' timestamps, the capture). Here this thread
+    polls the device itself. That is safe only while the poll thread is not polling too
+    (wait_for_queue says why), so a worker maps every buffer here and nothing of wgpu-py
+    that starts the poll thread (its map_sync, read_buffer or *_async calls) runs in a job.
+
+    There is no empty submit first, as map_sync makes before a buffer's first read mapping
+    for queue writes still pending on it (gfx-rs/wgpu-native#305): a caller whose buffer
+    the queue may have written waits for the queue first (wait_for_queue submits). Raises
+    wgpu's GPUValidationError for a mapping WebGPU refuses, RuntimeError for one that fails.
+    """
+    from wgpu import enums
+    from wgpu.backends.wgpu_native._api import libf, new_struct
+    from wgpu.backends.wgpu_native._ffi import ffi, lib
+
+    if buffer.map_state != enums.BufferMapState.unmapped:
+        raise RuntimeError(f"Can only map a buffer that is unmapped, not {buffer.map_state}.")
+    offset, size = buffer._check_range(offset, size)
+    mode = lib.WGPUMapMode_Write if write else lib.WGPUMapMode_Read
+    statuses: list[int] = []
+
+    @ffi.callback("void(WGPUMapAsyncStatus, WGPUStringView, void *, void *)")
+    def mapped(status: int, message: Any, userdata1: Any, userdata2: Any) -> None:
+        statuses.append(status)
+        _MAP_CALLBACKS.discard(mapped)
+
+    _MAP_CALLBACKS.add(mapped)
+    info = new_struct(
+        "WGPUBufferMapCallbackInfo", mode=lib.WGPUCallbackMode_AllowProcessEvents, callback=mapped
+    )
+    libf.wgpuBufferMapAsync(buffer._internal, mode, offset, size, info)
+    for _ in range(MAX_MAP_POLLS):
+        if statuses:
+            break
+        libf.wgpuDevicePoll(buffer._device._internal, True, ffi.NULL)
+    if statuses != [lib.WGPUMapAsyncStatus_Success]:
+        raise RuntimeError(f"Could not map buffer {buffer.label!r} (status {statuses}).")
+    # The state wgpu-py's own mapping leaves, which read_mapped, write_mapped and unmap use.
+    buffer._map_state = enums.BufferMapState.mapped
+    buffer._mapped_status = (offset, offset + size, mode)
+    buffer._mapped_memoryviews = []
+
+
+def read_now(device: Any, buffer: Any) -> bytes:
+    """The bytes of buffer (which must allow COPY_SRC), as wgpu-py's queue.read_buffer
+    reads them, through a staging buffer mapped here (map_now)."""
+    wgpu = import_wgpu()
+    staging = device.create_buffer(
+        size=buffer.size, usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST
+    )
+    encoder = device.create_command_encoder()
+    encoder.copy_buffer_to_buffer(buffer, 0, staging, 0, buffer.size)
+    device.queue.submit([encoder.finish()])
+    map_now(staging)
+    data = bytes(staging.read_mapped(copy=False))
+    staging.unmap()
+    staging.destroy()
+    return data
 
 
 def wait_for_queue(device: Any) -> None:

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from kernels.engine.compare import SHOW_VALUES_UP_TO, status_grid
-from kernels.engine.device import import_wgpu
+from kernels.engine.device import import_wgpu, read_now
 from kernels.engine.harness import Buffer, Harness
 from kernels.engine.inputs import Memo
 from kernels.engine.outcome import json_number
@@ -283,7 +283,7 @@ class DeviceCheck:
         entries = {}
         for name in self.names:
             table, blocks = self.tables[name]
-            rows = np.frombuffer(self.device.queue.read_buffer(table), dtype=np.uint32)
+            rows = np.frombuffer(read_now(self.device, table), dtype=np.uint32)
             rows = rows.reshape(blocks, 4)
             if rows[:, 0].any():
                 continue

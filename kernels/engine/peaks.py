@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from kernels.engine.device import TIMESTAMPS, Environment, import_wgpu
+from kernels.engine.device import TIMESTAMPS, Environment, import_wgpu, map_now
 from kernels.engine.outcome import Peaks
 
 COPY = """
@@ -148,7 +148,7 @@ def _best_ms(device: Any, code: str, buffers: list[Any], workgroups: tuple[int, 
     encoder.resolve_query_set(queries, 0, 2 * SAMPLES, resolved, 0)
     encoder.copy_buffer_to_buffer(resolved, 0, read, 0, 16 * SAMPLES)
     device.queue.submit([encoder.finish()])
-    read.map_sync(wgpu.MapMode.READ)
+    map_now(read)
     stamps = np.frombuffer(read.read_mapped(), dtype=np.uint64).reshape(-1, 2).astype(np.float64)
     read.destroy()
     durations = [(end - begin) / 1e6 for begin, end in stamps if end > begin]

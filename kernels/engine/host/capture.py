@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from kernels.engine.analysis import used_bindings
-from kernels.engine.device import COPIED_READ
+from kernels.engine.device import map_now
 from kernels.engine.outcome import (
     SENTINEL_BITS,
     PassBuffer,
@@ -107,7 +107,7 @@ class Staging:
 
     def read(self) -> bytes:
         if self.data is None:
-            self.gpu.map_sync(COPIED_READ, 0, self.used)
+            map_now(self.gpu, size=self.used)
             # One copy, out of the mapped range (read_mapped's own copy would be a second:
             # 40 ms of 64 MiB on the H100).
             self.data = bytes(self.gpu.read_mapped(0, self.used, copy=False))

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from kernels.engine.device import COPIED_READ, TIMESTAMPS, import_wgpu
+from kernels.engine.device import TIMESTAMPS, import_wgpu, map_now
 
 PASSES_PER_SET = 32
 
@@ -86,7 +86,7 @@ class PassClock:
     def collect(self) -> None:
         """Read the timestamps of what was submitted (waits for it to finish)."""
         for read, passes in self.submitted:
-            read.map_sync(COPIED_READ)
+            map_now(read)
             stamps = np.frombuffer(read.read_mapped(), dtype=np.uint64).reshape(-1, 2)
             read.destroy()
             for index, (begin, end) in zip(passes, stamps.tolist(), strict=True):

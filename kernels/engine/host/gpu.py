@@ -23,7 +23,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from kernels.engine.device import TIMESTAMPS, Environment, import_wgpu, wait_for_queue
+from kernels.engine.device import TIMESTAMPS, Environment, import_wgpu, map_now, wait_for_queue
 from kernels.engine.host import trace as traces
 from kernels.engine.host.capture import Capture, Whole
 from kernels.engine.host.clock import PassClock
@@ -516,9 +516,8 @@ class Timeline:
             self.readback_bytes += size
             what = "The size of the buffers read back"
             self.within("max_readback_bytes", what, self.readback_bytes, entry)
-        wgpu = import_wgpu()
-        map_mode = wgpu.MapMode.READ if mode & MAP_READ else wgpu.MapMode.WRITE
-        buf.map_sync(map_mode, offset, size)
+        # A read waited for the queue first (apply), which its pending writes need.
+        map_now(buf, write=not mode & MAP_READ, offset=offset, size=size)
         if not mode & MAP_READ:
             # A write mapping starts from zeros here: the program is about to fill it.
             return {"size": size}, bytes(size)

@@ -45,8 +45,12 @@ SHIM = (
 )
 # The program is compiled as a script of its own, an async arrow (so `await` works at its
 # top level) that the shim starts, given the one function of the shim it may call
-# (`__host.floating`, see drop_bare_calls); blank lines put its first line just past the
-# shim's last, which is how the shim tells program frames from its own.
+# (`__host.floating`, see drop_bare_calls); blank lines put its first line at
+# PROGRAM_OFFSET + 1, past the shim's last. That is how the shim tells program frames from
+# its own, by their number of digits alone, so that one search of a stack finds the
+# program's innermost frame (every WebGPU call reads its line), not a search a frame.
+PROGRAM_OFFSET = 9999
+assert SHIM.count("\n") < PROGRAM_OFFSET and set(str(PROGRAM_OFFSET)) == {"9"}
 # The shim as bytecode (compiled once per process: evaluating its text took 6 ms of each
 # run, reading its bytecode 1 ms) leaves its function under this name for Python to take,
 # then deletes it before the program runs.
@@ -292,8 +296,9 @@ class WallClock:
 
     def memory(self, buffer: Any) -> Any:
         """The bytes of an ArrayBuffer (a quickjs.Object from this context) as a ctypes array
-        over QuickJS's own memory, valid while the object lives and is not detached; None
-        when it cannot be had."""
+        over QuickJS's own memory, None when it cannot be had. The array holds the object,
+        so the ArrayBuffer lives while the array or any view of it does; it stays valid
+        unless the ArrayBuffer is detached, which only JavaScript holding it can do."""
         if not self.usable or type(buffer) is not quickjs.Object:
             return None
         # ob_refcnt, ob_type, the package's context, then the JSValue.
@@ -306,7 +311,9 @@ class WallClock:
         )
         if not address:
             return None
-        return (ctypes.c_uint8 * size.value).from_address(address)
+        memory = (ctypes.c_uint8 * size.value).from_address(address)
+        memory.owner = buffer
+        return memory
 
     def cell(self, buffer: Any) -> Any:
         """A ctypes pointer to the int32 an ArrayBuffer of 4 bytes holds, readable from
@@ -400,7 +407,7 @@ class Script:
             self.context.set_memory_limit(heap_bytes)
             self.clock = WallClock(self.context)
         _spare = None
-        self.offset = SHIM.count("\n") + 1
+        self.offset = PROGRAM_OFFSET
         self.native: Any = None  # shim.js nativeLine, see native_line()
         self.source = source
         self.text = "\n" * (self.offset - 1) + PROGRAM_PREFIX + prepared(source) + PROGRAM_SUFFIX
@@ -445,12 +452,15 @@ class Script:
     def take(self) -> Taken:
         return Taken(**json.loads(self._shim("take")))
 
-    def blob(self, index: int) -> bytes | None:
-        """The bytes a call handed over, or None when the shim holds none by that index."""
+    def blob(self, index: int) -> memoryview | None:
+        """The bytes a call handed over, or None when the shim holds none by that index.
+        Not copied: a view of the shim's copy, made at the call. The caller reads it
+        before any more JavaScript runs (Timeline.apply copies what it keeps), so nothing
+        the program does can change it under the read."""
         buffer = self._shim("blob", int(index))
         if buffer is None:
             return None
-        return bytes(self._memory(buffer))
+        return memoryview(self._memory(buffer)).cast("B")
 
     def drop_blobs(self) -> None:
         self._shim("dropBlobs")

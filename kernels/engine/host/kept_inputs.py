@@ -66,8 +66,11 @@ class ProgramInputs:
             self.spoil(buffer)
             return None
         self.touched.add(buffer)
+        # startswith of the same length is equality, by memcmp: data may be a view of the
+        # program's memory (js.py Script.blob), which == compares a byte at a time.
         sha = next(
-            (s for s, file in self.fetched.items() if len(file) == size and file == data), None
+            (s for s, file in self.fetched.items() if len(file) == size and file.startswith(data)),
+            None,
         )
         if sha is None:
             self.spoiled.add(buffer)

@@ -54,6 +54,7 @@ const shim = (() => {
   const weakSet = uncurry(WeakMap.prototype.set);
   const weakHas = uncurry(WeakMap.prototype.has);
   const ErrorOf = Error;
+  const RegExpOf = RegExp;
   const TypeErrorOf = TypeError;
   const RangeErrorOf = RangeError;
   const ArrayBufferOf = ArrayBuffer;
@@ -130,14 +131,22 @@ const shim = (() => {
 
   // -- where a call came from -------------------------------------------------------------------
 
-  // QuickJS frames read "    at name (<input>:LINE)"; frames at or before host.offset are ours.
+  // QuickJS frames read "    at name (<input>:LINE)". The program's lines start at
+  // host.offset + 1, a power of ten past every line of the shim (js.py PROGRAM_OFFSET): a
+  // frame is the program's when its line has that many digits or more, so one search of
+  // the stack finds the innermost (startFrames builds these searches).
+  let PROGRAM_FRAME = null;
+  let PROGRAM_FUNCTIONS = null;
+
+  function startFrames(offset) {
+    const digits = StringOf(offset + 1).length;
+    PROGRAM_FRAME = new RegExpOf(`:(\\d{${digits},})\\)?$`, "m");
+    PROGRAM_FUNCTIONS = new RegExpOf(`at ([^ \\n]+) \\(<input>:(\\d{${digits},})\\)$`, "gm");
+  }
+
   function programLine(stack) {
-    const frames = stringSplit(StringOf(stack || ""), "\n");
-    for (let i = 0; i < frames.length; i++) {
-      const m = regexExec(/:(\d+)\)?\s*$/, frames[i]);
-      if (m && NumberOf(m[1]) > host.offset) return NumberOf(m[1]) - host.offset;
-    }
-    return null;
+    const m = regexExec(PROGRAM_FRAME, StringOf(stack || ""));
+    return m ? NumberOf(m[1]) - host.offset : null;
   }
 
   function callLine() {
@@ -147,15 +156,11 @@ const shim = (() => {
   // The program's function that made this call and the line that called it, when one of
   // its functions called another: [name, line] (a helper's caller names what it made).
   function caller() {
-    const frames = stringSplit(StringOf(new ErrorOf().stack), "\n");
-    let first = null;
-    for (let i = 0; i < frames.length; i++) {
-      const m = regexExec(/at ([^ ]+) \(<input>:(\d+)\)\s*$/, frames[i]);
-      if (!m || NumberOf(m[2]) <= host.offset) continue;
-      if (first === null) first = m[1];
-      else return [stringSlice(first, 0, MAX_LABEL_CHARS), NumberOf(m[2]) - host.offset];
-    }
-    return null;
+    const stack = StringOf(new ErrorOf().stack);
+    PROGRAM_FUNCTIONS.lastIndex = 0;
+    const made = regexExec(PROGRAM_FUNCTIONS, stack);
+    const called = made && regexExec(PROGRAM_FUNCTIONS, stack);
+    return called ? [stringSlice(made[1], 0, MAX_LABEL_CHARS), NumberOf(called[2]) - host.offset] : null;
   }
 
   function webgpuError(name, message) {
@@ -1038,6 +1043,7 @@ const shim = (() => {
 
   function start(offset, program) {
     host.offset = offset;
+    startFrames(offset);
     // Awaited, not chained with then(): a promise resolved with a promise looks up its
     // `then`, which the program may have replaced.
     const running = (async () => {
@@ -1104,7 +1110,7 @@ const shim = (() => {
     return taken;
   }
 
-  // Blob i as an ArrayBuffer of its bytes alone, which Python copies out of QuickJS's memory
+  // Blob i as an ArrayBuffer of its bytes alone, which Python reads in QuickJS's memory
   // (js.py Script.blob). A blob is the shim's own slice, but slice() builds through the
   // program's species constructor, so a buffer that is not exactly the blob (or is empty,
   // as a detached one is) is copied.
