@@ -86,7 +86,7 @@ def crossings(data: bytes) -> tuple[float, float, float]:
     started = time.perf_counter()
     taken = script.blob(write["blob"])
     taken_out = time.perf_counter() - started
-    assert taken == data, "the bytes came back changed"
+    assert taken is not None and bytes(taken) == data, "the bytes came back changed"
     return handed_in, through_job, taken_out
 
 

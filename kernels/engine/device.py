@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -87,12 +88,27 @@ def import_wgpu() -> Any:
     return wgpu
 
 
-# Mapping callbacks wgpu-native has not called yet (map_now): it calls each once, maybe
-# only on a later poll after an error, so each is kept alive until then.
-_MAP_CALLBACKS: set[Any] = set()
+# The handles of the mappings wgpu-native has not called back yet (map_now), by address: it
+# calls each once, maybe only on a later poll after an error, so each is kept until then.
+_MAPPING: dict[int, Any] = {}
 # Polls a mapping may wait for: each waits for the queue, so one is all a mapping of
 # finished work takes; the bound turns a mapping that never ends into an error.
 MAX_MAP_POLLS = 100
+
+
+@functools.cache
+def _map_callback() -> Any:
+    """The one callback every mapping of map_now's reports to: cffi's callbacks cost about
+    a millisecond each to make, so one is made per process, not one per mapping."""
+    from wgpu.backends.wgpu_native._ffi import ffi
+
+    @ffi.callback("void(WGPUMapAsyncStatus, WGPUStringView, void *, void *)")  # type: ignore[untyped-decorator]
+    def mapped(status: int, message: Any, handle: Any, userdata2: Any) -> None:
+        kept = _MAPPING.pop(int(ffi.cast("uintptr_t", handle)), None)
+        if kept is not None:
+            ffi.from_handle(kept).append(status)
+
+    return mapped
 
 
 def map_now(buffer: Any, write: bool = False, offset: int = 0, size: int | None = None) -> None:
@@ -120,15 +136,13 @@ def map_now(buffer: Any, write: bool = False, offset: int = 0, size: int | None 
     offset, size = buffer._check_range(offset, size)
     mode = lib.WGPUMapMode_Write if write else lib.WGPUMapMode_Read
     statuses: list[int] = []
-
-    @ffi.callback("void(WGPUMapAsyncStatus, WGPUStringView, void *, void *)")
-    def mapped(status: int, message: Any, userdata1: Any, userdata2: Any) -> None:
-        statuses.append(status)
-        _MAP_CALLBACKS.discard(mapped)
-
-    _MAP_CALLBACKS.add(mapped)
+    handle = ffi.new_handle(statuses)
+    _MAPPING[int(ffi.cast("uintptr_t", handle))] = handle
     info = new_struct(
-        "WGPUBufferMapCallbackInfo", mode=lib.WGPUCallbackMode_AllowProcessEvents, callback=mapped
+        "WGPUBufferMapCallbackInfo",
+        mode=lib.WGPUCallbackMode_AllowProcessEvents,
+        callback=_map_callback(),
+        userdata1=handle,
     )
     libf.wgpuBufferMapAsync(buffer._internal, mode, offset, size, info)
     for _ in range(MAX_MAP_POLLS):

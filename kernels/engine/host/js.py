@@ -312,7 +312,7 @@ class WallClock:
         if not address:
             return None
         memory = (ctypes.c_uint8 * size.value).from_address(address)
-        memory.owner = buffer
+        memory.__dict__["owner"] = buffer
         return memory
 
     def cell(self, buffer: Any) -> Any:
