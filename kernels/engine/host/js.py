@@ -360,15 +360,20 @@ class Taken:
 
 @dataclass
 class Spare:
-    """A fresh context with the shim loaded, for the next Script of this heap size."""
+    """A fresh context with the shim loaded, for the next Script of this heap size, and
+    the files it holds ready (files: id of the file's bytes -> the bytes and their
+    ArrayBuffer in the context; the bytes are held, so the id stays theirs)."""
 
     heap_bytes: int
     context: quickjs.Context
     clock: WallClock
     host: Any
+    files: dict[int, tuple[bytes, Any]]
 
 
 _spare: Spare | None = None
+# The most bytes of files a spare context holds ready (make_spare).
+READY_FILE_BYTES = 64 * 1024 * 1024
 
 
 def make_spare(heap_bytes: int) -> None:
@@ -376,13 +381,34 @@ def make_spare(heap_bytes: int) -> None:
     worker does it after answering, while it waits for its next job, rather than in the
     next program's time. Each context still serves one program only. The last program's
     is freed first, its heap and ArrayBuffers with it, which would otherwise be in the
-    next program's time, when it starts."""
+    next program's time, when it starts.
+
+    The files the last program fetched are copied into the new context too, up to
+    READY_FILE_BYTES, each an ArrayBuffer that the next program's fetch() of the same
+    file is answered with, uncopied (Script.answer): the next version of a session
+    fetches the same weights and batches. The context's heap cap is raised by what they
+    hold, so a program that fetches none of them still has heap_bytes of its own."""
     global _spare, _running
+    fetched = _running.fetched if _running is not None else []
     _running = None
-    if _spare is None or _spare.heap_bytes != heap_bytes:
-        script = Script("", math.inf, heap_bytes)
-        host = script._enter(script._load_shim, BOOKKEEPING_SECONDS)
-        _spare = Spare(heap_bytes, script.context, script.clock, host)
+    if _spare is not None and _spare.heap_bytes == heap_bytes and not fetched:
+        return
+    _spare = None
+    script = Script("", math.inf, heap_bytes)
+    script.host = script._enter(script._load_shim, BOOKKEEPING_SECONDS)
+    files: dict[int, tuple[bytes, Any]] = {}
+    held = 0
+    for file in fetched:
+        if id(file) in files or held + len(file) > READY_FILE_BYTES:
+            continue
+        try:
+            files[id(file)] = (file, script.copied_in(file))
+        except (ScriptError, OutOfMemory):
+            break
+        held += len(file)
+    script.limit += held
+    script.context.set_memory_limit(script.limit)
+    _spare = Spare(heap_bytes, script.context, script.clock, script.host, files)
 
 
 # A worker replays the same few programs again and again: each is rewritten once.
@@ -399,9 +425,14 @@ class Script:
         global _spare
         self.deadline = deadline
         self.host: Any = None
+        self.limit = heap_bytes  # the context's heap cap now
+        self.ready: dict[int, tuple[bytes, Any]] = {}  # Spare.files, until fetched
+        self.fetched: list[bytes] = []  # the files handed to the program, for make_spare
         if _spare is not None and _spare.heap_bytes == heap_bytes:
             # A context nothing has run in but the shim (make_spare): a program's own.
             self.context, self.clock, self.host = _spare.context, _spare.clock, _spare.host
+            self.ready = _spare.files
+            self.limit += sum(len(file) for file, _ in self.ready.values())
         else:
             self.context = quickjs.Context()
             self.context.set_memory_limit(heap_bytes)
@@ -465,15 +496,31 @@ class Script:
     def drop_blobs(self) -> None:
         self._shim("dropBlobs")
 
-    def answer(self, request: int, answer: dict[str, Any], data: Any = None) -> None:
+    def answer(
+        self, request: int, answer: dict[str, Any], data: Any = None, file: bool = False
+    ) -> None:
         """Settle request with answer; data (anything with the buffer protocol) becomes the
-        ArrayBuffer answer.data."""
+        ArrayBuffer answer.data. file: data is a file the program fetched, which the
+        context may hold ready (make_spare)."""
         buffer = None
-        if data is not None:
-            given = memoryview(data).cast("B")
-            buffer = self._shim("allocate", given.nbytes)
-            memoryview(self._memory(buffer)).cast("B")[:] = given
+        if file and isinstance(data, bytes):
+            self.fetched.append(data)
+            ready = self.ready.pop(id(data), None)
+            if ready is not None:
+                buffer = ready[1]
+                # Its bytes are the program's now, as a fetch's copy would be.
+                self.limit -= len(data)
+                self.context.set_memory_limit(self.limit)
+        if data is not None and buffer is None:
+            buffer = self.copied_in(data)
         self._shim("answer", int(request), json.dumps(answer, allow_nan=False), buffer)
+
+    def copied_in(self, data: Any) -> Any:
+        """A new ArrayBuffer of the context's holding a copy of data's bytes."""
+        given = memoryview(data).cast("B")
+        buffer = self._shim("allocate", given.nbytes)
+        memoryview(self._memory(buffer)).cast("B")[:] = given
+        return buffer
 
     def _memory(self, buffer: Any) -> Any:
         memory = self.clock.memory(buffer)

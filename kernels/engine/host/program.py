@@ -203,7 +203,7 @@ def _drive(script: Script, timeline: Timeline) -> ProgramError | None:
                     if isinstance(answer, tuple):
                         answer, data = answer
                     try:
-                        script.answer(entry["request"], answer, data)
+                        script.answer(entry["request"], answer, data, entry["op"] == "fetch")
                     except OutOfMemory as e:
                         # Its bytes (a fetch's, a mapAsync's) did not fit: the call's line.
                         raise OutOfMemory(e.line or entry.get("line")) from None
