@@ -521,7 +521,8 @@ class Timeline:
         if not mode & MAP_READ:
             # A write mapping starts from zeros here: the program is about to fill it.
             return {"size": size}, bytes(size)
-        data = bytes(buf.read_mapped(offset, size))
+        # One copy, out of the mapped range (read_mapped's own copy would be a second).
+        data = bytes(buf.read_mapped(offset, size, copy=False))
         readback = Readback(
             buffer=self.names[entry["buffer"]],
             source=self.copied_from.get(entry["buffer"], ""),
