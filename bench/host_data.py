@@ -4,7 +4,9 @@
            shim allocated (kernels/engine/host/js.py Script.answer)
   in+job   that, then the program's job up to its writeBuffer: Response.arrayBuffer()
            and writeBuffer each copy the bytes, as they do in a browser
-  out      the N bytes a writeBuffer handed over, copied into Python (Script.blob)
+  out      the N bytes a writeBuffer handed over, read by Python where they are
+           (Script.blob: a view of QuickJS's memory, not a copy; the one copy left is
+           wgpu-native's, into the device's staging, which the floor below makes too)
   text-in  the alternative the shim used before: the bytes as a JSON list of uint32
            words that JSON.parse and a Uint32Array's set() read (bare QuickJS context)
   text-out and its way out: escape() of the bytes as Latin-1, unquoted in Python

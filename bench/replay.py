@@ -8,8 +8,9 @@
                   on it is answered; its store, which follows the answer, is timed apart
   program         the same layer as a learner's WebGPU host program, replayed fresh
                   through the same pool: QuickJS runs it, fetch() loads x, w and b from
-                  the session's files, the shim's calls replay on wgpu-py, and the
-                  reference is computed from the inputs the program wrote
+                  the session's files (held ready in the worker's spare context after
+                  the first run, js.make_spare), the shim's calls replay on wgpu-py, and
+                  the reference is computed from the inputs the program wrote
   cached          GET replay.json for a finished run, through gunicorn, as a reader
                   without cookies asks (the answer kept in the cache), and for scale the
                   cheapest request the same server answers: GET /healthz

@@ -7,6 +7,9 @@ against the way it was done before, in the same run.
 - A wait for the device's submitted work (device.wait_for_queue): an empty submit and a
   poll on the caller's thread, against mapping a buffer made for it through wgpu-py's
   poll thread.
+- A mapping of a buffer a copy filled, as a replay reads its readback, timestamps and
+  capture (device.map_now, polled on the caller's thread), against wgpu-py's map_sync
+  (its poll thread), for 4 bytes and for the layer's 512,000-byte output.
 
     .venv/bin/python bench/worker_messages.py [--runs 200]
 """
@@ -95,6 +98,39 @@ def waits(device: Any, runs: int) -> None:
         print(f"  {name:16} {1000 * ms:7.3f}  ({ms / baseline:4.2f}x)")
 
 
+def mappings(device: Any, runs: int) -> None:
+    import wgpu
+
+    from kernels.engine.device import map_now
+
+    usage = wgpu.BufferUsage
+    print("a mapping of a buffer a copy filled, median ms (map_sync, then map_now)")
+    for size in (4, 512_000):
+        source = device.create_buffer(size=size, usage=usage.COPY_SRC)
+        read = device.create_buffer(size=size, usage=usage.MAP_READ | usage.COPY_DST)
+        ways: dict[str, Callable[[], None]] = {
+            "map_sync": functools.partial(read.map_sync, "READ_NOSYNC"),
+            "map_now": functools.partial(map_now, read),
+        }
+        times: dict[str, list[float]] = {name: [] for name in ways}
+        for _ in range(runs):
+            for name, mapping in ways.items():  # interleaved, as above
+                encoder = device.create_command_encoder()
+                encoder.copy_buffer_to_buffer(source, 0, read, 0, size)
+                device.queue.submit([encoder.finish()])
+                started = time.perf_counter()
+                mapping()
+                times[name].append(time.perf_counter() - started)
+                read.unmap()
+        before, after = (statistics.median(times[name]) for name in ways)
+        print(
+            f"  {size:>9,} bytes  {1000 * before:7.3f} -> {1000 * after:6.3f}"
+            f" ({before / after:5.1f}x)"
+        )
+        source.destroy()
+        read.destroy()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=200)
@@ -107,6 +143,7 @@ def main() -> None:
     print(f"on {env.label}")
     messages(outcomes(device, env), args.runs)
     waits(device, args.runs)
+    mappings(device, args.runs)
 
 
 if __name__ == "__main__":
