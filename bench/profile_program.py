@@ -4,7 +4,8 @@ database left out) on a warm memo and device buffers, its median over --runs cal
 cProfile over as many, by own time and by cumulative time. With --double SIDE, the size
 sweep's y = 2x harness over a SIDE x SIDE output instead (at 8, where a replay's fixed
 cost shows), and the bare dispatch and readback it is compared with (bench/replay.py's
-floor) in the same loop.
+floor) in the same loop. Then the calls into wgpu-native that one run makes, by function,
+and the floor's: what a replay does on the device beyond the bare dispatch.
 
     .venv/bin/python bench/profile_program.py [--runs 20] [--batch 1000] [--top 30]
                                               [--double 8]
@@ -14,11 +15,15 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import functools
 import os
 import pstats
 import statistics
 import tempfile
+import threading
 import time
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +85,43 @@ def main() -> None:
         stats = pstats.Stats(profile)
         stats.sort_stats("tottime").print_stats(args.top)
         stats.sort_stats("cumulative").print_stats(args.top)
+        runs: dict[str, Callable[[], Any]] = {
+            "run_job": functools.partial(run_job, device, env, job, memo, kept)
+        }
+        if floor is not None:
+            runs["the floor"] = floor.once
+        for name, once in runs.items():
+            counts = native_calls(once)
+            listed = ", ".join(f"{n} {f.removeprefix('wgpu')}" for f, n in counts.most_common())
+            print(f"   calls into wgpu-native, one {name}: {sum(counts.values())}: {listed}")
+
+
+def native_calls(once: Callable[[], Any]) -> Counter[str]:
+    """The wgpu-native functions once() calls through wgpu-py on this thread, with how many
+    times each (not wgpu-py's poll thread's: it polls in a loop while a mapping waits)."""
+    from wgpu.backends.wgpu_native import _api
+
+    counts: Counter[str] = Counter()
+    caller = threading.get_ident()
+    names = [name for name in dir(_api.libf) if name.startswith("wgpu")]
+    originals = {name: getattr(_api.libf, name) for name in names}
+
+    def counted(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any) -> Any:
+            if threading.get_ident() == caller:
+                counts[name] += 1
+            return function(*args)
+
+        return call
+
+    for name, function in originals.items():
+        setattr(_api.libf, name, counted(name, function))
+    try:
+        once()
+    finally:
+        for name, function in originals.items():
+            setattr(_api.libf, name, function)
+    return counts
 
 
 if __name__ == "__main__":
