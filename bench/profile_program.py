@@ -98,7 +98,9 @@ def main() -> None:
 
 def native_calls(once: Callable[[], Any]) -> Counter[str]:
     """The wgpu-native functions once() calls through wgpu-py on this thread, with how many
-    times each (not wgpu-py's poll thread's: it polls in a loop while a mapping waits)."""
+    times each (not wgpu-py's poll thread's: it polls in a loop while a mapping waits).
+    Only the calls wgpu-py looks up as it makes them: not set_bind_group's, which it binds
+    as it loads, nor the releases Python's collector makes later."""
     from wgpu.backends.wgpu_native import _api
 
     counts: Counter[str] = Counter()
