@@ -200,3 +200,41 @@ console.log(bytes.length, bytes[2]);
         "TypeError Failed to execute 'arrayBuffer' on 'Response': body stream already read",
         "3 99",
     ]
+
+
+STAGED = """const adapter = await navigator.gpu.requestAdapter();
+const device = await adapter.requestDevice();
+const buffer = device.createBuffer({ size: 4096, usage: GPUBufferUsage.COPY_DST });
+const data = new Uint8Array(4096).map((_, i) => i % 251);
+device.queue.writeBuffer(buffer, 0, data);
+data.fill(7);
+"""
+
+
+def test_a_written_blob_is_read_in_place_and_outlives_the_shims_hold_on_it():
+    """Script.blob is a view of QuickJS's memory, not a copy: the bytes as they were at
+    the writeBuffer, which the view's ArrayBuffer keeps after the shim drops the blob and
+    the context collects its garbage."""
+    import math
+
+    from kernels.engine.host.js import Script
+
+    script = Script(STAGED, math.inf, 1 << 26)
+    script.start()
+    while True:
+        script.run_jobs()
+        record = script.take().record
+        if record[-1]["op"] == "writeBuffer":
+            break
+        script.answer(record[-1]["request"], {"features": [], "limits": {}, "info": {}})
+    view = script.blob(record[-1]["blob"])
+    expected = bytes(i % 251 for i in range(4096))
+
+    assert isinstance(view, memoryview) and bytes(view) == expected
+    script.drop_blobs()
+    script.context.gc()
+    # Memory the context frees is soon another ArrayBuffer's: these would take it.
+    script.context.eval("globalThis.kept = [];")
+    for _ in range(8):
+        script.context.eval("kept.push(new Uint8Array(4096).fill(9));")
+    assert bytes(view) == expected
