@@ -5,7 +5,9 @@ cProfile over as many, by own time and by cumulative time. With --double SIDE, t
 sweep's y = 2x harness over a SIDE x SIDE output instead (at 8, where a replay's fixed
 cost shows), and the bare dispatch and readback it is compared with (bench/replay.py's
 floor) in the same loop. Then the calls into wgpu-native that one run makes, by function,
-and the floor's: what a replay does on the device beyond the bare dispatch.
+and the floor's: what a replay does on the device beyond the bare dispatch; and the run
+again without what the replay adds to it (the speed section's timestamps and repeats, the
+capture of each pass's buffers), each median against the floor, round by round.
 
     .venv/bin/python bench/profile_program.py [--runs 20] [--batch 1000] [--top 30]
                                               [--double 8]
@@ -94,6 +96,44 @@ def main() -> None:
             counts = native_calls(once)
             listed = ", ".join(f"{n} {f.removeprefix('wgpu')}" for f, n in counts.most_common())
             print(f"   calls into wgpu-native, one {name}: {sum(counts.values())}: {listed}")
+        if floor is not None:
+            without(spec, floor, args.runs)
+
+
+def without(spec: dict[str, Any], floor: Floor, runs: int) -> None:
+    """The harness run (execute) with and without timestamps and the capture, each
+    variant's median over the same rounds as the floor's, and its calls into wgpu-native."""
+    from kernels.engine.device import open_device
+    from kernels.engine.resident import DeviceBuffers
+    from kernels.engine.run import execute
+    from kernels.engine.worker import Memo
+
+    backend = os.environ.get("REPLAY_WGPU_BACKEND", "")
+    devices = {timed: open_device(backend, timestamps=timed) for timed in (True, False)}
+    variants: dict[str, Callable[[], Any]] = {}
+    for timed, capture, name in (
+        (True, True, "as replayed"),
+        (True, False, "no capture"),
+        (False, True, "no timestamps, so no repeats"),
+        (False, False, "neither"),
+    ):
+        device, env = devices[timed]
+        run = functools.partial(execute, device, env, {"self": DOUBLE}, spec, Path("."))
+        variants[name] = functools.partial(run, memo=Memo(), kept=DeviceBuffers(), capture=capture)
+    variants["the floor"] = floor.once
+    for once in variants.values():
+        for _ in range(3):
+            once()
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(runs):
+        for name, once in variants.items():
+            started = time.perf_counter()
+            once()
+            times[name].append(1000 * (time.perf_counter() - started))
+    print("   the run without what a replay adds, median ms (calls into wgpu-native)")
+    for name, once in variants.items():
+        calls = sum(native_calls(once).values())
+        print(f"     {name:30} {statistics.median(times[name]):6.2f}  ({calls})")
 
 
 def native_calls(once: Callable[[], Any]) -> Counter[str]:
