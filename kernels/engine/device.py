@@ -98,8 +98,9 @@ MAX_MAP_POLLS = 100
 
 @functools.cache
 def _map_callback() -> Any:
-    """The one callback every mapping of map_now's reports to: cffi's callbacks cost about
-    a millisecond each to make, so one is made per process, not one per mapping."""
+    """The one callback every mapping of map_now's reports to, made once per process
+    rather than once a mapping (as wgpu-py's map_async does): cffi makes each callback in
+    executable memory of its own. Each mapping is told apart by its handle."""
     from wgpu.backends.wgpu_native._ffi import ffi
 
     @ffi.callback("void(WGPUMapAsyncStatus, WGPUStringView, void *, void *)")  # type: ignore[untyped-decorator]
