@@ -182,9 +182,9 @@ def wait_for_queue(device: Any) -> None:
     hand-off to wgpu-py's poll thread and back: on the H100's host 0.13 to 0.21 ms, against
     0.02 to 0.03 (bench/worker_messages.py). It polls through wgpu-py's private
     _poll_wait (wgpu is pinned to 0.32). The empty submit is what a wait waits for:
-    wgpu-native frees the buffers destroyed before it once it is done. Never while a
-    mapping is pending: wgpu-py's poll thread is polling then too, and on the H100 the two
-    stalled each other (commit 54e54c1).
+    wgpu-native frees the buffers destroyed before it once it is done. Never while one of
+    wgpu-py's own mappings (map_sync) is pending: its poll thread polls then too, and on
+    the H100 the two stalled each other (commit 54e54c1); map_now's never are.
     """
     device.queue.submit([])
     device._poll_wait()

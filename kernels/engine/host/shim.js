@@ -34,7 +34,6 @@ const shim = (() => {
   const fromCharCode = String.fromCharCode;
   const escapeText = escape;
   const decodeText = decodeURIComponent;
-  const stringSplit = uncurry(String.prototype.split);
   const stringSlice = uncurry(String.prototype.slice);
   const regexExec = uncurry(RegExp.prototype.exec);
   const PromiseOf = Promise;
