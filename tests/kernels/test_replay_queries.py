@@ -64,7 +64,8 @@ class FreshReplayQueriesTestCase(TransactionTestCase):
             self.assertEqual(getattr(shown.run, name), getattr(stored, name), name)
         self.assertEqual((stored.attempts, stored.worker), (1, replay.worker_name()))
 
-    def test_a_job_that_ends_before_its_insert_is_stored_and_not_read_back(self) -> None:
+    def inserted_after_the_job_ends(self) -> Any:
+        """A patch under which each job ends before its run's INSERT is made."""
         pool = replay.backend().pool()  # type: ignore[attr-defined]
         real_submit, real_new_run = pool.submit, replay._new_run
         futures: list[Future[Any]] = []
@@ -79,8 +80,10 @@ class FreshReplayQueriesTestCase(TransactionTestCase):
 
         pool.submit = submit
         self.addCleanup(delattr, pool, "submit")
-        patched = mock.patch.object(replay, "_new_run", side_effect=late)
-        with patched, CaptureQueriesContext(connection) as queries:
+        return mock.patch.object(replay, "_new_run", side_effect=late)
+
+    def test_a_job_that_ends_before_its_insert_is_stored_and_not_read_back(self) -> None:
+        with self.inserted_after_the_job_ends(), CaptureQueriesContext(connection) as queries:
             shown = replay.run_now(self.version)
 
         self.assertEqual(shown.outcome["status"], "passed")
@@ -90,6 +93,16 @@ class FreshReplayQueriesTestCase(TransactionTestCase):
             self.assertEqual(getattr(shown.run, name), getattr(stored, name), name)
         verbs = [q["sql"].split()[0] for q in queries]
         self.assertEqual(verbs, ["SELECT", "INSERT", "UPDATE"])
+
+    def test_a_job_that_ends_before_its_insert_leaves_the_callers_transaction_open(self) -> None:
+        # The store is then the caller's, on its connection: one in a transaction (a
+        # request under ATOMIC_REQUESTS, a test) must still be usable after it.
+        with self.inserted_after_the_job_ends(), transaction.atomic():
+            shown = replay.run_now(self.version)
+            self.assertEqual(shown.outcome["status"], "passed")
+            self.assertEqual(Run.objects.get().state, Run.State.DONE)
+
+        self.assertEqual(Run.objects.get().status, "passed")
 
     def test_a_fresh_run_is_one_insert(self) -> None:
         replay.run_now(self.version)
